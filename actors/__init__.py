@@ -1,0 +1,10 @@
+"""The zactors actor kernel: greenlet actors that own ZeroMQ sockets."""
+from .actor import Actor, Reply, command
+from .errors import ActorDied, ActorError, ActorExited, ActorTimeout, CommandError, PipeError
+from .loop import Reactor, Socket, context
+from .pipe import Event
+
+__all__ = [
+    "Actor", "Reply", "command", "Event", "Reactor", "Socket", "context",
+    "ActorError", "ActorDied", "ActorExited", "ActorTimeout", "CommandError", "PipeError",
+]

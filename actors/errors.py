@@ -1,0 +1,35 @@
+"""Exceptions raised by the actor kernel."""
+
+__all__ = ["ActorError", "ActorExited", "ActorDied", "ActorTimeout", "CommandError", "PipeError"]
+
+
+class ActorError(Exception):
+    """Base class for errors of the actor kernel."""
+
+
+class ActorExited(ActorError):
+    """The actor has stopped (``$TERM``, :meth:`Actor.stop` or destroy)."""
+
+
+class ActorDied(ActorError):
+    """The actor stopped because of an unexpected exception in a handler."""
+
+
+class ActorTimeout(ActorError, TimeoutError):
+    """No reply from the actor in time."""
+
+
+class CommandError(ActorError):
+    """The actor rejected a command or its handler raised.
+
+    ``kind`` names the exception type raised inside the actor.
+    """
+
+    def __init__(self, kind="Error", message=""):
+        super().__init__("%s: %s" % (kind, message))
+        self.kind = kind
+        self.message = message
+
+
+class PipeError(ActorError, ValueError):
+    """A pipe message that does not follow the pipe codec."""

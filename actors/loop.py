@@ -1,0 +1,311 @@
+"""The reactor: owned sockets and timers in one greenlet, with fast waits.
+
+A socket here is a plain (not ``zmq.green``) pyzmq socket owned by exactly one
+greenlet.  It is used with ``NOBLOCK`` and plain int flags; when ``EVENTS``
+says it is not ready the greenlet waits on the socket's ``ZMQ_FD`` through a
+gevent io watcher.  ``ZMQ_FD`` is edge-triggered, so every wait re-checks
+``EVENTS`` first and a reactor drains each socket until ``EVENTS`` says empty
+(or a fairness cap is hit) before it waits again.
+
+Nothing in this module is safe across OS threads: a socket and a reactor
+belong to the greenlet (and so the thread) that uses them.
+"""
+import heapq
+import itertools
+import logging
+import time
+
+import gevent
+import zmq
+from gevent import getcurrent
+from gevent.hub import Waiter, get_hub
+
+__all__ = ["Socket", "Reactor", "Timer", "context", "DRAIN_CAP"]
+
+log = logging.getLogger(__name__)
+
+# Plain ints: the IntFlag arithmetic of pyzmq's enums costs microseconds per call.
+NOBLOCK = 1
+SNDMORE = 2
+RCVMORE = 13
+EVENTS = 15
+POLLIN = 1
+POLLOUT = 2
+_EAGAIN = zmq.EAGAIN
+
+#: messages drained from one socket before the reactor yields to other greenlets
+DRAIN_CAP = 64
+
+_monotonic = time.monotonic
+
+
+def context():
+    """The process-wide plain ``zmq.Context`` whose sockets zactors owns."""
+    return zmq.Context.instance()
+
+
+class Socket(zmq.Socket):
+    """A pyzmq socket with greenlet-friendly blocking calls.
+
+    Blocking ``send_multipart``/``recv_multipart``/``wait`` park only the
+    calling greenlet.  Use one socket from one greenlet at a time.
+    ``timeout`` is in seconds; on expiry ``zmq.Again`` is raised.
+    """
+
+    _fd_watchers = None
+
+    def _watcher(self, events):
+        watchers = self._fd_watchers
+        if watchers is None:
+            hub = get_hub()
+            fd = self.getsockopt(zmq.FD)
+            # ZMQ_FD only ever signals readable, whatever event we wait for.
+            watchers = self._fd_watchers = hub.loop.io(fd, 1)
+        return watchers
+
+    def ready(self, events=POLLIN):
+        """True when ``EVENTS`` has any of ``events`` (and so a call will not block)."""
+        return bool(self.get(EVENTS) & events)
+
+    def wait(self, events=POLLIN, timeout=None):
+        """Park this greenlet until ``events`` are ready; False on timeout."""
+        if self.get(EVENTS) & events:
+            return True
+        watcher = self._watcher(events)
+        deadline = None if timeout is None else _monotonic() + timeout
+        hub = get_hub()
+        while True:
+            waiter = Waiter()
+            timer = None
+            if deadline is not None:
+                remaining = deadline - _monotonic()
+                if remaining <= 0:
+                    return False
+                timer = hub.loop.timer(remaining)
+                timer.start(waiter.switch, False)
+            watcher.start(waiter.switch, True)
+            try:
+                fired = waiter.get()
+            finally:
+                watcher.stop()
+                if timer is not None:
+                    timer.close()
+            # Edge-triggered: the FD firing only means "look at EVENTS again".
+            if self.get(EVENTS) & events:
+                return True
+            if not fired:
+                return False
+
+    def send_multipart(self, frames, flags=0, copy=True, track=False, timeout=None):
+        """Send all frames; parks the greenlet while the peer is at its HWM."""
+        if flags & NOBLOCK:
+            return self._send_frames(frames, copy)
+        while True:
+            try:
+                return self._send_frames(frames, copy)
+            except zmq.Again:
+                if not self.wait(POLLOUT, timeout):
+                    raise
+
+    def _send_frames(self, frames, copy=True):
+        # The first frame decides whether the whole message is accepted: the
+        # following frames of a multipart message never return EAGAIN.
+        last = len(frames) - 1
+        send = self.send
+        for i, frame in enumerate(frames):
+            send(frame, NOBLOCK if i == last else NOBLOCK | SNDMORE, copy=copy)
+
+    def recv_multipart(self, flags=0, copy=True, track=False, timeout=None):
+        """Receive one whole message; parks the greenlet until one arrives."""
+        while True:
+            try:
+                return self.recv_frames(copy)
+            except zmq.Again:
+                if flags & NOBLOCK or not self.wait(POLLIN, timeout):
+                    raise
+
+    def recv_frames(self, copy=True):
+        """Receive one whole message without blocking (``zmq.Again`` if none)."""
+        recv = self.recv
+        frames = [recv(NOBLOCK, copy=copy)]
+        get = self.get
+        while get(RCVMORE):
+            frames.append(recv(NOBLOCK, copy=copy))
+        return frames
+
+    def close(self, linger=None):
+        watcher = self._fd_watchers
+        if watcher is not None:
+            watcher.close()
+            self._fd_watchers = None
+        super().close(linger)
+
+
+class Timer:
+    """A reactor timer; ``cancel()`` it to stop.  Not for direct construction."""
+
+    __slots__ = ("deadline", "interval", "handler", "args", "cancelled")
+
+    def __init__(self, deadline, interval, handler, args):
+        self.deadline = deadline
+        self.interval = interval
+        self.handler = handler
+        self.args = args
+        self.cancelled = False
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class _Reader:
+    __slots__ = ("socket", "handler", "watcher")
+
+    def __init__(self, socket, handler, watcher):
+        self.socket = socket
+        self.handler = handler
+        self.watcher = watcher
+
+
+class Reactor:
+    """Run socket handlers and timers in the calling greenlet.
+
+    ``handler(frames)`` is called for every whole message that arrives on a
+    registered socket; ``handler(*args)`` for timers.  The wait between rounds
+    is bounded by the nearest timer deadline (monotonic clock).  A handler
+    that raises stops the reactor and the exception propagates out of
+    :meth:`run`.
+    """
+
+    def __init__(self, drain_cap=DRAIN_CAP):
+        self._readers = []
+        self._timers = []  # heap of (deadline, seq, Timer)
+        self._seq = itertools.count()
+        self._waiter = None
+        self._running = False
+        self.drain_cap = drain_cap
+
+    # -- registration -------------------------------------------------------
+    def add_reader(self, socket, handler):
+        """Call ``handler(frames)`` for each message on ``socket``."""
+        if not isinstance(socket, Socket):
+            raise TypeError("reactor sockets must be zactors.actors.loop.Socket, "
+                            "created with Actor.socket() or context().socket(type, Socket)")
+        self.remove_reader(socket)
+        watcher = get_hub().loop.io(socket.getsockopt(zmq.FD), 1)
+        watcher.start(self._wake)
+        self._readers.append(_Reader(socket, handler, watcher))
+
+    def remove_reader(self, socket):
+        for reader in self._readers:
+            if reader.socket is socket:
+                reader.watcher.close()
+                self._readers.remove(reader)
+                return True
+        return False
+
+    def call_later(self, delay, handler, *args):
+        """Run ``handler(*args)`` once after ``delay`` seconds."""
+        return self._push(Timer(_monotonic() + delay, None, handler, args))
+
+    def call_every(self, interval, handler, *args):
+        """Run ``handler(*args)`` every ``interval`` seconds (first after one interval)."""
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        return self._push(Timer(_monotonic() + interval, interval, handler, args))
+
+    def _push(self, timer):
+        heapq.heappush(self._timers, (timer.deadline, next(self._seq), timer))
+        self._wake()
+        return timer
+
+    # -- running ------------------------------------------------------------
+    def stop(self):
+        """Make :meth:`run` return after the current handler."""
+        self._running = False
+        self._wake()
+
+    def _wake(self, *_):
+        waiter = self._waiter
+        if waiter is not None:
+            hub = get_hub()
+            if getcurrent() is not hub:
+                # Waiter.switch is for the hub only; let it do the waking.
+                hub.loop.run_callback(self._wake)
+                return
+            self._waiter = None
+            waiter.switch(None)
+
+    def run(self):
+        """Serve sockets and timers until :meth:`stop`."""
+        self._running = True
+        cap = self.drain_cap
+        hub = get_hub()
+        try:
+            while self._running:
+                busy = False
+                for reader in tuple(self._readers):
+                    sock = reader.socket
+                    handler = reader.handler
+                    n = 0
+                    while sock.get(EVENTS) & POLLIN:
+                        handler(sock.recv_frames())
+                        if not self._running:
+                            return
+                        n += 1
+                        if n >= cap:
+                            busy = True
+                            break
+                timeout = self._run_timers()
+                if not self._running:
+                    return
+                if busy:
+                    gevent.sleep(0)
+                    continue
+                # Nothing readable: a send by a handler may have consumed the
+                # FD edge, so the check above (EVENTS) is what guards this wait.
+                if timeout is not None and timeout <= 0:
+                    continue
+                waiter = self._waiter = Waiter()
+                timer = None
+                if timeout is not None:
+                    timer = hub.loop.timer(timeout)
+                    timer.start(self._wake)
+                try:
+                    waiter.get()
+                finally:
+                    self._waiter = None
+                    if timer is not None:
+                        timer.close()
+        finally:
+            self._running = False
+
+    def _run_timers(self):
+        """Fire due timers; return seconds until the next one (None if none)."""
+        timers = self._timers
+        now = _monotonic()
+        while timers:
+            deadline, _, timer = timers[0]
+            if timer.cancelled:
+                heapq.heappop(timers)
+                continue
+            if deadline > now:
+                return deadline - now
+            heapq.heappop(timers)
+            if timer.interval is not None:
+                # Skip missed ticks rather than bursting to catch up.
+                timer.deadline = max(deadline + timer.interval, now)
+                heapq.heappush(timers, (timer.deadline, next(self._seq), timer))
+            else:
+                timer.cancelled = True
+            timer.handler(*timer.args)
+            if not self._running:
+                return None
+            now = _monotonic()
+        return None
+
+    def close(self):
+        """Release the io watchers (sockets stay open: their owner closes them)."""
+        for reader in self._readers:
+            reader.watcher.close()
+        self._readers.clear()
+        self._timers.clear()

@@ -1,0 +1,1 @@
+"""The zactors command line, sample apps and embedding examples."""

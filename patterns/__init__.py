@@ -1,0 +1,1 @@
+"""The ZeroMQ patterns, each assembled from the kernel's actors."""

@@ -1,0 +1,27 @@
+"""Shared test helpers: deadlines, never sleeps as synchronisation."""
+import logging
+
+import gevent
+import pytest
+
+from actors.loop import context
+
+
+def wait_for(predicate, timeout=5.0, what="condition"):
+    """Wait until ``predicate()`` is true, yielding to other greenlets; fail at the deadline."""
+    with gevent.Timeout(timeout, False):
+        while not predicate():
+            gevent.sleep(0.002)
+        return
+    pytest.fail("timed out after %ss waiting for %s" % (timeout, what))
+
+
+@pytest.fixture
+def ctx():
+    return context()
+
+
+@pytest.fixture(autouse=True)
+def _quiet_logging(caplog):
+    caplog.set_level(logging.INFO)
+    yield
