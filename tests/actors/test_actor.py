@@ -1,0 +1,222 @@
+"""Actor lifecycle, commands, events and failure reporting, through the real pipe."""
+import gevent
+import pytest
+import zmq
+
+from actors import (Actor, ActorDied, ActorError, ActorExited, ActorTimeout, CommandError, Event,
+                    command)
+from actors.loop import Socket
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Counter(Actor):
+    """ADD n -> total; RESET; SLOW s -> 'done' later; STREAM n emits TICK events."""
+
+    def __init__(self, start=0):
+        self.total = start
+
+    @command(reply=True)
+    def add(self, n):
+        self.total += n
+        return self.total
+
+    @command
+    def reset(self):
+        self.total = 0
+
+    @command(deferred=True)
+    def slow(self, reply, seconds):
+        self.call_later(seconds, reply, "done after %s" % seconds)
+
+    @command
+    def stream(self, n):
+        for i in range(n):
+            self.emit("TICK", i)
+
+    @command
+    def fail(self):
+        raise ValueError("no such thing")
+
+    @command
+    def crash_later(self):
+        self.call_later(0, lambda: 1 / 0)
+
+
+@pytest.fixture
+def counter():
+    actor = Counter(5)
+    yield actor
+    actor.destroy()
+
+
+def test_creation_is_synchronous_and_commands_reply(counter):
+    assert counter.alive
+    assert counter.call("ADD", 2) == 7
+    assert counter.call("ADD", 3) == 10
+    counter.send("RESET")
+    assert counter.call("ADD", 1) == 1
+
+
+def test_setup_exception_is_raised_in_parent():
+    class Broken(Actor):
+        def setup(self):
+            raise KeyError("missing config")
+
+    with pytest.raises(KeyError, match="missing config"):
+        Broken()
+
+
+def test_setup_can_make_sockets_and_readers():
+    class Sink(Actor):
+        def __init__(self, endpoint):
+            self.endpoint = endpoint
+
+        def setup(self):
+            self.pull = self.socket(zmq.PULL)
+            self.pull.bind(self.endpoint)
+            self.add_reader(self.pull, lambda frames: self.emit("GOT", *frames))
+
+    sink = Sink("inproc://actor-sink")
+    push = sink_push = zmq.Context.instance().socket(zmq.PUSH, socket_class=Socket)
+    push.linger = 0
+    push.connect("inproc://actor-sink")
+    push.send_multipart([b"a", b"b"])
+    assert sink.recv_event(timeout=5) == Event("GOT", (b"a", b"b"))
+    sink.destroy()
+    sink_push.close()
+
+
+def test_events_arrive_in_order(counter):
+    counter.send("STREAM", 500)
+    got = [counter.recv_event(timeout=5) for _ in range(500)]
+    assert got == [Event("TICK", (i,)) for i in range(500)]
+    assert counter.recv_event(timeout=0.01) is None
+
+
+def test_deferred_replies_do_not_block_other_callers(counter):
+    slow = gevent.spawn(counter.call, "SLOW", 0.2)
+    gevent.sleep(0)
+    assert counter.call("ADD", 1, timeout=5) == 6  # answered while SLOW waits
+    assert not slow.ready()
+    assert slow.get(timeout=5) == "done after 0.2"
+
+
+def test_many_greenlets_call_concurrently(counter):
+    calls = [gevent.spawn(counter.call, "ADD", 1, timeout=10) for _ in range(2000)]
+    gevent.joinall(calls, timeout=20, raise_error=True)
+    results = sorted(g.value for g in calls)
+    assert results == list(range(6, 2006)), "each call got its own reply"
+
+
+def test_handler_error_goes_to_caller_and_actor_survives(counter):
+    with pytest.raises(CommandError) as info:
+        counter.call("FAIL")
+    assert info.value.kind == "ValueError"
+    assert "no such thing" in str(info.value)
+    assert counter.call("ADD", 0) == 5
+
+
+def test_unknown_and_malformed_commands_are_rejected_and_counted(counter, caplog):
+    with pytest.raises(CommandError, match="UnknownCommand"):
+        counter.call("NOPE", 1)
+    counter.send("ALSO_NOPE")
+    counter._pipe.socket.send(b"\xc1 not msgpack")          # malformed frame
+    counter._pipe.socket.send_multipart([b"two", b"frames"])  # wrong shape
+    assert counter.call("ADD", 0) == 5
+    assert counter.call("$STATS")["rejected"] == 4
+    assert "unknown command" in caplog.text
+
+
+def test_call_timeout(counter):
+    with pytest.raises(ActorTimeout):
+        counter.call("SLOW", 1, timeout=0.05)
+    assert counter.call("ADD", 0) == 5
+
+
+def test_unexpected_death_is_reported_as_event_and_on_next_call(counter):
+    counter.send("CRASH_LATER")
+    event = counter.recv_event(timeout=5)
+    assert event.name == "$DIED"
+    assert "ZeroDivisionError" in event.args[0]
+    with pytest.raises(ActorDied):
+        counter.call("ADD", 1)
+    assert not counter.alive
+
+
+def test_pending_calls_fail_when_actor_dies(counter):
+    slow = gevent.spawn(counter.call, "SLOW", 10)
+    gevent.sleep(0)
+    counter.send("CRASH_LATER")
+    with pytest.raises(ActorDied):
+        slow.get(timeout=5)
+
+
+def test_destroy_closes_sockets_and_is_idempotent():
+    class Owner(Actor):
+        def setup(self):
+            self.sock = self.socket(zmq.PULL)
+            self.sock.bind("tcp://127.0.0.1:*")
+
+        def teardown(self):
+            self.emit("BYE")
+
+    owner = Owner()
+    sock = owner.sock
+    owner.destroy()
+    assert sock.closed
+    assert not owner.alive
+    owner.destroy()
+    with pytest.raises(ActorExited):
+        owner.call("ANY")
+    assert isinstance(ActorExited("x"), ActorError)
+
+
+def test_actor_can_stop_itself():
+    class Quitter(Actor):
+        @command
+        def quit(self):
+            self.stop()
+
+    q = Quitter()
+    q.send("QUIT")
+    assert q.recv_event(timeout=5).name == "$EXIT"
+    with pytest.raises(ActorExited):
+        q.call("QUIT")
+    q.destroy()
+
+
+def test_context_manager_destroys():
+    with Counter() as c:
+        assert c.call("ADD", 1) == 1
+    assert not c.alive
+
+
+def test_command_verbs_must_be_valid():
+    with pytest.raises(ValueError):
+        command("BAD VERB")(lambda self: None)
+
+
+def test_parent_actor_watches_child_in_its_own_loop():
+    class Parent(Actor):
+        def setup(self):
+            self.child = Counter(100)
+            self.seen = []
+            self.watch(self.child, self.seen.append)
+
+        @command(reply=True)
+        def relay(self, n):
+            self.child.send("STREAM", n)
+            return self.child.call("ADD", n)
+
+        @command(reply=True)
+        def seen_count(self):
+            return len(self.seen)
+
+        def teardown(self):
+            self.child.destroy()
+
+    parent = Parent()
+    assert parent.call("RELAY", 3, timeout=5) == 103
+    assert parent.call("SEEN_COUNT", timeout=5) == 3
+    parent.destroy()

@@ -1,0 +1,166 @@
+"""The reactor and owned sockets: real inproc/tcp sockets, deadlines, no sleeps."""
+import time
+
+import gevent
+import pytest
+import zmq
+
+from actors.loop import POLLIN, POLLOUT, Reactor, Socket, context
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def pair(kind_a=zmq.PAIR, kind_b=zmq.PAIR, endpoint="tcp://127.0.0.1:*"):
+    a = context().socket(kind_a, socket_class=Socket)
+    b = context().socket(kind_b, socket_class=Socket)
+    a.linger = b.linger = 0
+    a.bind(endpoint)
+    b.connect(a.last_endpoint)
+    return a, b
+
+
+def test_recv_parks_only_the_calling_greenlet():
+    a, b = pair()
+    ticks = []
+    ticker = gevent.spawn(lambda: [ticks.append(gevent.sleep(0.001)) for _ in range(10)])
+    gevent.spawn_later(0.05, a.send_multipart, [b"hello", b"world"])
+    assert b.recv_multipart(timeout=5) == [b"hello", b"world"]
+    assert len(ticks) == 10, "another greenlet ran while recv waited"
+    ticker.kill()
+    a.close(); b.close()
+
+
+def test_recv_timeout_raises_again():
+    a, b = pair()
+    started = time.monotonic()
+    with pytest.raises(zmq.Again):
+        b.recv_multipart(timeout=0.05)
+    assert 0.04 <= time.monotonic() - started < 2
+    assert b.wait(POLLIN, timeout=0.01) is False
+    a.close(); b.close()
+
+
+def test_send_waits_for_hwm_room_then_delivers_everything():
+    a = context().socket(zmq.PUSH, socket_class=Socket)
+    b = context().socket(zmq.PULL, socket_class=Socket)
+    for s in (a, b):
+        s.linger = 0
+    a.sndhwm = b.rcvhwm = 5
+    b.bind("inproc://loop-hwm")
+    a.connect("inproc://loop-hwm")
+    sent = []
+
+    def producer():
+        for i in range(200):
+            a.send_multipart([b"%d" % i], timeout=5)
+            sent.append(i)
+
+    g = gevent.spawn(producer)
+    gevent.sleep(0)
+    assert not a.ready(POLLOUT) or len(sent) < 200
+    got = [int(b.recv_multipart(timeout=5)[0]) for _ in range(200)]
+    g.get(timeout=5)
+    assert got == list(range(200))
+    a.close(); b.close()
+
+
+def test_reactor_drains_all_sockets_and_is_fair():
+    r = Reactor(drain_cap=8)
+    # inproc: every message is queued before the reactor starts
+    (a1, b1), (a2, b2) = pair(zmq.PUSH, zmq.PULL, "inproc://fair-1"), pair(zmq.PUSH, zmq.PULL, "inproc://fair-2")
+    got = {1: [], 2: []}
+    order = []
+    r.add_reader(b1, lambda f: (got[1].append(f[0]), order.append(1)))
+    r.add_reader(b2, lambda f: (got[2].append(f[0]), order.append(2)))
+    for i in range(100):
+        a1.send(b"%d" % i)
+        a2.send(b"%d" % i)
+    runner = gevent.spawn(r.run)
+    with gevent.Timeout(5):
+        while len(got[1]) < 100 or len(got[2]) < 100:
+            gevent.sleep(0.001)
+    r.stop()
+    runner.get(timeout=5)
+    assert got[1] == got[2] == [b"%d" % i for i in range(100)]
+    # both sockets served in turns of at most drain_cap, not one then the other
+    longest, run = 1, 1
+    for prev, cur in zip(order, order[1:]):
+        run = run + 1 if cur == prev else 1
+        longest = max(longest, run)
+    assert longest <= 8
+    r.close()
+    for s in (a1, b1, a2, b2):
+        s.close()
+
+
+def test_reactor_timers_fire_in_order_and_can_be_cancelled():
+    r = Reactor()
+    fired = []
+    r.call_later(0.03, fired.append, "late")
+    r.call_later(0.01, fired.append, "early")
+    cancelled = r.call_later(0.02, fired.append, "cancelled")
+    cancelled.cancel()
+    ticks = []
+    r.call_every(0.005, lambda: ticks.append(time.monotonic()))
+    r.call_later(0.06, r.stop)
+    gevent.spawn(r.run).get(timeout=5)
+    assert fired == ["early", "late"]
+    assert len(ticks) >= 3
+    r.close()
+
+
+def test_reactor_wakes_for_timer_added_from_another_greenlet():
+    r = Reactor()
+    runner = gevent.spawn(r.run)
+    gevent.sleep(0)  # let it park with no deadline at all
+    done = gevent.event.Event()
+    r.call_later(0, done.set)
+    assert done.wait(timeout=5)
+    r.stop()
+    runner.get(timeout=5)
+    r.close()
+
+
+def test_reactor_handler_error_stops_run_and_propagates():
+    r = Reactor()
+    a, b = pair(zmq.PUSH, zmq.PULL)
+
+    def boom(frames):
+        raise RuntimeError("handler bug")
+
+    r.add_reader(b, boom)
+    a.send(b"x")
+    with pytest.raises(RuntimeError, match="handler bug"):
+        gevent.spawn(r.run).get(timeout=5)
+    r.close()
+    a.close(); b.close()
+
+
+def test_reactor_rejects_foreign_sockets():
+    r = Reactor()
+    plain = zmq.Context.instance().socket(zmq.PULL)
+    with pytest.raises(TypeError, match="Socket"):
+        r.add_reader(plain, print)
+    plain.close(0)
+
+
+def test_no_lost_wakeup_when_handler_sends_on_its_own_socket():
+    """A send from a handler can eat the ZMQ_FD edge; the reactor must re-check EVENTS."""
+    r = Reactor()
+    a, b = pair(zmq.DEALER, zmq.DEALER)
+    got = []
+
+    def echo(frames):
+        got.append(frames[0])
+        b.send(frames[0], 1)  # NOBLOCK send on the socket being read
+
+    r.add_reader(b, echo)
+    runner = gevent.spawn(r.run)
+    for i in range(300):
+        a.send_multipart([b"%d" % i])
+        assert a.recv_multipart(timeout=5) == [b"%d" % i]
+    r.stop()
+    runner.get(timeout=5)
+    assert len(got) == 300
+    r.close()
+    a.close(); b.close()
