@@ -19,8 +19,11 @@ class Echo(RouterActor):
         self.route(identity, *frames)
 
     @command(reply=True)
-    def blast(self, identity, n):
-        return sum(self.route(identity, b"%d" % i) for i in range(n))
+    def blast(self, identity, n, size=0):
+        """Send n messages; reply [accepted, backlog right after]."""
+        pad = b" " * size
+        accepted = sum(self.route(identity, b"%d" % i, pad) for i in range(n))
+        return [accepted, self.router.backlog_of(identity)]
 
     @command(reply=True)
     def backlog_of(self, identity):
@@ -67,8 +70,9 @@ def test_slow_peer_backlog_is_delivered_in_order_without_blocking_others(echo):
     assert slow.recv_multipart(timeout=5) == [b"hello"]
     fast = dealer(echo.endpoint, b"FAST")
     n = 20000
-    assert echo.call("BLAST", b"SLOW", n, timeout=10) == n
-    assert echo.call("BACKLOG_OF", b"SLOW") > 0, "the slow peer's HWM should have been hit"
+    accepted, backlog = echo.call("BLAST", b"SLOW", n, 1000, timeout=10)  # 20 MB: more than tcp buffers hold
+    assert accepted == n
+    assert backlog > 0, "the slow peer's HWM should have been hit"
     # the loop still serves other peers while SLOW has a backlog
     fast.send(b"ping")
     assert fast.recv_multipart(timeout=5) == [b"ping"]
@@ -88,7 +92,7 @@ def test_overflow_beyond_backlog_is_refused_and_counted():
         slow = dealer(small.endpoint, b"SLOW", rcvhwm=1)
         slow.send(b"hi")
         assert slow.recv_multipart(timeout=5) == [b"hi"]
-        accepted = small.call("BLAST", b"SLOW", 5000, timeout=10)
+        accepted, _ = small.call("BLAST", b"SLOW", 5000, timeout=10)
         assert accepted < 5000
         assert small.call("$STATS")["overflow"] == 5000 - accepted
         got = 0
