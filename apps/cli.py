@@ -21,7 +21,7 @@ def build_parser():
         epilog="Run 'zactors demo' to see actors at work, 'zactors COMMAND --help' for a command.",
     )
     parser.add_argument("--version", action="version", version="zactors %s" % __version__)
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = sub.add_parser("demo", help="show every pattern at work on this machine, in one process")
@@ -46,7 +46,7 @@ def run_demo(args):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = logging.WARNING if args.quiet else (logging.INFO, logging.DEBUG)[min(args.verbose, 1)] if args.verbose else logging.INFO
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if not getattr(args, "func", None):
         parser.print_help()
