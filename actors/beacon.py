@@ -1,0 +1,237 @@
+"""UDP beacon: broadcast a small payload at an interval, and listen for others.
+
+:class:`Beacon` is an actor around one UDP socket (a non-blocking
+``gevent.socket``) bound to ``port`` on all addresses, broadcasting to the
+broadcast address of one IPv4 interface.  The interface is chosen by name or
+address (``interface="eth0"`` or ``"192.0.2.1"``), else the first interface
+that is up, not loopback and has a broadcast address (interfaces come from
+psutil).  Without one, construction raises :class:`BeaconError` saying so.
+
+Commands (all from the parent, see :class:`actors.Actor`):
+
+``PUBLISH payload [interval]``  (reply: True if the first send worked)
+    Broadcast ``payload`` now and then every ``interval`` seconds.
+``SILENCE``  (no reply)
+    Stop broadcasting.
+``SUBSCRIBE prefix``  (no reply)
+    Report received beacons whose payload starts with ``prefix`` (b"": all).
+``UNSUBSCRIBE``  (no reply)
+    Stop reporting.
+``INFO``  (reply: dict interface, address, broadcast, port)
+
+Events: ``BEACON address payload`` (address: the sender's IPv4 address as str).
+
+A beacon never reports its own broadcasts (same payload from one of this
+host's addresses).  A failing send (network down, unreachable) is counted
+in ``stats["send_errors"]``, logged (first time, then every 100th) and tried
+again at the next interval: the actor lives on.
+"""
+import ipaddress
+import logging
+import socket as _stdsocket
+
+import psutil
+from gevent import socket
+from gevent.hub import get_hub
+
+from .actor import Actor, command
+
+__all__ = ["Beacon", "BeaconError", "choose_interface", "MAX_PAYLOAD"]
+
+log = logging.getLogger(__name__)
+
+#: largest beacon payload sent or reported (as CZMQ's zbeacon)
+MAX_PAYLOAD = 255
+_RECV_CAP = 64  # datagrams read per wake-up before yielding
+
+
+class BeaconError(OSError):
+    """No usable interface, or the UDP socket cannot be set up."""
+
+
+def _ipv4_interfaces():
+    """``[(name, address, broadcast, up, loopback)]`` for each IPv4 address."""
+    stats = psutil.net_if_stats()
+    found = []
+    for name, addrs in psutil.net_if_addrs().items():
+        st = stats.get(name)
+        up = bool(st and st.isup)
+        for addr in addrs:
+            if addr.family != _stdsocket.AF_INET:
+                continue
+            ip = ipaddress.IPv4Address(addr.address)
+            # The network's broadcast address, from the netmask: what getifaddrs
+            # reports as "broadcast" is unset when the address was added without one.
+            broadcast = None
+            if not ip.is_loopback and not addr.ptp:
+                if addr.netmask:
+                    network = ipaddress.IPv4Network("%s/%s" % (ip, addr.netmask), strict=False)
+                    if network.prefixlen < 31:
+                        broadcast = str(network.broadcast_address)
+                else:
+                    broadcast = addr.broadcast
+            found.append((name, addr.address, broadcast, up, ip.is_loopback))
+    return found
+
+
+def choose_interface(spec=None):
+    """``(name, address, broadcast)`` of the interface to beacon on.
+
+    ``spec`` is an interface name or one of its IPv4 addresses; None picks
+    the first interface that is up, not loopback, not link-local and can
+    broadcast.  Raises :class:`BeaconError` with what is available.
+    """
+    interfaces = _ipv4_interfaces()
+    have = ", ".join("%s %s%s" % (n, a, "" if up else " (down)") for n, a, _, up, _ in interfaces) or "none"
+    if spec:
+        for name, address, broadcast, up, loopback in interfaces:
+            if spec in (name, address):
+                if not broadcast:
+                    raise BeaconError("interface %s (%s) cannot broadcast; have: %s" % (name, address, have))
+                if not up:
+                    log.warning("beacon interface %s is down; sends fail until it is up", name)
+                return name, address, broadcast
+        raise BeaconError("no IPv4 interface named or addressed %r; have: %s" % (spec, have))
+    for name, address, broadcast, up, loopback in interfaces:
+        if up and broadcast and not loopback and not ipaddress.IPv4Address(address).is_link_local:
+            return name, address, broadcast
+    raise BeaconError("no broadcast-capable IPv4 interface is up (have: %s); choose an interface, "
+                      "or discover peers by endpoint" % have)
+
+
+class Beacon(Actor):
+    """UDP broadcast/listen actor; see the module docstring for its vocabulary."""
+
+    def __init__(self, port=5670, interface=None, interval=1.0, name=None):
+        if not 0 < port < 65536:
+            raise ValueError("beacon port must be 1..65535, got %r" % (port,))
+        if interval <= 0:
+            raise ValueError("beacon interval must be positive")
+        self.port = port
+        self.interface = interface
+        self.interval = interval
+        self.name = name or "Beacon"
+        self.address = self.broadcast = None
+        self._udp = None
+        self._watcher = None
+        self._payload = None
+        self._timer = None
+        self._prefix = None
+        self._errors_logged = 0
+        self._own = ()
+
+    # -- actor side ---------------------------------------------------------
+    def setup(self):
+        self.interface, self.address, self.broadcast = choose_interface(self.interface)
+        self._own = {address for _, address, _, _, _ in _ipv4_interfaces()}
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            udp.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if hasattr(socket, "SO_REUSEPORT"):
+                udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            udp.bind(("", self.port))
+        except OSError as exc:
+            udp.close()
+            raise BeaconError("cannot bind UDP port %d: %s" % (self.port, exc)) from None
+        udp.setblocking(False)
+        self._udp = udp
+        # Datagrams wake the reactor through a zero-delay timer, so they are
+        # handled in the actor greenlet like everything else.
+        self._watcher = get_hub().loop.io(udp.fileno(), 1)
+        self._watcher.start(self._on_readable)
+        log.debug("%s: %s %s, broadcast %s:%d", self.name, self.interface, self.address, self.broadcast, self.port)
+
+    def teardown(self):
+        if self._watcher is not None:
+            self._watcher.close()
+        if self._udp is not None:
+            self._udp.close()
+
+    def _on_readable(self):
+        # Runs in the hub: hand over to the actor greenlet.
+        self._watcher.stop()
+        self.call_later(0, self._drain)
+
+    def _drain(self):
+        udp = self._udp
+        for _ in range(_RECV_CAP):
+            try:
+                payload, (sender, _port) = udp.recvfrom(MAX_PAYLOAD + 1)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:  # e.g. ICMP errors reported on the socket
+                self.stats["recv_errors"] += 1
+                log.debug("%s: receive failed: %s", self.name, exc)
+                break
+            self._received(sender, payload)
+        else:
+            self.call_later(0, self._drain)  # more may wait: let others run first
+            return
+        self._watcher.start(self._on_readable)
+
+    def _received(self, sender, payload):
+        if self._prefix is None:
+            return
+        if len(payload) > MAX_PAYLOAD:
+            self.stats["oversize"] += 1
+            return
+        if payload == self._payload and sender in self._own:
+            self.stats["own"] += 1
+            return
+        if not payload.startswith(self._prefix):
+            self.stats["filtered"] += 1
+            return
+        self.stats["received"] += 1
+        self.emit("BEACON", sender, payload)
+
+    def _send(self):
+        try:
+            self._udp.sendto(self._payload, (self.broadcast, self.port))
+        except OSError as exc:
+            self.stats["send_errors"] += 1
+            if self._errors_logged % 100 == 0:
+                log.warning("%s: broadcast to %s:%d failed (%s); retrying every %ss",
+                            self.name, self.broadcast, self.port, exc.strerror or exc, self.interval)
+            self._errors_logged += 1
+            return False
+        self.stats["sent"] += 1
+        if self._errors_logged:
+            log.info("%s: broadcasting again after %d failed send(s)", self.name, self._errors_logged)
+            self._errors_logged = 0
+        return True
+
+    # -- commands -----------------------------------------------------------
+    @command(reply=True)
+    def publish(self, payload, interval=None):
+        if not isinstance(payload, bytes) or not 0 < len(payload) <= MAX_PAYLOAD:
+            raise ValueError("beacon payload must be 1..%d bytes" % MAX_PAYLOAD)
+        if interval is not None:
+            if interval <= 0:
+                raise ValueError("beacon interval must be positive")
+            self.interval = interval
+        self._payload = payload
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.call_every(self.interval, self._send)
+        return self._send()
+
+    @command
+    def silence(self):
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    @command
+    def subscribe(self, prefix=b""):
+        self._prefix = bytes(prefix)
+
+    @command
+    def unsubscribe(self):
+        self._prefix = None
+
+    @command(reply=True)
+    def info(self):
+        return {"interface": self.interface, "address": self.address,
+                "broadcast": self.broadcast, "port": self.port}
+
