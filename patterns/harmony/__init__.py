@@ -1,0 +1,1 @@
+"""Harmony: true peer networks that speak ZRE v2 (Zyre, pyre)."""
