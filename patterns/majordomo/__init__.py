@@ -1,0 +1,12 @@
+"""Majordomo (18/MDP v0.2): a broker, clients and workers on the zactors kernel.
+
+``Broker`` routes requests by service name to workers; ``Worker`` is the base
+class of a service; ``Client`` calls services from any greenlet.  The wire
+format lives in :mod:`.protocol`, the broker's own services in :mod:`.mmi`.
+"""
+from .broker import Broker
+from .client import Client, RequestTimeout
+from .protocol import MAJORTOMO, SPEC, ProtocolError
+from .worker import Worker
+
+__all__ = ["Broker", "Client", "RequestTimeout", "Worker", "ProtocolError", "SPEC", "MAJORTOMO"]

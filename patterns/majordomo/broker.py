@@ -1,0 +1,361 @@
+"""The Majordomo broker: an actor owning the ROUTER socket(s) clients and workers use.
+
+::
+
+    broker = Broker("tcp://127.0.0.1:*")        # returns once bound
+    broker.endpoint                             # the real endpoint
+    broker.call("INFO")                         # services, workers, queues, counters
+    broker.destroy()
+
+Behaviour (18/MDP v0.2, and where the spec leaves a choice):
+
+- One ROUTER for clients and workers, or two (``worker_endpoint=``).
+- Per-service request queues; idle workers are used least recently used first.
+  A queued request goes to a worker the moment one becomes free (READY, or
+  after its FINAL).
+- Heartbeats both ways: the broker sends HEARTBEAT to every worker each
+  ``heartbeat`` seconds and forgets a worker it has heard nothing from for
+  ``liveness`` x ``heartbeat`` seconds (no DISCONNECT: the spec says stop
+  sending to it).
+- A worker that dies, disconnects, times out or breaks the protocol while it
+  holds a request gets that request re-dispatched to another worker (first in
+  its service's queue).  The client gets exactly one FINAL: only the worker
+  holding the request is listened to.  PARTIALs sent by the lost worker may
+  be repeated by the next one (the spec's workers are idempotent).  A request
+  lost by ``max_attempts`` workers in a row is dropped and counted
+  (``poisoned``): it would go on killing workers.
+- A valid but unexpected command from a worker (anything but READY from an
+  unknown peer, a second READY, a reply it owes nobody) is answered with
+  DISCONNECT and the broker forgets that worker.  Invalid messages are
+  dropped and counted (``invalid``); a registered worker sending one is
+  forgotten the same way.  Nothing a peer sends stops the broker.
+- Requests for a service without workers wait at most ``request_expiry``
+  seconds in its queue, then are dropped and counted (``expired``).  MDP has
+  no error reply, so the client sees no answer: its own timeout (and retry)
+  decides what happens, as for a lost broker.
+- Bounded memory: a service queue holds at most ``max_queue`` requests and all
+  queues together ``max_queued``; a request over either limit is dropped and
+  counted (``rejected``), again with no answer to its client.
+- ``mmi.*`` services are answered by the broker itself (see :mod:`.mmi`).
+- Optional CURVE: ``curve=(public, secret)`` makes the ROUTER(s) CURVE servers
+  (z85 keys, e.g. an ``actors.auth`` keypair); access control is the ZAP
+  handler's job (``actors.auth.Authenticator``), without one any client
+  knowing the public key is accepted.
+
+Commands: ``INFO`` (reply: a dict of endpoints, services with their worker,
+idle and queued counts, and counters), ``$STATS`` (counters), ``$TERM``.
+The handle is an actor handle: safe from many greenlets of its thread, not
+across OS threads.
+"""
+import logging
+import time
+from collections import OrderedDict, deque
+
+from actors.actor import Actor, command
+from actors.heartbeat import Liveness
+from actors.router import Router
+
+from . import mmi
+from .protocol import (CLIENT, DISCONNECT, FINAL, HEARTBEAT, PARTIAL, READY, ProtocolError,
+                       framing as _framing)
+
+__all__ = ["Broker"]
+
+log = logging.getLogger(__name__)
+
+_monotonic = time.monotonic
+
+
+class _Request:
+    __slots__ = ("client", "service", "body", "deadline", "attempts")
+
+    def __init__(self, client, service, body, deadline):
+        self.client = client
+        self.service = service
+        self.body = body
+        self.deadline = deadline
+        self.attempts = 0
+
+
+class _Worker:
+    __slots__ = ("identity", "service", "request")
+
+    def __init__(self, identity, service):
+        self.identity = identity
+        self.service = service
+        self.request = None
+
+
+class _Service:
+    __slots__ = ("name", "requests", "idle", "workers")
+
+    def __init__(self, name):
+        self.name = name
+        self.requests = deque()
+        self.idle = OrderedDict()   # identity -> _Worker, least recently used first
+        self.workers = 0
+
+
+class Broker(Actor):
+    """An MDP/0.2 broker.  See the module docstring for its behaviour.
+
+    ``endpoint`` is bound for clients and workers (``tcp://127.0.0.1:*`` picks
+    a port; read ``broker.endpoint``); ``worker_endpoint``, if given, is a
+    second ROUTER for workers (``broker.worker_endpoint``).
+    """
+
+    def __init__(self, endpoint="tcp://127.0.0.1:*", *, worker_endpoint=None, heartbeat=2.5, liveness=3,
+                 request_expiry=10.0, max_queue=10000, max_queued=100000, max_attempts=3,
+                 framing="spec", curve=None, name=None):
+        if heartbeat <= 0 or liveness < 1 or request_expiry <= 0:
+            raise ValueError("heartbeat and request_expiry must be > 0, liveness >= 1")
+        self.endpoint = endpoint
+        self.worker_endpoint = worker_endpoint
+        self.heartbeat = heartbeat
+        self.liveness = liveness
+        self.request_expiry = request_expiry
+        self.max_queue = max_queue
+        self.max_queued = max_queued
+        self.max_attempts = max_attempts
+        self.framing = _framing(framing)
+        self.curve = curve
+        if name:
+            self.name = name
+
+    # -- setup ----------------------------------------------------------------
+    def setup(self):
+        self._services = {}
+        self._workers = {}
+        self._queued = 0
+        self._alive = Liveness(self.heartbeat * self.liveness, self.heartbeat * self.liveness)
+        self._alive_timer = None
+        options = {}
+        if self.curve:
+            public, secret = self.curve[0], self.curve[1]
+            options = {"curve_server": 1, "curve_publickey": public, "curve_secretkey": secret}
+        self._crouter = Router(self, self._on_message, on_unroutable=self._on_unroutable,
+                               on_overflow=self._on_overflow, **options)
+        self.endpoint = self._crouter.bind(self.endpoint)
+        if self.worker_endpoint:
+            self._wrouter = Router(self, self._on_message, on_unroutable=self._on_unroutable,
+                                   on_overflow=self._on_overflow, **options)
+            self.worker_endpoint = self._wrouter.bind(self.worker_endpoint)
+        else:
+            self._wrouter = self._crouter
+            self.worker_endpoint = self.endpoint
+        self.call_every(self.heartbeat, self._send_heartbeats)
+        self.call_every(min(self.request_expiry / 4.0, self.heartbeat), self._expire_requests)
+        log.debug("%s: serving %s (workers %s), %s framing", self.name, self.endpoint,
+                  self.worker_endpoint, self.framing.name)
+
+    # -- the hot path ---------------------------------------------------------
+    def _on_message(self, identity, frames):
+        try:
+            message = self.framing.decode_for_broker(frames)
+        except ProtocolError as exc:
+            self._invalid(identity, exc)
+            return
+        if message.header is CLIENT:
+            self._on_request(identity, message.service, message.body)
+        else:
+            self._on_worker(identity, message)
+
+    def _on_request(self, client, name, body):
+        stats = self.stats
+        stats["requests"] += 1
+        if name.startswith(b"mmi."):
+            stats["mmi"] += 1
+            self._crouter.send(client, self.framing.client_reply(True, name, mmi.answer(name, body, self._has_workers)))
+            return
+        service = self._services.get(name)
+        if service is None:
+            service = self._services[name] = _Service(name)
+        request = _Request(client, name, body, 0.0)
+        if service.idle:
+            self._dispatch(service.idle.popitem(last=False)[1], request)
+            return
+        if len(service.requests) >= self.max_queue or self._queued >= self.max_queued:
+            stats["rejected"] += 1
+            log.debug("%s: queue full, request for %r dropped", self.name, name)
+            return
+        request.deadline = _monotonic() + self.request_expiry
+        service.requests.append(request)
+        self._queued += 1
+
+    def _dispatch(self, worker, request):
+        worker.request = request
+        self.stats["dispatched"] += 1
+        # Last thing we do: a dead peer makes send() call _on_unroutable at once.
+        self._wrouter.send(worker.identity, self.framing.worker_request(request.client, request.body))
+
+    def _on_worker(self, identity, message):
+        command = message.command
+        worker = self._workers.get(identity)
+        if command is FINAL or command is PARTIAL:
+            request = worker.request if worker is not None else None
+            if request is None or request.client != message.address:
+                self._unexpected(identity, worker, command)
+                return
+            self._alive.touch(identity)
+            final = command is FINAL
+            self._crouter.send(request.client, self.framing.client_reply(final, request.service, message.body))
+            if not final:
+                self.stats["partials"] += 1
+                return
+            self.stats["replies"] += 1
+            worker.request = None
+            service = worker.service
+            if service.requests:
+                self._queued -= 1
+                self._dispatch(worker, service.requests.popleft())
+            else:
+                service.idle[identity] = worker
+        elif command is HEARTBEAT:
+            if worker is None:
+                self._unexpected(identity, None, command)
+            else:
+                self._alive.touch(identity)
+        elif command is READY:
+            if worker is not None or mmi.is_mmi(message.service):
+                self._unexpected(identity, worker, command)
+            else:
+                self._add_worker(identity, message.service)
+        elif command is DISCONNECT:
+            if worker is not None:
+                self.stats["worker_disconnects"] += 1
+                self._remove_worker(worker)
+
+    # -- workers --------------------------------------------------------------
+    def _add_worker(self, identity, name):
+        service = self._services.get(name)
+        if service is None:
+            service = self._services[name] = _Service(name)
+        worker = self._workers[identity] = _Worker(identity, service)
+        service.workers += 1
+        self._alive.touch(identity)
+        if self._alive_timer is None:
+            self._arm_liveness()
+        self.stats["workers_ready"] += 1
+        log.debug("%s: worker %r ready for %r", self.name, identity, name)
+        if service.requests:
+            self._queued -= 1
+            self._dispatch(worker, service.requests.popleft())
+        else:
+            service.idle[identity] = worker
+
+    def _remove_worker(self, worker):
+        """Forget a worker; re-dispatch the request it held."""
+        identity = worker.identity
+        if self._workers.pop(identity, None) is None:
+            return
+        self._alive.forget(identity)
+        self._wrouter.drop(identity)
+        service = worker.service
+        service.idle.pop(identity, None)
+        service.workers -= 1
+        request, worker.request = worker.request, None
+        if request is not None:
+            request.attempts += 1
+            if request.attempts >= self.max_attempts:
+                self.stats["poisoned"] += 1
+                log.warning("%s: request for %r lost by %d workers; dropped", self.name, service.name,
+                            request.attempts)
+            else:
+                self.stats["redispatched"] += 1
+                request.deadline = _monotonic() + self.request_expiry
+                service.requests.appendleft(request)
+                self._queued += 1
+                while service.requests and service.idle:
+                    self._queued -= 1
+                    self._dispatch(service.idle.popitem(last=False)[1], service.requests.popleft())
+        self._forget_if_unused(service)
+
+    def _forget_if_unused(self, service):
+        if not service.workers and not service.requests and self._services.get(service.name) is service:
+            del self._services[service.name]
+
+    def _unexpected(self, identity, worker, command):
+        """A valid command the protocol does not allow here: DISCONNECT that peer."""
+        self.stats["unexpected"] += 1
+        log.debug("%s: unexpected %s from %r; disconnecting it", self.name, command, identity)
+        self._wrouter.send(identity, self.framing.disconnect)
+        if worker is not None:
+            self._remove_worker(worker)
+
+    def _invalid(self, identity, exc):
+        stats = self.stats
+        stats["invalid"] += 1
+        if stats["invalid"] % 1000 == 1:
+            log.warning("%s: invalid message from %r dropped (%s); %d so far", self.name, identity, exc,
+                        stats["invalid"])
+        worker = self._workers.get(identity)
+        if worker is not None:
+            self._remove_worker(worker)
+
+    def _on_unroutable(self, identity, frames):
+        worker = self._workers.get(identity)
+        if worker is not None:  # its connection is gone: as good as dead
+            self.stats["workers_lost"] += 1
+            self._remove_worker(worker)
+        else:
+            self.stats["unroutable"] += 1
+
+    def _on_overflow(self, identity, frames):
+        self.stats["overflow"] += 1
+        worker = self._workers.get(identity)
+        if worker is not None:  # a worker this far behind is stuck
+            self._remove_worker(worker)
+
+    def _has_workers(self, name):
+        service = self._services.get(name)
+        return service is not None and service.workers > 0
+
+    # -- timers ---------------------------------------------------------------
+    def _send_heartbeats(self):
+        send, frames = self._wrouter.send, self.framing.heartbeat
+        for identity in list(self._workers):
+            send(identity, frames)
+
+    def _arm_liveness(self):
+        deadline = self._alive.next_deadline()
+        self._alive_timer = None if deadline is None else self.call_later(
+            max(0.0, deadline - _monotonic()), self._check_liveness)
+
+    def _check_liveness(self):
+        _, expired = self._alive.check()
+        for identity in expired:
+            worker = self._workers.get(identity)
+            if worker is not None:
+                self.stats["workers_expired"] += 1
+                log.info("%s: worker %r silent for %.3gs; forgotten", self.name, identity,
+                         self.heartbeat * self.liveness)
+                self._remove_worker(worker)
+        self._arm_liveness()
+
+    def _expire_requests(self):
+        now = _monotonic()
+        for service in list(self._services.values()):
+            if service.workers:
+                continue
+            requests = service.requests
+            while requests and requests[0].deadline <= now:
+                requests.popleft()
+                self._queued -= 1
+                self.stats["expired"] += 1
+            self._forget_if_unused(service)
+
+    # -- commands ---------------------------------------------------------------
+    @command(reply=True)
+    def info(self):
+        """Endpoints, services (workers, idle, queued), worker count and counters."""
+        return {
+            "endpoint": self.endpoint,
+            "worker_endpoint": self.worker_endpoint,
+            "framing": self.framing.name,
+            "services": {s.name.decode("ascii"): {"workers": s.workers, "idle": len(s.idle),
+                                                   "queued": len(s.requests)}
+                         for s in self._services.values()},
+            "workers": len(self._workers),
+            "queued": self._queued,
+            "counters": dict(self.stats),
+        }

@@ -1,0 +1,196 @@
+"""18/MDP v0.2 codec: every MDP/Client and MDP/Worker command, as frames.
+
+The spec's frame tables (``MDPC02``/``MDPW02`` header first, then a one-byte
+command) are the default framing.  :data:`MAJORTOMO` is the framing of the
+majortomo 0.2.0 package, offered for interoperability only: an empty frame
+starts every message, client commands reuse the worker numbering (REQUEST
+0x02, PARTIAL 0x03, FINAL 0x04) and replies to clients carry no service frame.
+
+Decoders return a :class:`Message` and raise :class:`ProtocolError` (and
+nothing else) for any other input.  Encoders return lists of frames without
+the ROUTER identity.  Pure functions: safe everywhere, no sockets.
+"""
+import re
+from collections import namedtuple
+
+__all__ = [
+    "CLIENT", "WORKER", "REQUEST", "PARTIAL", "FINAL", "READY", "HEARTBEAT", "DISCONNECT",
+    "Message", "ProtocolError", "Framing", "SPEC", "MAJORTOMO", "framing",
+]
+
+CLIENT = b"MDPC02"
+WORKER = b"MDPW02"
+
+# Command names used across the package (wire bytes depend on the framing).
+READY, REQUEST, PARTIAL, FINAL, HEARTBEAT, DISCONNECT = "READY", "REQUEST", "PARTIAL", "FINAL", "HEARTBEAT", "DISCONNECT"
+
+Message = namedtuple("Message", "header command service address body")
+Message.__doc__ = """One decoded command.
+
+``header`` is CLIENT or WORKER; ``command`` a command name; ``service`` the
+service name (bytes, or None); ``address`` the client address of worker
+REQUEST/PARTIAL/FINAL (else None); ``body`` the list of body frames.
+"""
+
+_printable = re.compile(rb"[\x20-\x7e]+\Z").match
+
+
+class ProtocolError(ValueError):
+    """A message that is not a valid MDP command for its receiver."""
+
+
+def _service(frame):
+    if type(frame) is not bytes or not _printable(frame):
+        raise ProtocolError("service name must be a non-empty printable string, got %r" % (frame[:40],))
+    return frame
+
+
+class Framing:
+    """Encoders and decoders for one framing of MDP/0.2.
+
+    ``prefix`` is the list of frames every message starts with; the command
+    bytes map wire values to command names per header; ``reply_service`` says
+    whether client PARTIAL/FINAL carry the service frame.
+    """
+
+    def __init__(self, name, prefix, client_codes, worker_codes, reply_service):
+        self.name = name
+        self._prefix = list(prefix)
+        self._skip = len(prefix)
+        self._cenc = dict(client_codes)
+        self._cdec = {v: k for k, v in client_codes.items()}
+        self._wenc = dict(worker_codes)
+        self._wdec = {v: k for k, v in worker_codes.items()}
+        self._reply_service = reply_service
+        p, c, w = self._prefix, self._cenc, self._wenc
+        # Constant messages and heads, built once.
+        self.heartbeat = p + [WORKER, w[HEARTBEAT]]
+        self.disconnect = p + [WORKER, w[DISCONNECT]]
+        self._c_request = p + [CLIENT, c[REQUEST]]
+        self._c_partial = p + [CLIENT, c[PARTIAL]]
+        self._c_final = p + [CLIENT, c[FINAL]]
+        self._w_ready = p + [WORKER, w[READY]]
+        self._w_request = p + [WORKER, w[REQUEST]]
+        self._w_partial = p + [WORKER, w[PARTIAL]]
+        self._w_final = p + [WORKER, w[FINAL]]
+
+    def __repr__(self):
+        return "<Framing %s>" % self.name
+
+    # -- encoders -----------------------------------------------------------
+    def client_request(self, service, body):
+        """Client -> broker REQUEST."""
+        return self._c_request + [service, *body]
+
+    def client_reply(self, final, service, body):
+        """Broker -> client PARTIAL (``final`` false) or FINAL."""
+        head = self._c_final if final else self._c_partial
+        if self._reply_service:
+            return head + [service, *body]
+        return head + list(body)
+
+    def ready(self, service):
+        """Worker -> broker READY."""
+        return self._w_ready + [service]
+
+    def worker_request(self, address, body):
+        """Broker -> worker REQUEST."""
+        return self._w_request + [address, b"", *body]
+
+    def worker_reply(self, final, address, body):
+        """Worker -> broker PARTIAL (``final`` false) or FINAL."""
+        return (self._w_final if final else self._w_partial) + [address, b"", *body]
+
+    # -- decoders -----------------------------------------------------------
+    def _strip(self, frames):
+        skip = self._skip
+        if skip:
+            if len(frames) < skip + 2 or frames[0] != b"":
+                raise ProtocolError("expected an empty first frame")
+            return frames[skip:]
+        if len(frames) < 2:
+            raise ProtocolError("a command needs at least 2 frames, got %d" % len(frames))
+        return frames
+
+    def decode_for_broker(self, frames):
+        """What a client or worker sent to the broker (identity removed)."""
+        frames = self._strip(frames)
+        header = frames[0]
+        if header == CLIENT:
+            command = self._cdec.get(frames[1])
+            if command != REQUEST:
+                raise ProtocolError("brokers accept only REQUEST from clients, got %r" % (frames[1][:8],))
+            if len(frames) < 4:
+                raise ProtocolError("REQUEST needs a service and a body")
+            return Message(CLIENT, REQUEST, _service(frames[2]), None, frames[3:])
+        if header == WORKER:
+            command = self._wdec.get(frames[1])
+            n = len(frames)
+            if command == PARTIAL or command == FINAL:
+                if n < 5 or not frames[2] or frames[3] != b"":
+                    raise ProtocolError("%s needs a client address, an empty frame and a body" % command)
+                return Message(WORKER, command, None, frames[2], frames[4:])
+            if command == HEARTBEAT or command == DISCONNECT:
+                if n != 2:
+                    raise ProtocolError("%s has exactly 2 frames, got %d" % (command, n))
+                return Message(WORKER, command, None, None, ())
+            if command == READY:
+                if n != 3:
+                    raise ProtocolError("READY has exactly 3 frames, got %d" % n)
+                return Message(WORKER, READY, _service(frames[2]), None, ())
+            raise ProtocolError("brokers do not accept worker command %r" % (frames[1][:8],))
+        raise ProtocolError("unknown protocol header %r" % (header[:8],))
+
+    def decode_for_client(self, frames):
+        """A PARTIAL or FINAL the broker sent to a client."""
+        frames = self._strip(frames)
+        if frames[0] != CLIENT:
+            raise ProtocolError("expected header MDPC02, got %r" % (frames[0][:8],))
+        command = self._cdec.get(frames[1])
+        if command != PARTIAL and command != FINAL:
+            raise ProtocolError("clients accept only PARTIAL and FINAL, got %r" % (frames[1][:8],))
+        if self._reply_service:
+            if len(frames) < 4:
+                raise ProtocolError("%s needs a service and a body" % command)
+            return Message(CLIENT, command, _service(frames[2]), None, frames[3:])
+        if len(frames) < 3:
+            raise ProtocolError("%s needs a body" % command)
+        return Message(CLIENT, command, None, None, frames[2:])
+
+    def decode_for_worker(self, frames):
+        """A REQUEST, HEARTBEAT or DISCONNECT the broker sent to a worker."""
+        frames = self._strip(frames)
+        if frames[0] != WORKER:
+            raise ProtocolError("expected header MDPW02, got %r" % (frames[0][:8],))
+        command = self._wdec.get(frames[1])
+        n = len(frames)
+        if command == REQUEST:
+            if n < 5 or not frames[2] or frames[3] != b"":
+                raise ProtocolError("REQUEST needs a client address, an empty frame and a body")
+            return Message(WORKER, REQUEST, None, frames[2], frames[4:])
+        if command == HEARTBEAT or command == DISCONNECT:
+            if n != 2:
+                raise ProtocolError("%s has exactly 2 frames, got %d" % (command, n))
+            return Message(WORKER, command, None, None, ())
+        raise ProtocolError("workers accept only REQUEST, HEARTBEAT and DISCONNECT, got %r" % (frames[1][:8],))
+
+
+_WORKER_CODES = {READY: b"\x01", REQUEST: b"\x02", PARTIAL: b"\x03", FINAL: b"\x04",
+                 HEARTBEAT: b"\x05", DISCONNECT: b"\x06"}
+
+#: 18/MDP as written (the default)
+SPEC = Framing("spec", (), {REQUEST: b"\x01", PARTIAL: b"\x02", FINAL: b"\x03"}, _WORKER_CODES, True)
+#: the framing of majortomo 0.2.0, for interoperability
+MAJORTOMO = Framing("majortomo", (b"",), {REQUEST: b"\x02", PARTIAL: b"\x03", FINAL: b"\x04"}, _WORKER_CODES, False)
+
+_FRAMINGS = {"spec": SPEC, "majortomo": MAJORTOMO}
+
+
+def framing(name):
+    """The :class:`Framing` called ``name`` ("spec" or "majortomo"), or a Framing itself."""
+    if isinstance(name, Framing):
+        return name
+    try:
+        return _FRAMINGS[name]
+    except KeyError:
+        raise ValueError("framing must be 'spec' or 'majortomo', got %r" % (name,)) from None

@@ -1,0 +1,265 @@
+"""Majordomo workers: subclass :class:`Worker` and implement ``handle``.
+
+::
+
+    class Echo(Worker):
+        service = b"echo"
+
+        def handle(self, request):          # request: list of body frames
+            return request                  # the FINAL reply
+
+    class Count(Worker):
+        service = b"count"
+
+        def handle(self, request):
+            for i in range(3):
+                yield [b"%d" % i]           # each yield: a PARTIAL reply
+            return [b"done"]                # the FINAL reply
+
+    worker = Echo("tcp://127.0.0.1:5555")   # connects, sends READY
+    ...
+    worker.destroy()                        # sends DISCONNECT, closes
+
+A reply is a list of frames (bytes or str) or one bytes/str.  A generator
+that returns nothing ends with a FINAL of one empty frame.  ``yield None``
+sends nothing: it only lets the worker's loop run.
+
+``handle`` runs in the worker actor's greenlet.  Between the steps of a
+generator the worker reads its socket and runs its timers, so heartbeats flow
+while it streams partials; a plain ``handle`` holds the loop until it
+returns, so long work should be a generator (``yield None`` now and then)
+or the broker will count the worker dead after ``liveness`` x ``heartbeat``.
+If ``handle`` raises, :meth:`Worker.on_error` decides: by default the worker
+logs it, drops the request, and reconnects (DISCONNECT then READY), so the
+broker re-dispatches the request to another worker (at most its
+``max_attempts`` times).
+
+The worker heartbeats every ``heartbeat`` seconds when it has sent nothing
+else, counts the broker lost after ``liveness`` x ``heartbeat`` seconds of
+silence, and then (or on DISCONNECT) reconnects on a new socket, with a delay
+growing from ``reconnect`` to ``reconnect_max`` while the broker stays
+silent.  Events: ``CONNECTED`` (READY sent, after each (re)connect),
+``DISCONNECTED reason``.  The handle is an actor handle: safe from many
+greenlets of its thread, not across OS threads.
+"""
+import logging
+import time
+import types
+
+import gevent
+import zmq
+
+from actors.actor import Actor
+from actors.loop import EVENTS, NOBLOCK, POLLIN, Socket, context
+
+from .protocol import DISCONNECT, REQUEST, ProtocolError, framing as _framing
+
+__all__ = ["Worker"]
+
+log = logging.getLogger(__name__)
+
+_monotonic = time.monotonic
+
+
+def _frames(reply):
+    if reply is None:
+        return [b""]
+    if isinstance(reply, (bytes, str)):
+        reply = [reply]
+    return [f.encode() if isinstance(f, str) else bytes(f) for f in reply] or [b""]
+
+
+class Worker(Actor):
+    """An MDP/0.2 worker of one service.  Subclass it and implement :meth:`handle`.
+
+    ``service`` may be given here or as a class attribute.  ``curve`` is
+    ``(server_public, client_public, client_secret)`` z85 keys to connect to a
+    CURVE broker.
+    """
+
+    service = None
+
+    def __init__(self, endpoint, service=None, *, heartbeat=2.5, liveness=3, reconnect=0.1, reconnect_max=5.0,
+                 framing="spec", curve=None, linger=1.0, name=None):
+        self.endpoint = endpoint
+        service = service or self.service
+        if not service:
+            raise ValueError("a worker needs a service name")
+        self.service = service.encode("ascii") if isinstance(service, str) else bytes(service)
+        self.heartbeat = heartbeat
+        self.liveness = liveness
+        self.reconnect = reconnect
+        self.reconnect_max = reconnect_max
+        self.framing = _framing(framing)
+        self.curve = curve
+        self.linger = linger
+        if name:
+            self.name = name
+
+    # -- to override ----------------------------------------------------------
+    def handle(self, request):
+        """Serve one request (list of frames): return the FINAL, or yield PARTIALs."""
+        raise NotImplementedError
+
+    def on_error(self, request, exc):
+        """``handle`` raised: return a FINAL reply, or None to give the request back."""
+        log.error("%s: handler failed on a %r request: %r", self.name, self.service, exc)
+        return None
+
+    # -- lifecycle ------------------------------------------------------------
+    def setup(self):
+        self._sock = None
+        self._job = None          # (client address, generator) while streaming
+        self._busy = None         # client address of the request in hand
+        self._delay = self.reconnect
+        self._heard = _monotonic()
+        self._sent = 0.0
+        self._step_timer = None
+        self._connect()
+        self.call_every(self.heartbeat, self._tick)
+
+    def teardown(self):
+        sock = self._sock
+        if sock is not None:
+            self._sock = None
+            self.remove_reader(sock)
+            try:
+                sock.send_multipart(self.framing.disconnect, NOBLOCK)
+            except zmq.ZMQError:
+                pass
+            sock.close(int(self.linger * 1000))  # let DISCONNECT leave
+
+    def _connect(self):
+        sock = self._sock = context().socket(zmq.DEALER, socket_class=Socket)
+        sock.linger = 0
+        if self.curve:
+            sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = self.curve[:3]
+        sock.connect(self.endpoint)
+        self.add_reader(sock, self._on_frames)
+        self._heard = _monotonic()
+        self._send(self.framing.ready(self.service))
+        self.stats["connects"] += 1
+        self.emit("CONNECTED")
+
+    def _reconnect(self, reason, delay):
+        """Drop the socket (and any request in hand); connect again after ``delay``."""
+        self._abandon()
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            self.remove_reader(sock)
+            sock.close(0)
+        self.stats["reconnects"] += 1
+        log.info("%s: %s; reconnecting in %.3gs", self.name, reason, delay)
+        self.emit("DISCONNECTED", reason)
+        self.call_later(delay, self._connect)
+
+    def _abandon(self):
+        if self._job is not None:
+            self._job[1].close()
+            self._job = None
+        if self._step_timer is not None:
+            self._step_timer.cancel()
+            self._step_timer = None
+        self._busy = None
+
+    def _send(self, frames):
+        sock = self._sock
+        if sock is None:
+            return
+        try:
+            sock.send_multipart(frames, timeout=self.heartbeat * self.liveness)
+        except zmq.Again:
+            self.stats["send_timeouts"] += 1
+            return
+        self._sent = _monotonic()
+
+    def _tick(self):
+        now = _monotonic()
+        if self._sock is None:
+            return
+        if now - self._heard >= self.heartbeat * self.liveness:
+            self._reconnect("broker silent for %.3gs" % (now - self._heard), self._delay)
+            self._delay = min(self._delay * 2, self.reconnect_max)
+            return
+        if now - self._sent >= self.heartbeat * 0.9:
+            self._send(self.framing.heartbeat)
+
+    # -- input ----------------------------------------------------------------
+    def _on_frames(self, frames):
+        try:
+            message = self.framing.decode_for_worker(frames)
+        except ProtocolError as exc:
+            self.stats["invalid"] += 1
+            log.debug("%s: invalid message from broker dropped: %s", self.name, exc)
+            return
+        self._heard = _monotonic()
+        command = message.command
+        if command is DISCONNECT:
+            self._reconnect("broker sent DISCONNECT", self._delay)
+            self._delay = min(self._delay * 2, self.reconnect_max)
+            return
+        self._delay = self.reconnect
+        if command is REQUEST:
+            if self._busy is not None:
+                self.stats["unexpected"] += 1
+                return
+            self._serve(message.address, message.body)
+        # HEARTBEAT: hearing it was the point
+
+    def _serve(self, address, body):
+        self.stats["requests"] += 1
+        self._busy = address
+        try:
+            result = self.handle(body)
+        except Exception as exc:
+            self._failed(address, body, exc)
+            return
+        if isinstance(result, types.GeneratorType):
+            self._job = (address, result, body)
+            self._step_timer = self.call_later(0, self._step)
+        else:
+            self._finish(address, result)
+
+    def _finish(self, address, reply):
+        self._busy = None
+        self._send(self.framing.worker_reply(True, address, _frames(reply)))
+
+    def _failed(self, address, body, exc):
+        self.stats["failed"] += 1
+        self._job = None
+        reply = self.on_error(body, exc)
+        if reply is not None:
+            self._finish(address, reply)
+        else:
+            self._busy = None
+            self._send(self.framing.disconnect)
+            self._reconnect("handler failed", self.reconnect)
+
+    def _step(self):
+        """Run a streaming handler up to its next yield, letting the loop breathe first."""
+        self._step_timer = None
+        gevent.sleep(0)
+        sock = self._sock
+        n = 0
+        while sock is not None and sock.get(EVENTS) & POLLIN and n < 64:  # heartbeats, DISCONNECT
+            self._on_frames(sock.recv_frames())
+            n += 1
+        job = self._job
+        if job is None or self._sock is not sock:
+            return
+        address, generator, body = job
+        try:
+            part = next(generator)
+        except StopIteration as stop:
+            self._job = None
+            self._finish(address, stop.value)
+            return
+        except Exception as exc:
+            self._failed(address, body, exc)
+            return
+        if self._job is not job:  # the handler stopped us, or the socket changed
+            return
+        if part is not None:
+            self.stats["partials"] += 1
+            self._send(self.framing.worker_reply(False, address, _frames(part)))
+        self._step_timer = self.call_later(0, self._step)
