@@ -51,7 +51,7 @@ import gevent
 import zmq
 
 from .errors import ActorError, PipeError
-from .loop import Reactor, Socket, context
+from .loop import NOBLOCK, Reactor, Socket, context
 from .pipe import DIED, ERROR, EXIT, FAILED, READY, REPLY, TERM, PipeEnd, decode, encode, pipe_pair
 
 __all__ = ["Actor", "command"]
@@ -287,7 +287,11 @@ class Actor(metaclass=_ActorType):
 
     # -- actor side: machinery ----------------------------------------------
     def _to_parent(self, verb, request_id, args):
-        self._child.send_multipart([encode(verb, request_id, args)])
+        frame = encode(verb, request_id, args)
+        try:
+            self._child.send(frame, NOBLOCK)
+        except zmq.Again:  # the parent is behind: wait for room (only this actor waits)
+            self._child.send_multipart([frame])
 
     def _run(self):
         error = None

@@ -4,8 +4,10 @@ A socket here is a plain (not ``zmq.green``) pyzmq socket owned by exactly one
 greenlet.  It is used with ``NOBLOCK`` and plain int flags; when ``EVENTS``
 says it is not ready the greenlet waits on the socket's ``ZMQ_FD`` through a
 gevent io watcher.  ``ZMQ_FD`` is edge-triggered, so every wait re-checks
-``EVENTS`` first and a reactor drains each socket until ``EVENTS`` says empty
-(or a fairness cap is hit) before it waits again.
+``EVENTS`` first and a reactor drains each socket until ``recv`` says EAGAIN
+(or a fairness cap is hit) before it waits again.  Draining to EAGAIN rather
+than asking ``EVENTS`` before each message matters: ``getsockopt`` costs
+over a microsecond in pyzmq, more than the receive itself.
 
 Nothing in this module is safe across OS threads: a socket and a reactor
 belong to the greenlet (and so the thread) that uses them.
@@ -27,7 +29,6 @@ log = logging.getLogger(__name__)
 # Plain ints: the IntFlag arithmetic of pyzmq's enums costs microseconds per call.
 NOBLOCK = 1
 SNDMORE = 2
-RCVMORE = 13
 EVENTS = 15
 POLLIN = 1
 POLLOUT = 2
@@ -126,11 +127,14 @@ class Socket(zmq.Socket):
 
     def recv_frames(self, copy=True):
         """Receive one whole message without blocking (``zmq.Again`` if none)."""
+        # Frame.more is read from the message itself: getsockopt(RCVMORE)
+        # costs over a microsecond in pyzmq.
         recv = self.recv
-        frames = [recv(NOBLOCK, copy=copy)]
-        get = self.get
-        while get(RCVMORE):
-            frames.append(recv(NOBLOCK, copy=copy))
+        frame = recv(NOBLOCK, copy=False)
+        frames = [frame.bytes if copy else frame]
+        while frame.more:
+            frame = recv(NOBLOCK, copy=False)
+            frames.append(frame.bytes if copy else frame)
         return frames
 
     def close(self, linger=None):
@@ -244,11 +248,21 @@ class Reactor:
             while self._running:
                 busy = False
                 for reader in tuple(self._readers):
-                    sock = reader.socket
+                    recv = reader.socket.recv
                     handler = reader.handler
                     n = 0
-                    while sock.get(EVENTS) & POLLIN:
-                        handler(sock.recv_frames())
+                    # Drain until EAGAIN: that recv also re-arms the ZMQ_FD
+                    # edge, even when a handler's send consumed it.
+                    while True:
+                        try:
+                            frame = recv(NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        frames = [frame.bytes]
+                        while frame.more:
+                            frame = recv(NOBLOCK, copy=False)
+                            frames.append(frame.bytes)
+                        handler(frames)
                         if not self._running:
                             return
                         n += 1
@@ -261,8 +275,6 @@ class Reactor:
                 if busy:
                     gevent.sleep(0)
                     continue
-                # Nothing readable: a send by a handler may have consumed the
-                # FD edge, so the check above (EVENTS) is what guards this wait.
                 if timeout is not None and timeout <= 0:
                     continue
                 waiter = self._waiter = Waiter()

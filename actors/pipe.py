@@ -25,6 +25,7 @@ safe across OS threads.
 """
 import itertools
 import logging
+import time
 import uuid
 from collections import namedtuple
 
@@ -35,9 +36,10 @@ from gevent.event import AsyncResult
 from gevent.queue import Queue
 
 from .errors import ActorDied, ActorExited, ActorTimeout, CommandError, PipeError
+from gevent import getcurrent
 from gevent.hub import Waiter
 
-from .loop import DRAIN_CAP, EVENTS, NOBLOCK, POLLIN, Socket, context
+from .loop import EVENTS, NOBLOCK, POLLIN, Socket, context
 
 __all__ = ["Event", "PipeEnd", "encode", "decode", "pack", "pipe_pair"]
 
@@ -94,22 +96,25 @@ def pipe_pair(hwm=10000):
 class PipeEnd:
     """The parent's end of an actor pipe: commands out, replies and events in.
 
-    Incoming messages are read by a small reader greenlet, or by a reactor
-    when the pipe is :meth:`attach`-ed to one (the parent is itself an actor).
+    Incoming messages are drained by a gevent io callback in the hub, which
+    hands each reply straight to its waiting caller (no reader greenlet in
+    between), or by a reactor when the pipe is :meth:`attach`-ed to one (the
+    parent is itself an actor).
     """
 
     def __init__(self, socket, name):
         self.socket = socket
         self.name = name
         self._ids = itertools.count(1)
-        self._pending = {}
+        self._pending = {}  # request id -> Waiter, or a [done, value, error] box when attached
         self._events = Queue()
         self._on_event = None
         self._ready = AsyncResult()
         self._end = None  # ActorExited / ActorDied once the actor is gone
-        self._read_waiter = None
-        self._reader = gevent.spawn(self._read_loop)
         self._reactor = None
+        self._hub = gevent.get_hub()
+        self._watcher = self._hub.loop.io(socket.getsockopt(zmq.FD), 1)
+        self._watcher.start(self._drain)
 
     # -- outgoing -----------------------------------------------------------
     def send(self, verb, *args):
@@ -117,28 +122,33 @@ class PipeEnd:
         self._check()
         self._send(encode(verb, 0, args))
 
-    def _send(self, frames):
+    def _send(self, frame):
         sock = self.socket
         try:
-            sock.send(frames, NOBLOCK)
+            sock.send(frame, NOBLOCK)
         except zmq.Again:
-            sock.send_multipart([frames])
+            sock.send_multipart([frame])
         # A send processes the socket's mailbox and may eat the ZMQ_FD edge
-        # that the reader greenlet waits for: hand it the news ourselves.
-        if self._read_waiter is not None and sock.get(EVENTS) & POLLIN:
-            waiter, self._read_waiter = self._read_waiter, None
-            gevent.get_hub().loop.run_callback(waiter.switch, None)
+        # the hub waits on: if something is readable now, drain it ourselves.
+        if self._reactor is None and sock.get(EVENTS) & POLLIN:
+            self._hub.loop.run_callback(self._drain)
 
     def call(self, verb, *args, timeout=None):
         """Send a command and wait for its reply value (or raise its error)."""
         self._check()
         request_id = next(self._ids)
-        result = self._pending[request_id] = AsyncResult()
+        frame = encode(verb, request_id, args)
         try:
-            self._send(encode(verb, request_id, args))
             if self._reactor is not None:
-                return self._pump_until(result, timeout)
-            return result.get(timeout=timeout)
+                box = self._pending[request_id] = [False, None, None]
+                self._send(frame)
+                return self._pump_until(box, timeout)
+            waiter = self._pending[request_id] = Waiter()
+            self._send(frame)
+            if timeout is None:
+                return waiter.get()
+            with gevent.Timeout(timeout):
+                return waiter.get()
         except gevent.Timeout:
             raise ActorTimeout("%s: no reply to %s within %ss" % (self.name, verb, timeout)) from None
         finally:
@@ -171,42 +181,25 @@ class PipeEnd:
         Used when the parent is itself an actor; afterwards :meth:`call` must
         be made from the reactor's own greenlet.
         """
-        self._reader.kill()
+        self._watcher.stop()
         self._reactor = reactor
         self._on_event = on_event
         reactor.add_reader(self.socket, self.dispatch)
 
-    def _read_loop(self):
-        sock = self.socket
-        watcher = gevent.get_hub().loop.io(sock.getsockopt(zmq.FD), 1)
-        try:
-            while True:
-                n = 0
-                while sock.get(EVENTS) & POLLIN:
-                    self.dispatch(sock.recv(NOBLOCK))
-                    n += 1
-                    if n == DRAIN_CAP:
-                        gevent.sleep(0)
-                        n = 0
-                waiter = self._read_waiter = Waiter()
-                watcher.start(self._wake_reader)
-                try:
-                    waiter.get()
-                finally:
-                    watcher.stop()
-                    self._read_waiter = None
-        finally:
-            watcher.close()
+    def _drain(self):
+        """Hub callback: dispatch everything readable (never blocks)."""
+        recv = self.socket.recv
+        while self._reactor is None:
+            try:
+                frame = recv(NOBLOCK)
+            except zmq.ZMQError:  # EAGAIN, or closed under us
+                return
+            self.dispatch(frame)
 
-    def _wake_reader(self):
-        waiter, self._read_waiter = self._read_waiter, None
-        if waiter is not None:
-            waiter.switch(None)
-
-    def _pump_until(self, result, timeout):
-        deadline = None if timeout is None else gevent.get_hub().loop.now() + timeout
-        while not result.ready():
-            remaining = None if deadline is None else deadline - gevent.get_hub().loop.now()
+    def _pump_until(self, box, timeout):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not box[0]:
+            remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise gevent.Timeout(timeout)
             try:
@@ -214,10 +207,15 @@ class PipeEnd:
             except zmq.Again:
                 raise gevent.Timeout(timeout) from None
             self.dispatch(frames[0])
-        return result.get()
+        if box[2] is not None:
+            raise box[2]
+        return box[1]
 
     def dispatch(self, frame):
-        """Route one message from the actor to a waiting call or the events."""
+        """Route one message from the actor to a waiting call or the events.
+
+        Runs in the hub (or the attached reactor's greenlet): never blocks.
+        """
         if type(frame) is list:  # from a reactor, which hands over whole messages
             frame = frame[0]
         try:
@@ -226,13 +224,13 @@ class PipeEnd:
             log.error("%s: malformed message from actor dropped: %s", self.name, exc)
             return
         if verb == REPLY or verb == ERROR:
-            result = self._pending.get(request_id)
-            if result is None:
+            entry = self._pending.pop(request_id, None)
+            if entry is None:
                 log.debug("%s: late reply %r dropped", self.name, request_id)
             elif verb == REPLY:
-                result.set(args[0] if args else None)
+                self._resolve(entry, args[0] if args else None, None)
             else:
-                result.set_exception(CommandError(*args))
+                self._resolve(entry, None, CommandError(*args))
             return
         if verb == READY:
             self._ready.set(True)
@@ -246,27 +244,35 @@ class PipeEnd:
         if self._on_event is not None:
             self._on_event(event)
         else:
-            self._events.put(event)
+            self._events.put_nowait(event)
+
+    def _resolve(self, entry, value, error):
+        if type(entry) is list:
+            entry[:] = (True, value, error)
+        elif getcurrent() is self._hub:
+            entry.throw(error) if error is not None else entry.switch(value)
+        else:  # Waiter is only switched from the hub
+            self._hub.loop.run_callback(self._resolve, entry, value, error)
 
     def _finish(self, verb, args):
         if verb == EXIT:
             self._end = ActorExited("%s has exited" % self.name)
         else:
             self._end = ActorDied("%s died: %s" % (self.name, args[0] if args else "unknown error"))
-        for result in self._pending.values():
-            result.set_exception(self._end)
+        self._fail_pending()
         self._ready.set(False)
 
+    def _fail_pending(self):
+        pending, self._pending = self._pending, {}
+        for entry in pending.values():
+            self._resolve(entry, None, self._end)
+
     def close(self):
-        """Stop reading and close the socket (linger 0)."""
+        """Stop reading and close the socket (linger 0); pending calls fail."""
         if self._reactor is not None:
             self._reactor.remove_reader(self.socket)
-        elif self._reader is not None:
-            self._reader.kill(block=False)
+        self._watcher.close()
         if self._end is None:
             self._end = ActorExited("%s has been destroyed" % self.name)
-        for result in self._pending.values():
-            if not result.ready():
-                result.set_exception(self._end)
+        self._fail_pending()
         self.socket.close(0)
-

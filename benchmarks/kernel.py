@@ -1,0 +1,225 @@
+"""Kernel benchmark: pipe round trips and actor streaming beside their baselines.
+
+    python benchmarks/kernel.py [--calls 20000] [--messages 500000]
+
+Prints, measured in this one run:
+  * pipe round trips/s (and p50/p99 latency): a zactors actor's ``call`` vs a
+    naive zmq.green PAIR pipe vs ``gevent.queue.Queue`` (the in-process floor);
+  * one-way tcp loopback throughput of 100-byte messages from a plain pyzmq
+    PUSH in another process, received by a zactors actor vs by plain pyzmq
+    PULL (the ceiling) vs by zmq.green PULL.
+Targets: actor round trips >= 3x zmq.green PAIR; actor streaming >= 0.5x plain.
+"""
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import gevent  # noqa: E402
+import zmq  # noqa: E402
+import zmq.green as gzmq  # noqa: E402
+from gevent.queue import Queue  # noqa: E402
+
+from actors import Actor, command  # noqa: E402
+
+SIZE = 100
+
+
+def timed_round_trips(call, n):
+    """(round trips/s, p50 us, p99 us) for ``call()`` made ``n`` times."""
+    lat = []
+    clock = time.perf_counter
+    started = clock()
+    for _ in range(n):
+        t = clock()
+        call()
+        lat.append(clock() - t)
+    rate = n / (clock() - started)
+    lat.sort()
+    return rate, lat[len(lat) // 2] * 1e6, lat[int(len(lat) * 0.99)] * 1e6
+
+
+class Echo(Actor):
+    @command(reply=True)
+    def echo(self, value):
+        return value
+
+
+def bench_actor_pipe(n):
+    echo = Echo()
+    try:
+        timed_round_trips(lambda: echo.call("ECHO", 1), 1000)  # warm up
+        return timed_round_trips(lambda: echo.call("ECHO", 1), n)
+    finally:
+        echo.destroy()
+
+
+def bench_green_pair(n):
+    ctx = gzmq.Context()
+    a, b = ctx.socket(gzmq.PAIR), ctx.socket(gzmq.PAIR)
+    endpoint = "inproc://bench-%s" % uuid.uuid4().hex
+    a.bind(endpoint)
+    b.connect(endpoint)
+
+    def server():
+        while True:
+            b.send_multipart(b.recv_multipart())
+
+    g = gevent.spawn(server)
+
+    def call():
+        a.send_multipart([b"ECHO", b"1", b"\x01"])
+        a.recv_multipart()
+
+    try:
+        timed_round_trips(call, 1000)
+        return timed_round_trips(call, n)
+    finally:
+        g.kill()
+        a.close(0)
+        b.close(0)
+
+
+def bench_queue(n):
+    requests, replies = Queue(), Queue()
+
+    def server():
+        while True:
+            replies.put(requests.get())
+
+    g = gevent.spawn(server)
+
+    def call():
+        requests.put(1)
+        replies.get()
+
+    try:
+        return timed_round_trips(call, n)
+    finally:
+        g.kill()
+
+
+# -- streaming ---------------------------------------------------------------
+def pusher(endpoint, n):
+    """Another process: plain pyzmq PUSH, as fast as it goes."""
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.sndhwm = 100000
+    push.connect(endpoint)
+    payload = b"x" * SIZE
+    for _ in range(n):
+        push.send(payload)
+    push.close(linger=-1)
+    ctx.term()
+
+
+def run_pusher(endpoint, n):
+    proc = multiprocessing.get_context("spawn").Process(target=pusher, args=(endpoint, n))
+    proc.start()
+    return proc
+
+
+def plain_pull(n):
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.rcvhwm = 100000
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    proc = run_pusher("tcp://127.0.0.1:%d" % port, n)
+    pull.recv()
+    started = time.perf_counter()
+    for _ in range(n - 1):
+        pull.recv()
+    elapsed = time.perf_counter() - started
+    proc.join()
+    pull.close(0)
+    return (n - 1) / elapsed
+
+
+def green_pull(n):
+    ctx = gzmq.Context()
+    pull = ctx.socket(gzmq.PULL)
+    pull.rcvhwm = 100000
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    proc = run_pusher("tcp://127.0.0.1:%d" % port, n)
+    pull.recv()
+    started = time.perf_counter()
+    for _ in range(n - 1):
+        pull.recv()
+    elapsed = time.perf_counter() - started
+    proc.join()
+    pull.close(0)
+    return (n - 1) / elapsed
+
+
+class Sink(Actor):
+    """Counts messages on a PULL socket; emits DONE (seconds from first to last)."""
+
+    def __init__(self, expected):
+        self.expected = expected
+
+    def setup(self):
+        self.pull = self.socket(zmq.PULL, rcvhwm=100000)
+        self.pull.bind("tcp://127.0.0.1:*")
+        self.endpoint = self.pull.last_endpoint.decode()
+        self.count = 0
+        self.add_reader(self.pull, self.on_message)
+
+    def on_message(self, frames):
+        self.count += 1
+        if self.count == 1:
+            self.started = time.perf_counter()
+        elif self.count == self.expected:
+            self.emit("DONE", time.perf_counter() - self.started)
+
+
+def actor_pull(n):
+    sink = Sink(n)
+    try:
+        proc = run_pusher(sink.endpoint, n)
+        event = sink.recv_event(timeout=300)
+        proc.join()
+        return (n - 1) / event.args[0]
+    finally:
+        sink.destroy()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=20000, help="round trips per pipe (default %(default)s)")
+    parser.add_argument("--messages", type=int, default=500000, help="messages per stream (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="repeat each figure, report the median (default %(default)s)")
+    args = parser.parse_args()
+
+    def median(fn, *a):
+        runs = [fn(*a) for _ in range(args.rounds)]
+        if isinstance(runs[0], tuple):
+            return tuple(statistics.median(r[i] for r in runs) for i in range(len(runs[0])))
+        return statistics.median(runs)
+
+    print("zactors kernel benchmark (%d cores, pyzmq %s, libzmq %s), medians of %d rounds"
+          % (os.cpu_count(), zmq.__version__, zmq.zmq_version(), args.rounds))
+    print("\npipe round trips, %d calls" % args.calls)
+    actor = median(bench_actor_pipe, args.calls)
+    green = median(bench_green_pair, args.calls)
+    queue = median(bench_queue, args.calls)
+    for name, (rate, p50, p99) in (("zactors actor pipe", actor), ("zmq.green PAIR pipe", green),
+                                   ("gevent.queue.Queue", queue)):
+        print("  %-22s %9.0f /s   p50 %6.1f us   p99 %6.1f us" % (name, rate, p50, p99))
+    print("  actor / zmq.green = %.2fx  (target >= 3x)" % (actor[0] / green[0]))
+
+    print("\none-way tcp loopback, %d x %d-byte messages from a plain PUSH process" % (args.messages, SIZE))
+    plain = median(plain_pull, args.messages)
+    ours = median(actor_pull, args.messages)
+    green_rate = median(green_pull, args.messages)
+    for name, rate in (("plain pyzmq PULL", plain), ("zactors actor", ours), ("zmq.green PULL", green_rate)):
+        print("  %-22s %9.0f msg/s" % (name, rate))
+    print("  actor / plain = %.2fx  (target >= 0.5x);  actor / zmq.green = %.1fx" % (ours / plain, ours / green_rate))
+
+
+if __name__ == "__main__":
+    main()
