@@ -147,7 +147,8 @@ class Worker(Actor):
         sock, self._sock = self._sock, None
         if sock is not None:
             self.remove_reader(sock)
-            sock.close(0)
+            # Closed from a timer: the reactor may still be draining it right now.
+            self.call_later(0, sock.close, 0)
         self.stats["reconnects"] += 1
         log.info("%s: %s; reconnecting in %.3gs", self.name, reason, delay)
         self.emit("DISCONNECTED", reason)
@@ -186,6 +187,8 @@ class Worker(Actor):
 
     # -- input ----------------------------------------------------------------
     def _on_frames(self, frames):
+        if self._sock is None:  # left over from a socket we dropped
+            return
         try:
             message = self.framing.decode_for_worker(frames)
         except ProtocolError as exc:
@@ -241,7 +244,7 @@ class Worker(Actor):
         gevent.sleep(0)
         sock = self._sock
         n = 0
-        while sock is not None and sock.get(EVENTS) & POLLIN and n < 64:  # heartbeats, DISCONNECT
+        while self._sock is sock is not None and sock.get(EVENTS) & POLLIN and n < 64:  # heartbeats, DISCONNECT
             self._on_frames(sock.recv_frames())
             n += 1
         job = self._job
