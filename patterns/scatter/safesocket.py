@@ -1,0 +1,211 @@
+"""A ZeroMQ socket shared by OS threads and greenlets: the core of Scatter and Gather.
+
+libzmq sockets are not thread-safe, but one may be used from several threads
+when every use is separated by a full memory barrier.  :class:`SafeSocket`
+takes an OS-level lock (the original ``_thread`` lock, even under
+monkey-patching) around every call into the socket, and never holds it
+across a blocking call or a greenlet switch: every socket call is
+``NOBLOCK``.  libzmq's own thread-safe sockets do the same (a mutex around
+each call).
+
+Waiting.  A caller that must block (no peer can take a message, no message
+to receive) parks only its own greenlet, in its own thread's gevent hub (a
+plain thread gets a hub of its own the first time it waits).  It wakes on
+either:
+
+* the socket's ``ZMQ_FD`` turning readable (libzmq signals every state
+  change there), watched by an io watcher in the waiter's hub; or
+* an explicit wake-up: after any call that may have consumed that
+  edge-triggered signal, the caller checks ``EVENTS`` if anyone waits and
+  hands the news to every waiter, across threads through
+  ``loop.run_callback_threadsafe``.
+
+A waiter registers itself (under the lock, after checking ``EVENTS``)
+before it parks, so no wake-up is lost between its check and its wait.
+Woken waiters all retry; those that lose the race park again.
+
+:meth:`close` may be called from any thread: waiters wake and raise
+:class:`Closed`, and the socket itself is closed by whoever leaves it last.
+
+Native draft sockets (thread-safe in libzmq, but without ``ZMQ_FD``) are
+waited for by polling every millisecond.
+"""
+import errno
+import logging
+import time
+
+import gevent
+import zmq
+from gevent.hub import Waiter, get_hub
+from gevent.monkey import get_original
+
+from actors.loop import context
+
+__all__ = ["SafeSocket", "Closed", "EVENTS", "POLLIN", "POLLOUT", "NOBLOCK"]
+
+log = logging.getLogger(__name__)
+
+_allocate_lock = get_original("_thread", "allocate_lock")
+_get_ident = get_original("_thread", "get_ident")
+_monotonic = time.monotonic
+
+NOBLOCK = 1
+EVENTS = 15
+POLLIN = 1
+POLLOUT = 2
+
+#: seconds between retries of a blocked call on a native draft socket (no ZMQ_FD)
+POLL_INTERVAL = 0.001
+
+
+class Closed(zmq.ZMQError):
+    """The Scatter or Gather was closed (possibly by another thread)."""
+
+    def __init__(self, what):
+        super().__init__(errno.ENOTSOCK, "%s is closed" % what)
+
+
+class SafeSocket:
+    """One plain pyzmq socket behind a lock, with cross-thread waiting.
+
+    All public methods are safe from any thread and any greenlet.
+    """
+
+    def __init__(self, socket_type, native, linger, options):
+        self.native = native
+        self._lock = _allocate_lock()
+        self._waiters = []  # (hub, Waiter) of parked greenlets not yet woken
+        self._parked = 0  # greenlets inside _wait: the last one out closes a closing socket
+        self._closing = False
+        self._linger_ms = -1 if linger is None else int(linger * 1000)
+        sock = self._sock = context().socket(socket_type, socket_class=zmq.Socket)
+        sock.linger = self._linger_ms
+        for name, value in options.items():
+            sock.set(getattr(zmq, name.upper()), value)
+        self._fd = None if native else sock.get(zmq.FD)
+
+    # -- endpoints ------------------------------------------------------------
+    def bind(self, endpoint):
+        """Bind; returns the real endpoint (``tcp://127.0.0.1:*`` picks a port)."""
+        with self._lock:
+            self._check()
+            self._sock.bind(endpoint)
+            return self._sock.get(zmq.LAST_ENDPOINT).decode()
+
+    def connect(self, endpoint):
+        """Connect to a peer (its queue exists at once, connected or not)."""
+        with self._lock:
+            self._check()
+            self._sock.connect(endpoint)
+
+    def unbind(self, endpoint):
+        with self._lock:
+            self._check()
+            self._sock.unbind(endpoint)
+
+    def disconnect(self, endpoint):
+        """Forget a peer; its queue and the messages in it are discarded."""
+        with self._lock:
+            self._check()
+            self._sock.disconnect(endpoint)
+
+    def monitor(self, endpoint, events=zmq.EVENT_ALL):
+        """Publish socket events (connects, disconnects) on an inproc PAIR ``endpoint``."""
+        with self._lock:
+            self._check()
+            self._sock.monitor(endpoint, events)
+
+    # -- closing --------------------------------------------------------------
+    @property
+    def closed(self):
+        return self._closing
+
+    def close(self):
+        """Close from any thread; waiters raise :class:`Closed`.  Idempotent.
+
+        Queued outgoing messages are flushed for up to ``linger`` seconds.
+        """
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            self._wake_all()
+            if not self._parked:
+                self._sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check(self):
+        if self._closing:
+            raise Closed(type(self).__name__)
+
+    # -- waiting (called without the lock) --------------------------------------
+    def _wait(self, event, deadline):
+        """Park until ``event`` may be ready; False once ``deadline`` has passed."""
+        if deadline is not None and _monotonic() >= deadline:
+            return False
+        if self._fd is None:
+            return self._poll_wait(deadline)
+        hub = get_hub()
+        waiter = Waiter(hub)
+        entry = (hub, waiter)
+        lock = self._lock
+        with lock:
+            self._check()
+            if self._sock.get(EVENTS) & event:
+                return True
+            self._waiters.append(entry)
+            self._parked += 1
+        loop = hub.loop
+        watcher = loop.io(self._fd, 1)
+        watcher.start(waiter.switch, True)
+        timer = None
+        if deadline is not None:
+            timer = loop.timer(max(0.0, deadline - _monotonic()))
+            timer.start(waiter.switch, False)
+        try:
+            waiter.get()
+        finally:
+            watcher.close()
+            if timer is not None:
+                timer.close()
+            with lock:
+                try:
+                    self._waiters.remove(entry)
+                except ValueError:  # a waker took it already
+                    pass
+                self._parked -= 1
+                if self._closing and not self._parked:
+                    self._sock.close()
+        self._check()
+        return True
+
+    def _poll_wait(self, deadline):
+        delay = POLL_INTERVAL
+        if deadline is not None:
+            delay = min(delay, max(0.0, deadline - _monotonic()))
+        gevent.sleep(delay)
+        self._check()
+        return True
+
+    # -- waking (called with the lock held) --------------------------------------
+    def _wake_if(self, event):
+        """Wake every waiter if ``event`` is ready (we may have eaten the FD edge)."""
+        if self._sock.get(EVENTS) & event:
+            self._wake_all()
+
+    def _wake_all(self):
+        waiters = self._waiters
+        if not waiters:
+            return
+        ident = _get_ident()
+        for hub, waiter in waiters:
+            if hub.thread_ident == ident:
+                hub.loop.run_callback(waiter.switch, True)
+            else:  # another thread's hub: wake its loop
+                hub.loop.run_callback_threadsafe(waiter.switch, True)
+        del waiters[:]

@@ -1,0 +1,114 @@
+"""Scatter: round-robin single-part messages to gather peers, from any thread."""
+import logging
+import time
+
+import zmq
+
+from .errors import MultipartError, NoPeerAvailable
+from .native import socket_types
+from .safesocket import NOBLOCK, POLLOUT, Closed, SafeSocket
+
+__all__ = ["Scatter"]
+
+log = logging.getLogger(__name__)
+
+_Again = zmq.Again
+_ZMQError = zmq.ZMQError
+_monotonic = time.monotonic
+_SINGLE = (bytes, bytearray, memoryview, zmq.Frame)
+
+
+class Scatter(SafeSocket):
+    """The SCATTER side of 49/SCATTERGATHER.
+
+    ``Scatter(queue_limit=1000)`` keeps one outgoing queue per gather peer,
+    holding up to ``queue_limit`` messages (``SNDHWM``; the kernel's tcp
+    buffers hold some more in flight).  A peer is available while its queue
+    is not full; messages go round-robin to available peers.  A queue exists
+    as soon as :meth:`connect` is called, connected or not; a peer that
+    connected to a bound Scatter gets one when it connects and loses it, with
+    its content, when it disconnects.
+
+    :meth:`send` blocks while no peer is available (parking only the calling
+    greenlet) or raises :class:`NoPeerAvailable` when asked not to block or
+    at its timeout; a message it did not accept is never queued, so nothing
+    is silently discarded.
+
+    Thread safety: every method may be called at once from any number of OS
+    threads and greenlets; each message is accepted exactly once or refused.
+    ``native`` chooses libzmq's draft SCATTER (True), the PUSH emulation
+    (False) or the former when available (None).  ``linger`` is how long
+    :meth:`close` keeps flushing queued messages (seconds; None: until sent).
+    ``options`` are further socket options by name (``sndbuf=...``).
+    """
+
+    def __init__(self, queue_limit=1000, *, native=None, linger=2.0, **options):
+        kind, _, native = socket_types(native)
+        options.setdefault("sndhwm", queue_limit)
+        super().__init__(kind, native, linger, options)
+        self.queue_limit = queue_limit
+        self.sent = 0
+        self._send = self._sock.send
+
+    def send(self, message, block=True, timeout=None):
+        """Queue one single-part message for the next available peer.
+
+        ``message`` is bytes-like.  Blocks while no peer is available unless
+        ``block`` is False; raises :class:`NoPeerAvailable` (a ``zmq.Again``)
+        after ``timeout`` seconds or at once when not blocking,
+        :class:`MultipartError` for a list of frames, :class:`Closed` after
+        :meth:`close`.
+        """
+        if type(message) is not bytes and not isinstance(message, _SINGLE):
+            message = _single(message)
+        with self._lock:
+            try:
+                self._send(message, NOBLOCK)
+            except _Again:
+                pass
+            except _ZMQError:
+                self._check()
+                raise
+            else:
+                self.sent += 1
+                if self._waiters:  # the send may have eaten the FD edge they wait on
+                    self._wake_if(POLLOUT)
+                return
+        if not block or timeout == 0:
+            raise NoPeerAvailable(0)
+        self._send_blocking(message, timeout)
+
+    def _send_blocking(self, message, timeout):
+        deadline = None if timeout is None else _monotonic() + timeout
+        while self._wait(POLLOUT, deadline):
+            with self._lock:
+                self._check()
+                try:
+                    self._send(message, NOBLOCK)
+                except _Again:
+                    continue
+                self.sent += 1
+                if self._waiters:
+                    self._wake_if(POLLOUT)
+                return
+        raise NoPeerAvailable(timeout)
+
+    def send_multipart(self, frames, block=True, timeout=None):
+        """:meth:`send` of a one-frame list; more frames raise :class:`MultipartError`."""
+        if len(frames) != 1:
+            raise MultipartError("scatter-gather sends single-part messages only; got %d frames"
+                                 % len(frames))
+        self.send(frames[0], block, timeout)
+
+    def __repr__(self):
+        state = "closed" if self.closed else "sent=%d" % self.sent
+        return "<Scatter %s %s>" % ("native" if self.native else "emulated", state)
+
+
+def _single(message):
+    if isinstance(message, (list, tuple)):
+        if len(message) == 1 and isinstance(message[0], _SINGLE):
+            return message[0]
+        raise MultipartError("scatter-gather sends single-part messages only; got %d frames "
+                             "(join them, or send them as separate messages)" % len(message))
+    raise TypeError("a scatter message is bytes-like, not %s" % type(message).__name__)
