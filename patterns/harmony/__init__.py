@@ -1,1 +1,17 @@
-"""Harmony: true peer networks that speak ZRE v2 (Zyre, pyre)."""
+"""Harmony: true peer networks that speak ZRE v2, as Zyre (C) and pyre (Python) do.
+
+    from patterns.harmony import Node
+
+    node = Node("alice", {"X-ROLE": "demo"}).start()   # UDP beacons on port 5670
+    node.join("chat")
+    node.shout("chat", b"hello")
+    for event in node.events():                         # ENTER, JOIN, SHOUT, WHISPER, EXIT, ...
+        print(event.type, event.name, event.frames)
+
+Without broadcast (docker, cloud, VPN): ``Node("bob", beacon=False,
+endpoints=["tcp://192.0.2.7:50123"])``; peers tell each other about peers.
+"""
+from .node import GOSSIP_HEADER, Node, NodeActor, NodeEvent
+from .protocol import ProtocolError
+
+__all__ = ["Node", "NodeActor", "NodeEvent", "ProtocolError", "GOSSIP_HEADER"]
