@@ -73,6 +73,17 @@ class Socket(zmq.Socket):
         if self.get(EVENTS) & events:
             return True
         watcher = self._watcher(events)
+        if watcher.active:  # another greenlet waits on this socket too: use a watcher of our own
+            temporary = watcher = get_hub().loop.io(self.getsockopt(zmq.FD), 1)
+        else:
+            temporary = None
+        try:
+            return self._wait(watcher, events, timeout)
+        finally:
+            if temporary is not None:
+                temporary.close()
+
+    def _wait(self, watcher, events, timeout):
         deadline = None if timeout is None else _monotonic() + timeout
         hub = get_hub()
         while True:

@@ -164,3 +164,12 @@ def test_no_lost_wakeup_when_handler_sends_on_its_own_socket():
     assert len(got) == 300
     r.close()
     a.close(); b.close()
+
+
+def test_two_greenlets_may_wait_on_one_socket():
+    a, b = pair(zmq.PUSH, zmq.PULL, "inproc://two-waiters")
+    waits = [gevent.spawn(b.wait, POLLIN, 5) for _ in range(2)]
+    gevent.sleep(0)
+    a.send(b"x")
+    assert [w.get(timeout=5) for w in waits] == [True, True]
+    a.close(); b.close()
