@@ -261,6 +261,13 @@ class Actor(metaclass=_ActorType):
     def remove_reader(self, sock):
         self._reactor.remove_reader(sock)
 
+    def add_fd(self, fd, handler):
+        """Call ``handler()`` when a plain file descriptor (a UDP socket, say) is readable."""
+        self._reactor.add_fd(fd, handler)
+
+    def remove_fd(self, fd):
+        self._reactor.remove_fd(fd)
+
     def call_later(self, delay, handler, *args):
         """Run ``handler(*args)`` once after ``delay`` seconds; returns a Timer."""
         return self._reactor.call_later(delay, handler, *args)

@@ -181,6 +181,16 @@ class _Reader:
         self.watcher = watcher
 
 
+class _FdReader:
+    __slots__ = ("fd", "handler", "watcher", "ready")
+
+    def __init__(self, fd, handler, watcher):
+        self.fd = fd
+        self.handler = handler
+        self.watcher = watcher
+        self.ready = False
+
+
 class Reactor:
     """Run socket handlers and timers in the calling greenlet.
 
@@ -193,6 +203,7 @@ class Reactor:
 
     def __init__(self, drain_cap=DRAIN_CAP):
         self._readers = []
+        self._fds = []
         self._timers = []  # heap of (deadline, seq, Timer)
         self._seq = itertools.count()
         self._waiter = None
@@ -217,6 +228,30 @@ class Reactor:
                 self._readers.remove(reader)
                 return True
         return False
+
+    def add_fd(self, fd, handler):
+        """Call ``handler()`` when the plain file descriptor ``fd`` is readable.
+
+        For non-ZeroMQ sockets (UDP, pipes).  Level-triggered: whatever the
+        handler leaves unread wakes it again on the next round.
+        """
+        self.remove_fd(fd)
+        watcher = get_hub().loop.io(fd, 1)
+        entry = _FdReader(fd, handler, watcher)
+        watcher.start(self._fd_ready, entry)
+        self._fds.append(entry)
+
+    def remove_fd(self, fd):
+        for entry in self._fds:
+            if entry.fd == fd:
+                entry.watcher.close()
+                self._fds.remove(entry)
+                return True
+        return False
+
+    def _fd_ready(self, entry):
+        entry.ready = True
+        self._wake()
 
     def call_later(self, delay, handler, *args):
         """Run ``handler(*args)`` once after ``delay`` seconds."""
@@ -280,6 +315,12 @@ class Reactor:
                         if n >= cap:
                             busy = True
                             break
+                for entry in tuple(self._fds):
+                    if entry.ready:
+                        entry.ready = False
+                        entry.handler()
+                        if not self._running:
+                            return
                 timeout = self._run_timers()
                 if not self._running:
                     return
@@ -328,7 +369,8 @@ class Reactor:
 
     def close(self):
         """Release the io watchers (sockets stay open: their owner closes them)."""
-        for reader in self._readers:
+        for reader in self._readers + self._fds:
             reader.watcher.close()
         self._readers.clear()
+        self._fds.clear()
         self._timers.clear()

@@ -173,3 +173,25 @@ def test_two_greenlets_may_wait_on_one_socket():
     a.send(b"x")
     assert [w.get(timeout=5) for w in waits] == [True, True]
     a.close(); b.close()
+
+
+def test_plain_fd_reader_is_level_triggered():
+    import socket as stdsocket
+
+    r = Reactor()
+    left, right = stdsocket.socketpair()
+    right.setblocking(False)
+    got = []
+
+    def on_readable():
+        got.append(right.recv(1))  # one byte per call: the rest must wake us again
+        if len(got) == 5:
+            r.stop()
+
+    r.add_fd(right.fileno(), on_readable)
+    left.send(b"abcde")
+    gevent.spawn(r.run).get(timeout=5)
+    assert b"".join(got) == b"abcde"
+    assert r.remove_fd(right.fileno()) and not r.remove_fd(right.fileno())
+    r.close()
+    left.close(); right.close()
