@@ -48,6 +48,8 @@ class Scatter(SafeSocket):
         super().__init__(kind, native, linger, options)
         self.queue_limit = queue_limit
         self.sent = 0
+        #: sends that found no available peer and had to wait
+        self.waited = 0
         self._send = self._sock.send
 
     def send(self, message, block=True, timeout=None):
@@ -80,6 +82,7 @@ class Scatter(SafeSocket):
 
     def _send_blocking(self, message, timeout):
         deadline = None if timeout is None else _monotonic() + timeout
+        self.waited += 1  # not under the lock: a statistic, may miss a concurrent increment
         while self._wait(POLLOUT, deadline):
             with self._lock:
                 self._check()

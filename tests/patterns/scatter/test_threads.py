@@ -1,0 +1,92 @@
+"""One Scatter and the Gathers used at once from several OS threads and greenlets."""
+import struct
+import threading
+
+import gevent
+import pytest
+
+from patterns.scatter import Closed, NoMessage
+from tests.conftest import wait_for
+
+TOTAL = 100_000
+THREADS = 4
+GREENLETS = 8
+_pack = struct.Struct(">I").pack
+_unpack = struct.Struct(">I").unpack
+
+
+def _send_range(scatter, start, stop):
+    for i in range(start, stop):
+        scatter.send(_pack(i), timeout=60)
+
+
+def _receive(gather, into, stop):
+    """Read until ``stop`` is set and nothing more comes."""
+    while True:
+        try:
+            into.append(gather.recv(timeout=0.2))
+        except NoMessage:
+            if stop.is_set():
+                return
+        except Closed:
+            return
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_threads_and_greenlets_deliver_every_message_exactly_once(make):
+    # Small queues so that senders really block and wake each other.
+    gathers = [make.gather(queue_limit=20) for _ in range(3)]
+    scatter = make.scatter(queue_limit=20)
+    for gather in gathers:
+        scatter.connect(gather.bind("tcp://127.0.0.1:*"))
+
+    # Receivers: per gather, one OS thread and one greenlet of this thread.
+    stop = threading.Event()
+    inboxes = []
+    readers, reader_greenlets = [], []
+    for gather in gathers:
+        for kind in ("thread", "greenlet"):
+            inbox = []
+            inboxes.append(inbox)
+            if kind == "thread":
+                readers.append(threading.Thread(target=_receive, args=(gather, inbox, stop), daemon=True))
+            else:
+                reader_greenlets.append(gevent.spawn(_receive, gather, inbox, stop))
+    for reader in readers:
+        reader.start()
+
+    # Senders: 4 OS threads and 8 greenlets, disjoint ranges of message numbers.
+    workers = THREADS + GREENLETS
+    bounds = [TOTAL * k // workers for k in range(workers + 1)]
+    ranges = list(zip(bounds, bounds[1:]))
+    errors = []
+
+    def guarded(start, stop_at):
+        try:
+            _send_range(scatter, start, stop_at)
+        except Exception as exc:  # reported below; a thread cannot fail the test itself
+            errors.append(exc)
+
+    senders = [threading.Thread(target=guarded, args=r, daemon=True) for r in ranges[:THREADS]]
+    for sender in senders:
+        sender.start()
+    sender_greenlets = [gevent.spawn(guarded, *r) for r in ranges[THREADS:]]
+
+    # wait_for keeps this thread's hub, and so its greenlets, running meanwhile.
+    wait_for(lambda: all(g.ready() for g in sender_greenlets) and not any(s.is_alive() for s in senders),
+             90, "the senders")
+    assert not errors, errors
+    assert scatter.sent == TOTAL
+    assert scatter.waited > 0, scatter.waited  # senders did block and were woken
+    wait_for(lambda: sum(len(inbox) for inbox in inboxes) >= TOTAL, 60, "every message")
+    stop.set()
+    wait_for(lambda: all(g.ready() for g in reader_greenlets) and not any(r.is_alive() for r in readers),
+             20, "the readers")
+
+    numbers = [_unpack(m)[0] for inbox in inboxes for m in inbox]
+    assert len(numbers) == TOTAL
+    assert sorted(numbers) == list(range(TOTAL))  # each exactly once
+    per_gather = [len(inboxes[2 * g]) + len(inboxes[2 * g + 1]) for g in range(3)]
+    assert min(per_gather) > TOTAL // 10, per_gather  # the load was spread
+    assert all(inboxes), [len(i) for i in inboxes]  # every reader took part
