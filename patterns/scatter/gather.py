@@ -1,12 +1,13 @@
 """Gather: fair-queued single-part messages from scatter peers, to any thread."""
 import logging
 import time
+from collections import deque
 
 import zmq
 
 from .errors import NoMessage
 from .native import socket_types
-from .safesocket import NOBLOCK, POLLIN, SafeSocket
+from .safesocket import EVENTS, NOBLOCK, POLLIN, SafeSocket
 
 __all__ = ["Gather"]
 
@@ -16,6 +17,9 @@ _Again = zmq.Again
 _ZMQError = zmq.ZMQError
 _monotonic = time.monotonic
 _RCVMORE = 13
+
+#: messages moved from the socket to the shared buffer per locked batch
+BATCH = 256
 
 
 class Gather(SafeSocket):
@@ -30,6 +34,11 @@ class Gather(SafeSocket):
     arrives, or raises :class:`NoMessage` when asked not to block or at its
     timeout.  Every method may be called at once from any number of OS
     threads and greenlets; each message is delivered to exactly one caller.
+
+    Messages are taken from the socket in batches of up to :data:`BATCH`
+    under the lock, into one buffer shared by all callers (a ``deque``, whose
+    ``popleft`` is atomic): so up to ``BATCH`` messages may wait there beyond
+    the per-peer limits, and are discarded with the queues on :meth:`close`.
     ``linger`` and ``native`` are as for :class:`Scatter`.
     """
 
@@ -38,11 +47,12 @@ class Gather(SafeSocket):
         options.setdefault("rcvhwm", queue_limit)
         super().__init__(kind, native, linger, options)
         self.queue_limit = queue_limit
+        #: messages taken from peers (delivered, or in the buffer)
         self.received = 0
         #: multipart messages received and discarded
         self.discarded = 0
-        self._recv = self._sock.recv
-        self._more = self._sock.get
+        self._buffer = deque()
+        self._pop = self._buffer.popleft
 
     def recv(self, block=True, timeout=None):
         """The next message (bytes).
@@ -51,34 +61,55 @@ class Gather(SafeSocket):
         :class:`NoMessage` (a ``zmq.Again``) after ``timeout`` seconds or at
         once when not blocking, :class:`Closed` after :meth:`close`.
         """
+        try:
+            return self._pop()
+        except IndexError:
+            return self._recv_slow(block, timeout)
+
+    def _recv_slow(self, block, timeout):
         deadline = None
         while True:
             with self._lock:
+                self._check()
+                self._fill()
                 try:
-                    message = self._recv(NOBLOCK)
-                    if self._more(_RCVMORE):
-                        self._discard()
-                        continue
-                except _Again:
+                    message = self._pop()
+                except IndexError:
                     pass
-                except _ZMQError:
-                    self._check()
-                    raise
                 else:
-                    self.received += 1
-                    if self._waiters:  # the recv may have eaten the FD edge they wait on
-                        self._wake_if(POLLIN)
+                    if self._waiters:  # more in the buffer, or we ate the FD edge
+                        self._wake_if_ready()
                     return message
             if not block or timeout == 0:
                 raise NoMessage(0)
             if deadline is None and timeout is not None:
                 deadline = _monotonic() + timeout
-            if not self._wait(POLLIN, deadline):
+            if not self._wait(deadline):
                 raise NoMessage(timeout)
+
+    def _fill(self):
+        """Move up to BATCH whole single-part messages into the buffer (lock held)."""
+        sock = self._sock
+        recv, more, append = sock.recv, sock.get, self._buffer.append
+        taken = 0
+        try:
+            while taken < BATCH:
+                message = recv(NOBLOCK)
+                if more(_RCVMORE):
+                    self._discard()
+                    continue
+                append(message)
+                taken += 1
+        except _Again:
+            pass
+        self.received += taken
+
+    def _ready(self):
+        return bool(self._buffer) or self._sock.get(EVENTS) & POLLIN
 
     def _discard(self):
         """Drop the rest of a multipart message (all its frames are here already)."""
-        recv, more = self._recv, self._more
+        recv, more = self._sock.recv, self._sock.get
         frames = 1
         while more(_RCVMORE):
             recv(NOBLOCK)
@@ -87,6 +118,10 @@ class Gather(SafeSocket):
         level = logging.WARNING if self.discarded == 1 else logging.DEBUG
         log.log(level, "Gather: multipart message of %d frames discarded (%d so far); "
                        "scatter-gather is single-part only", frames, self.discarded)
+
+    def close(self):
+        super().close()
+        self._buffer.clear()
 
     def __iter__(self):
         """Messages, blocking for each, until closed."""

@@ -144,8 +144,8 @@ class SafeSocket:
             raise Closed(type(self).__name__)
 
     # -- waiting (called without the lock) --------------------------------------
-    def _wait(self, event, deadline):
-        """Park until ``event`` may be ready; False once ``deadline`` has passed."""
+    def _wait(self, deadline):
+        """Park until :meth:`_ready` may be true; False once ``deadline`` has passed."""
         if deadline is not None and _monotonic() >= deadline:
             return False
         if self._fd is None:
@@ -156,7 +156,7 @@ class SafeSocket:
         lock = self._lock
         with lock:
             self._check()
-            if self._sock.get(EVENTS) & event:
+            if self._ready():
                 return True
             self._waiters.append(entry)
             self._parked += 1
@@ -193,9 +193,13 @@ class SafeSocket:
         return True
 
     # -- waking (called with the lock held) --------------------------------------
-    def _wake_if(self, event):
-        """Wake every waiter if ``event`` is ready (we may have eaten the FD edge)."""
-        if self._sock.get(EVENTS) & event:
+    def _ready(self):
+        """True when a blocked call could now go on (lock held)."""
+        raise NotImplementedError
+
+    def _wake_if_ready(self):
+        """Wake every waiter if a call could go on (we may have eaten the FD edge)."""
+        if self._ready():
             self._wake_all()
 
     def _wake_all(self):

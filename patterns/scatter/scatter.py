@@ -6,7 +6,7 @@ import zmq
 
 from .errors import MultipartError, NoPeerAvailable
 from .native import socket_types
-from .safesocket import NOBLOCK, POLLOUT, Closed, SafeSocket
+from .safesocket import EVENTS, NOBLOCK, POLLOUT, SafeSocket
 
 __all__ = ["Scatter"]
 
@@ -74,7 +74,7 @@ class Scatter(SafeSocket):
             else:
                 self.sent += 1
                 if self._waiters:  # the send may have eaten the FD edge they wait on
-                    self._wake_if(POLLOUT)
+                    self._wake_if_ready()
                 return
         if not block or timeout == 0:
             raise NoPeerAvailable(0)
@@ -83,7 +83,7 @@ class Scatter(SafeSocket):
     def _send_blocking(self, message, timeout):
         deadline = None if timeout is None else _monotonic() + timeout
         self.waited += 1  # not under the lock: a statistic, may miss a concurrent increment
-        while self._wait(POLLOUT, deadline):
+        while self._wait(deadline):
             with self._lock:
                 self._check()
                 try:
@@ -92,9 +92,12 @@ class Scatter(SafeSocket):
                     continue
                 self.sent += 1
                 if self._waiters:
-                    self._wake_if(POLLOUT)
+                    self._wake_if_ready()
                 return
         raise NoPeerAvailable(timeout)
+
+    def _ready(self):
+        return self._sock.get(EVENTS) & POLLOUT
 
     def send_multipart(self, frames, block=True, timeout=None):
         """:meth:`send` of a one-frame list; more frames raise :class:`MultipartError`."""
