@@ -1,0 +1,210 @@
+"""Majordomo benchmark: zactors beside majortomo 0.2.0 and a raw pyzmq echo (the ceiling).
+
+Run: ``/tmp/venv/bin/python benchmarks/majordomo.py [--sync SECONDS] [--load SECONDS]``
+
+Every party is its own process on loopback TCP.  For each stack:
+
+- sync: 1 client process + 1 worker process, one request at a time
+  (req/s, p50/p99 latency);
+- load: 8 client processes + 4 worker processes, one request at a time each
+  (total req/s);
+- broker CPU microseconds per request in both phases, from the broker
+  process's own CPU time (psutil, user + system).
+
+The raw ceiling is a DEALER client and a ROUTER that echoes: no broker, no
+worker hop.  Clients wait for a "go" line so that every window is aligned.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+BODY = b"x" * 64
+
+
+# -- roles (each runs in its own process) -----------------------------------------------
+def role_broker(stack):
+    if stack == "zactors":
+        from patterns.majordomo import Broker
+        broker = Broker("tcp://127.0.0.1:*")
+        print(broker.endpoint, flush=True)
+        for _ in broker.events():
+            pass
+    elif stack == "majortomo":
+        import zmq
+        from majortomo.broker import Broker
+
+        class Bound(Broker):
+            def bind(self):
+                super().bind()
+                print(self._socket.last_endpoint.decode(), flush=True)
+        Bound("tcp://127.0.0.1:*").run()
+    else:  # raw ROUTER echo
+        import zmq
+        sock = zmq.Context.instance().socket(zmq.ROUTER)
+        sock.bind("tcp://127.0.0.1:*")
+        print(sock.last_endpoint.decode(), flush=True)
+        while True:
+            sock.send_multipart(sock.recv_multipart())
+
+
+def role_worker(stack, endpoint):
+    if stack == "zactors":
+        from patterns.majordomo import Worker
+
+        class Echo(Worker):
+            def handle(self, request):
+                return request
+        worker = Echo(endpoint, b"echo")
+        for _ in worker.events():
+            pass
+    else:
+        import majortomo
+        worker = majortomo.Worker(endpoint, b"echo")
+        requests = majortomo.WorkerRequestsIterator(worker)
+        for request in requests:
+            requests.send_reply_final(request)
+
+
+def role_client(stack, endpoint, seconds):
+    if stack == "zactors":
+        from patterns.majordomo import Client
+        client = Client(endpoint, timeout=10, retries=1)
+
+        def call():
+            client.request(b"echo", BODY)
+    elif stack == "majortomo":
+        import majortomo
+        client = majortomo.Client(endpoint)
+        client.connect()
+
+        def call():
+            client.send(b"echo", BODY)
+            client.recv_all_as_list(timeout=10)
+    else:
+        import zmq
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.connect(endpoint)
+
+        def call():
+            sock.send(BODY)
+            sock.recv()
+    call()  # warm up: the service is there
+    print("ready", flush=True)
+    sys.stdin.readline()
+    latencies = []
+    clock = time.perf_counter
+    end = clock() + seconds
+    now = clock()
+    while now < end:
+        call()
+        after = clock()
+        latencies.append(after - now)
+        now = after
+    print(json.dumps({"n": len(latencies), "lat": latencies if seconds <= 5 else []}), flush=True)
+
+
+# -- the conductor -----------------------------------------------------------------------
+def spawn(*args):
+    return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT)
+
+
+def phase(stack, endpoint, broker_pid, clients, seconds):
+    import psutil
+    procs = [spawn("client", stack, endpoint, str(seconds)) for _ in range(clients)]
+    for proc in procs:
+        assert proc.stdout.readline().strip() == b"ready", "client did not start"
+    broker = psutil.Process(broker_pid)
+    before = sum(broker.cpu_times()[:2])
+    started = time.perf_counter()
+    for proc in procs:
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+    results = [json.loads(proc.stdout.readline()) for proc in procs]
+    elapsed = time.perf_counter() - started
+    cpu = sum(broker.cpu_times()[:2]) - before
+    for proc in procs:
+        proc.wait(10)
+    total = sum(r["n"] for r in results)
+    lat = sorted(x for r in results for x in r["lat"])
+    return {
+        "rate": total / elapsed,
+        "p50": lat[len(lat) // 2] * 1e6 if lat else None,
+        "p99": lat[int(len(lat) * 0.99)] * 1e6 if lat else None,
+        "cpu": cpu / total * 1e6,
+    }
+
+
+def run_stack(stack, sync_s, load_s):
+    broker = spawn("broker", stack)
+    workers = []
+    try:
+        endpoint = broker.stdout.readline().decode().strip()
+        if stack != "raw":
+            workers.append(spawn("worker", stack, endpoint))
+        sync = phase(stack, endpoint, broker.pid, 1, sync_s)
+        if stack != "raw":
+            workers += [spawn("worker", stack, endpoint) for _ in range(3)]
+            time.sleep(1.0)  # let them register (a benchmark, not a test)
+        load = phase(stack, endpoint, broker.pid, 8, load_s)
+        return sync, load
+    finally:
+        for proc in [broker] + workers:
+            proc.kill()
+            proc.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--sync", type=float, default=4.0, help="seconds of the sync phase (default 4)")
+    parser.add_argument("--load", type=float, default=5.0, help="seconds of the load phase (default 5)")
+    parser.add_argument("--stacks", default="raw,majortomo,zactors", help="comma-separated subset to run")
+    args = parser.parse_args()
+    if args.role:
+        role, *rest = args.role
+        {"broker": role_broker, "worker": role_worker,
+         "client": lambda s, e, t: role_client(s, e, float(t))}[role](*rest)
+        return
+    import psutil
+    print("Majordomo benchmark: %d cores, load average %.2f, %d-byte requests, loopback TCP"
+          % (psutil.cpu_count(), os.getloadavg()[0], len(BODY)))
+    results = {}
+    for stack in args.stacks.split(","):
+        t = time.perf_counter()
+        results[stack] = run_stack(stack, args.sync, args.load)
+        print("  %s done in %.1fs" % (stack, time.perf_counter() - t), flush=True)
+
+    def cell(stack, which, key, fmt):
+        value = results.get(stack, ({}, {}))[which].get(key)
+        return (fmt % value) if value is not None else "-"
+    rows = [
+        ("sync 1 client + 1 worker, req/s", 0, "rate", "%.0f"),
+        ("sync p50 latency, us", 0, "p50", "%.0f"),
+        ("sync p99 latency, us", 0, "p99", "%.0f"),
+        ("8 clients + 4 workers, req/s", 1, "rate", "%.0f"),
+        ("broker CPU us/request, sync", 0, "cpu", "%.1f"),
+        ("broker CPU us/request, load", 1, "cpu", "%.1f"),
+    ]
+    stacks = [s for s in ("raw", "majortomo", "zactors") if s in results]
+    names = {"raw": "raw ceiling", "majortomo": "majortomo", "zactors": "zactors"}
+    print("\n%-36s" % "" + "".join("%14s" % names[s] for s in stacks))
+    for label, which, key, fmt in rows:
+        print("%-36s" % label + "".join("%14s" % cell(s, which, key, fmt) for s in stacks))
+    if "majortomo" in results and "zactors" in results:
+        (ms, ml), (zs, zl) = results["majortomo"], results["zactors"]
+        print("\nzactors vs majortomo (targets in brackets):")
+        print("  broker CPU/request, sync  %.2fx  [<= 0.5x]" % (zs["cpu"] / ms["cpu"]))
+        print("  broker CPU/request, load  %.2fx  [<= 0.5x]" % (zl["cpu"] / ml["cpu"]))
+        print("  sync p50                  %.2fx  [<= 1.0x]" % (zs["p50"] / ms["p50"]))
+        print("  throughput under load     %.2fx  [>= 1.5x]" % (zl["rate"] / ml["rate"]))
+
+
+if __name__ == "__main__":
+    main()

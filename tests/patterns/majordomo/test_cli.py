@@ -1,0 +1,71 @@
+"""``zactors mdp ...``: a broker and a worker as real processes, requests from the CLI entry point."""
+import re
+import signal
+import sys
+
+import gevent
+import gevent.subprocess
+import pytest
+
+from apps.cli import main
+from patterns.majordomo import Broker
+from tests.conftest import wait_for
+from tests.patterns.majordomo.conftest import Count
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def run():
+    procs = []
+
+    def start(*args):
+        proc = gevent.subprocess.Popen([sys.executable, "-m", "apps.cli", *args], stderr=gevent.subprocess.PIPE)
+        procs.append(proc)
+        return proc
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        proc.stderr.close()
+
+
+def test_broker_and_worker_commands(run, capsys):
+    broker = run("mdp", "broker", "--bind", "tcp://127.0.0.1:*", "--heartbeat", "0.5")
+    line = b""
+    while b"broker on" not in line:
+        line = broker.stderr.readline()
+        assert line, "broker exited"
+    endpoint = re.search(rb"broker on (\S+)", line).group(1).decode()
+    worker = run("mdp", "worker", "echo", "--connect", endpoint, "--partials", "2", "--heartbeat", "0.5")
+    wait_for(lambda: main(["-q", "mdp", "mmi", "echo", "--connect", endpoint]) == 0, 20, "worker registered")
+    capsys.readouterr()
+    assert main(["-q", "mdp", "request", "echo", "hi", "there", "--connect", endpoint]) == 0
+    assert capsys.readouterr().out.splitlines() == ["PARTIAL hi | there", "PARTIAL hi | there", "FINAL   hi | there"]
+    for proc in (worker, broker):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+
+
+def test_request_and_mmi_against_an_in_process_broker(capsys):
+    with Broker() as broker:
+        worker = Count(broker.endpoint)
+        try:
+            wait_for(lambda: broker.call("INFO")["workers"] == 1, 5, "worker")
+            assert main(["-q", "mdp", "request", "count", "1", "--connect", broker.endpoint]) == 0
+            assert capsys.readouterr().out.splitlines() == ["PARTIAL 0", "FINAL   done"]
+            assert main(["-q", "mdp", "mmi", "nothing", "--connect", broker.endpoint]) == 1
+            assert "no workers (404)" in capsys.readouterr().out
+            assert main(["-q", "mdp", "request", "nothing", "x", "--connect", broker.endpoint,
+                         "--timeout", "0.1", "--retries", "2"]) == 1
+        finally:
+            worker.destroy()
+
+
+def test_demo_part_runs(capsys):
+    from apps.commands import mdp
+    lines = []
+    mdp.demo(lines.append)
+    text = "\n".join(lines)
+    assert "REPLIES" in text and "4 words" in text and "all answered correctly: True" in text and "-> 200" in text
