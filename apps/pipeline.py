@@ -1,0 +1,235 @@
+"""A task pipeline on scatter-gather: ventilator -> workers -> sink.
+
+The classic parallel task pattern: a :class:`Ventilator` spreads tasks
+round-robin over workers through a :class:`~patterns.scatter.Scatter`; each
+:class:`Worker` takes tasks from a Gather, processes them and scatters the
+results to a :class:`Sink`, which gathers them fairly from every worker.
+
+Write a worker by subclassing::
+
+    class Squarer(Worker):
+        def process(self, payload):           # bytes in, bytes (or None) out
+            return str(int(payload) ** 2).encode()
+
+    worker = Squarer(tasks_endpoint, results_endpoint, threads=2)
+
+A worker is an actor (``$STATS`` answers its ``done``/``failed`` counters;
+``destroy()`` stops it).  ``process`` runs in ``concurrency`` greenlets of the
+actor's thread (for I/O-bound work) plus ``threads`` OS threads (for work that
+releases the GIL); all share the worker's one Gather and one Scatter, which
+are thread-safe.  An exception in ``process`` is logged and counted and the
+worker goes on.
+
+Wire: a task is one msgpack frame ``[task_id, payload]``, a result
+``[task_id, worker_name, payload]``; malformed frames are counted and
+dropped, never fatal.
+"""
+import itertools
+import logging
+import threading
+import uuid
+from collections import namedtuple
+
+import gevent
+import msgpack
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+from gevent.monkey import get_original
+
+from actors import Actor
+from actors.loop import Socket, context
+from patterns.scatter import Closed, Gather, NoMessage, Scatter
+
+__all__ = ["Ventilator", "Worker", "Sink", "Result", "encode_task", "decode_task",
+           "encode_result", "decode_result"]
+
+log = logging.getLogger(__name__)
+
+_pack = msgpack.Packer(use_bin_type=True).pack
+
+
+# -- wire ---------------------------------------------------------------------
+def encode_task(task_id, payload):
+    return _pack([task_id, payload])
+
+
+def decode_task(frame):
+    """``(task_id, payload)``; ValueError when malformed."""
+    return _decode(frame, 2, "task")
+
+
+def encode_result(task_id, worker, payload):
+    return _pack([task_id, worker, payload])
+
+
+def decode_result(frame):
+    """``(task_id, worker_name, payload)``; ValueError when malformed."""
+    return _decode(frame, 3, "result")
+
+
+def _decode(frame, size, what):
+    try:
+        message = msgpack.unpackb(frame, raw=False)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise ValueError("%s is not msgpack: %s" % (what, exc)) from None
+    if type(message) is not list or len(message) != size or type(message[0]) is not int:
+        raise ValueError("malformed %s: %r" % (what, message))
+    return tuple(message)
+
+
+# -- ventilator -----------------------------------------------------------------
+class Ventilator:
+    """Binds a Scatter and sends tasks round-robin to the workers connected.
+
+    :meth:`wait_for_workers` blocks until ``n`` workers have connected (so
+    the first tasks do not all go to the first one).  Thread-safe like its
+    Scatter.
+    """
+
+    def __init__(self, endpoint="tcp://127.0.0.1:*", queue_limit=1000):
+        self.scatter = Scatter(queue_limit=queue_limit, linger=None)
+        monitor = "inproc://zactors-ventilator-%s" % uuid.uuid4().hex
+        self.scatter.monitor(monitor, zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+        self._monitor = context().socket(zmq.PAIR, socket_class=Socket)
+        self._monitor.linger = 0
+        self._monitor.connect(monitor)
+        self.workers = 0
+        self.endpoint = self.scatter.bind(endpoint)
+        self._ids = itertools.count()
+
+    def wait_for_workers(self, n, timeout=None):
+        """Block (this greenlet) until ``n`` workers are connected; False on timeout."""
+        deadline = None if timeout is None else gevent.get_hub().loop.now() + timeout
+        while self.workers < n:
+            remaining = None if deadline is None else deadline - gevent.get_hub().loop.now()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                frames = self._monitor.recv_multipart(timeout=remaining)
+            except zmq.Again:
+                return False
+            event = parse_monitor_message(frames)["event"]
+            self.workers += 1 if event == zmq.EVENT_HANDSHAKE_SUCCEEDED else -1
+        return True
+
+    def send(self, payload, timeout=None):
+        """Send one task (bytes); returns its id.  Blocks while every worker queue is full."""
+        task_id = next(self._ids)  # atomic in CPython
+        self.scatter.send(encode_task(task_id, payload), timeout=timeout)
+        return task_id
+
+    @property
+    def sent(self):
+        return self.scatter.sent
+
+    def close(self):
+        self._monitor.close(0)
+        self.scatter.close()
+
+
+# -- worker ---------------------------------------------------------------------
+class Worker(Actor):
+    """Takes tasks, runs :meth:`process`, scatters results.  Subclass it.
+
+    Commands: ``$STATS`` (reply: ``done``, ``failed``, ``malformed``).
+    """
+
+    def __init__(self, tasks, results, *, concurrency=1, threads=0, name=None, queue_limit=100):
+        self.tasks_endpoint = tasks
+        self.results_endpoint = results
+        self.concurrency = concurrency
+        self.threads = threads
+        self.queue_limit = queue_limit
+        self.name = name or "%s-%s" % (type(self).__name__.lower(), uuid.uuid4().hex[:6])
+
+    def process(self, payload):
+        """Turn a task payload (bytes) into a result payload (bytes), or None for no result."""
+        raise NotImplementedError
+
+    def setup(self):
+        self.tasks = Gather(queue_limit=self.queue_limit)
+        self.results = Scatter(queue_limit=self.queue_limit, linger=None)
+        self.tasks.connect(self.tasks_endpoint)
+        self.results.connect(self.results_endpoint)
+        self._count_lock = get_original("_thread", "allocate_lock")()
+        self._greenlets = [gevent.spawn(self._work) for _ in range(self.concurrency)]
+        self._threads = [threading.Thread(target=self._work, name="%s-%d" % (self.name, i), daemon=True)
+                         for i in range(self.threads)]
+        for thread in self._threads:
+            thread.start()
+
+    def teardown(self):
+        self.tasks.close()  # wakes every loop with Closed
+        gevent.killall(getattr(self, "_greenlets", ()))
+        for thread in getattr(self, "_threads", ()):
+            thread.join(5)
+        self.results.close()
+
+    def _work(self):
+        name = self.name
+        recv, send, process = self.tasks.recv, self.results.send, self.process
+        while True:
+            try:
+                frame = recv()
+                task_id, payload = decode_task(frame)
+            except Closed:
+                return
+            except ValueError as exc:
+                self._count("malformed")
+                log.debug("%s: %s", name, exc)
+                continue
+            try:
+                result = process(payload)
+            except Exception:
+                self._count("failed")
+                log.exception("%s: task %d failed", name, task_id)
+                continue
+            self._count("done")
+            if result is not None:
+                try:
+                    send(encode_result(task_id, name, result))
+                except Closed:
+                    return
+
+
+    def _count(self, what):
+        with self._count_lock:  # the loops may run in several OS threads
+            self.stats[what] += 1
+
+
+# -- sink -----------------------------------------------------------------------
+Result = namedtuple("Result", "task_id worker payload")
+Result.__doc__ = "One result at the sink: the task's id, the worker's name, the result payload."
+
+
+class Sink:
+    """Binds a Gather and collects results from every worker."""
+
+    def __init__(self, endpoint="tcp://127.0.0.1:*", queue_limit=1000):
+        self.gather = Gather(queue_limit=queue_limit)
+        self.endpoint = self.gather.bind(endpoint)
+        self.malformed = 0
+
+    def results(self, count, timeout=None, on_result=None):
+        """Yield ``count`` :class:`Result` s; stops early (after logging) if none comes for ``timeout`` s."""
+        got = 0
+        while got < count:
+            try:
+                frame = self.gather.recv(timeout=timeout)
+            except NoMessage:
+                log.warning("sink: no result for %ss; %d of %d received", timeout, got, count)
+                return
+            try:
+                result = Result(*decode_result(frame))
+            except ValueError as exc:
+                self.malformed += 1
+                log.debug("sink: %s", exc)
+                continue
+            got += 1
+            if on_result is not None:
+                on_result(result)
+            yield result
+
+    def close(self):
+        self.gather.close()

@@ -1,0 +1,140 @@
+"""The scatter-gather task pipeline: in one process, and as three CLI processes."""
+import os
+import signal
+import subprocess
+import sys
+
+import gevent
+import pytest
+
+from apps.commands.pipeline import SquareWorker, pipeline
+from apps.pipeline import Sink, Ventilator, Worker, decode_result, encode_result, encode_task
+from patterns.scatter import Scatter
+from tests.conftest import wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def rig():
+    """A ventilator and a sink; workers added with ``rig.worker(cls, ...)``; all torn down."""
+    class Rig:
+        ventilator = Ventilator()
+        sink = Sink()
+        workers = []
+
+        def worker(self, cls, **kw):
+            worker = cls(self.ventilator.endpoint, self.sink.endpoint, **kw)
+            self.workers.append(worker)
+            return worker
+
+    rig = Rig()
+    yield rig
+    for worker in rig.workers:
+        worker.destroy()
+    rig.ventilator.close()
+    rig.sink.close()
+
+
+@pytest.mark.timeout(60)
+def test_pipeline_spreads_tasks_and_gathers_every_result():
+    lines = []
+    assert pipeline(lines.append, 3000, 3)
+    shares = [int(line.split()[1]) for line in lines if line.strip().startswith("worker-")]
+    assert len(shares) == 3 and sum(shares) == 3000
+    assert min(shares) >= 600, shares  # round-robin spread, not all on one worker
+
+
+class Picky(Worker):
+    def process(self, payload):
+        n = int(payload)
+        if n % 2:
+            raise ValueError("odd task %d" % n)
+        return payload
+
+
+@pytest.mark.timeout(60)
+def test_worker_failures_and_malformed_tasks_are_counted_not_fatal(rig):
+    worker = rig.worker(Picky)
+    assert rig.ventilator.wait_for_workers(1, timeout=20)
+    rig.ventilator.scatter.send(b"\xc1 not msgpack")
+    rig.ventilator.scatter.send(encode_task(1, b"x")[:-1])
+    for n in range(20):
+        rig.ventilator.send(b"%d" % n)
+    got = sorted(int(r.payload) for r in rig.sink.results(10, timeout=20))
+    assert got == list(range(0, 20, 2))
+    wait_for(lambda: worker.call("$STATS").get("failed") == 10, 10, "the failures counted")
+    stats = worker.call("$STATS")
+    assert stats["done"] == 10 and stats["malformed"] == 2
+    assert worker.alive
+
+
+@pytest.mark.timeout(60)
+def test_worker_threads_and_greenlets_share_its_sockets(rig):
+    workers = [rig.worker(SquareWorker, threads=2, concurrency=3) for _ in range(2)]
+    assert rig.ventilator.wait_for_workers(2, timeout=20)
+    tasks = 5000
+    sender = gevent.spawn(lambda: [rig.ventilator.send(b"%d" % n) for n in range(tasks)])
+    results = list(rig.sink.results(tasks, timeout=20))
+    sender.get(timeout=10)
+    assert sorted(r.task_id for r in results) == list(range(tasks))
+    assert all(int(r.payload) == r.task_id ** 2 for r in results)
+    assert {r.worker for r in results} == {w.name for w in workers}
+
+
+@pytest.mark.timeout(30)
+def test_sink_counts_malformed_results(rig):
+    scatter = Scatter(linger=0)
+    try:
+        scatter.connect(rig.sink.endpoint)
+        scatter.send(b"junk")
+        scatter.send(encode_result(7, "w", b"49"))
+        (result,) = list(rig.sink.results(1, timeout=10))
+        assert result == (7, "w", b"49") and rig.sink.malformed == 1
+    finally:
+        scatter.close()
+    with pytest.raises(ValueError):
+        decode_result(b"\x93\x01")
+
+
+@pytest.fixture
+def processes():
+    started = []
+
+    def start(*argv):
+        proc = subprocess.Popen([sys.executable, "-m", "apps.cli", "-q", "pipeline", *argv], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def _endpoint(proc):
+    line = proc.stdout.readline()
+    return line.split(" on ", 1)[1].split(",")[0].strip()
+
+
+@pytest.mark.timeout(90)
+def test_cli_roles_in_separate_processes(processes):
+    sink = processes("sink", "--bind", "tcp://127.0.0.1:*", "--tasks", "500", "--timeout", "30")
+    results = _endpoint(sink)
+    ventilator = processes("ventilate", "--bind", "tcp://127.0.0.1:*", "--tasks", "500", "--workers", "2",
+                           "--wait", "30")
+    tasks = _endpoint(ventilator)
+    workers = [processes("work", "--tasks", tasks, "--results", results, "--threads", "1") for _ in range(2)]
+    out, err = sink.communicate(timeout=60)
+    assert sink.returncode == 0, err
+    assert "500 of 500 results" in out
+    shares = [line for line in out.splitlines() if line.strip().startswith("squareworker-")]
+    assert len(shares) == 2, out  # both workers took part
+    assert ventilator.wait(timeout=30) == 0
+    for worker in workers:
+        worker.send_signal(signal.SIGINT)
+        out, _ = worker.communicate(timeout=20)
+        assert " done, " in out
