@@ -9,16 +9,17 @@ across a blocking call or a greenlet switch: every socket call is
 each call).
 
 Waiting.  A caller that must block (no peer can take a message, no message
-to receive) parks only its own greenlet, in its own thread's gevent hub (a
-plain thread gets a hub of its own the first time it waits).  It wakes on
-either:
+to receive) parks only its own greenlet, in its own thread's gevent hub; in
+a plain thread with no gevent hub (other than the main thread) it blocks the
+thread in ``poll`` instead, so no hub (and its file descriptors) is left
+behind when the thread ends.  Either way it wakes on:
 
 * the socket's ``ZMQ_FD`` turning readable (libzmq signals every state
-  change there), watched by an io watcher in the waiter's hub; or
+  change there), watched by an io watcher in the waiter's hub, or polled; or
 * an explicit wake-up: after any call that may have consumed that
   edge-triggered signal, the caller checks ``EVENTS`` if anyone waits and
   hands the news to every waiter, across threads through
-  ``loop.run_callback_threadsafe``.
+  ``loop.run_callback_threadsafe`` (or a byte on the plain thread's pipe).
 
 A waiter registers itself (under the lock, after checking ``EVENTS``)
 before it parks, so no wake-up is lost between its check and its wait.
@@ -32,10 +33,13 @@ waited for by polling every millisecond.
 """
 import errno
 import logging
+import os
+import threading
 import time
 
 import gevent
 import zmq
+from gevent._hub_local import get_hub_if_exists
 from gevent.hub import Waiter, get_hub
 from gevent.monkey import get_original
 
@@ -47,6 +51,9 @@ log = logging.getLogger(__name__)
 
 _allocate_lock = get_original("_thread", "allocate_lock")
 _get_ident = get_original("_thread", "get_ident")
+_local = get_original("_thread", "_local")
+_poll = get_original("select", "poll")
+_main_ident = threading.main_thread().ident
 _monotonic = time.monotonic
 
 NOBLOCK = 1
@@ -63,6 +70,44 @@ class Closed(zmq.ZMQError):
 
     def __init__(self, what):
         super().__init__(errno.ENOTSOCK, "%s is closed" % what)
+
+
+class _ThreadWaker:
+    """A plain thread's wake-up pipe; closed when the thread ends (its local dies)."""
+
+    __slots__ = ("read_fd", "write_fd")
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        os.set_blocking(self.write_fd, False)
+
+    def wake(self):
+        try:
+            os.write(self.write_fd, b"!")
+        except BlockingIOError:  # full: a wake-up is pending anyway
+            pass
+
+    def clear(self):
+        try:
+            while os.read(self.read_fd, 64):
+                pass
+        except BlockingIOError:
+            pass
+
+    def __del__(self):
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+
+_thread_state = _local()
+
+
+def _thread_waker():
+    waker = getattr(_thread_state, "waker", None)
+    if waker is None:
+        waker = _thread_state.waker = _ThreadWaker()
+    return waker
 
 
 class SafeSocket:
@@ -150,7 +195,11 @@ class SafeSocket:
             return False
         if self._fd is None:
             return self._poll_wait(deadline)
-        hub = get_hub()
+        hub = get_hub_if_exists()
+        if hub is None:
+            if _get_ident() != _main_ident:
+                return self._thread_wait(deadline)
+            hub = get_hub()
         waiter = Waiter(hub)
         entry = (hub, waiter)
         lock = self._lock
@@ -184,6 +233,36 @@ class SafeSocket:
         self._check()
         return True
 
+    def _thread_wait(self, deadline):
+        """:meth:`_wait` for a plain thread: block it in ``poll``, no gevent hub."""
+        waker = _thread_waker()
+        entry = (None, waker)
+        lock = self._lock
+        with lock:
+            self._check()
+            if self._ready():
+                return True
+            self._waiters.append(entry)
+            self._parked += 1
+        try:
+            poller = _poll()
+            poller.register(self._fd, 1)
+            poller.register(waker.read_fd, 1)
+            timeout = None if deadline is None else max(0, int((deadline - _monotonic()) * 1000 + 1))
+            poller.poll(timeout)
+            waker.clear()
+        finally:
+            with lock:
+                try:
+                    self._waiters.remove(entry)
+                except ValueError:
+                    pass
+                self._parked -= 1
+                if self._closing and not self._parked:
+                    self._sock.close()
+        self._check()
+        return True
+
     def _poll_wait(self, deadline):
         delay = POLL_INTERVAL
         if deadline is not None:
@@ -208,7 +287,9 @@ class SafeSocket:
             return
         ident = _get_ident()
         for hub, waiter in waiters:
-            if hub.thread_ident == ident:
+            if hub is None:  # a plain thread blocked in poll
+                waiter.wake()
+            elif hub.thread_ident == ident:
                 hub.loop.run_callback(waiter.switch, True)
             else:  # another thread's hub: wake its loop
                 hub.loop.run_callback_threadsafe(waiter.switch, True)

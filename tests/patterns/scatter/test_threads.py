@@ -1,4 +1,6 @@
 """One Scatter and the Gathers used at once from several OS threads and greenlets."""
+import gc
+import os
 import struct
 import threading
 
@@ -18,6 +20,13 @@ _unpack = struct.Struct(">I").unpack
 def _send_range(scatter, start, stop):
     for i in range(start, stop):
         scatter.send(_pack(i), timeout=60)
+
+
+def _in_own_hub(function):
+    """Run ``function`` in a greenlet of this thread's own gevent hub (cross-hub wake-ups)."""
+    def run(*args):
+        gevent.spawn(function, *args).get()
+    return run
 
 
 def _receive(gather, into, stop):
@@ -41,7 +50,8 @@ def test_threads_and_greenlets_deliver_every_message_exactly_once(make):
     for gather in gathers:
         scatter.connect(gather.bind("tcp://127.0.0.1:*"))
 
-    # Receivers: per gather, one OS thread and one greenlet of this thread.
+    # Receivers: per gather, one OS thread (a plain one, or one running its
+    # own gevent hub) and one greenlet of this thread.
     stop = threading.Event()
     inboxes = []
     readers, reader_greenlets = [], []
@@ -50,13 +60,15 @@ def test_threads_and_greenlets_deliver_every_message_exactly_once(make):
             inbox = []
             inboxes.append(inbox)
             if kind == "thread":
-                readers.append(threading.Thread(target=_receive, args=(gather, inbox, stop), daemon=True))
+                target = _in_own_hub(_receive) if len(readers) % 2 else _receive
+                readers.append(threading.Thread(target=target, args=(gather, inbox, stop), daemon=True))
             else:
                 reader_greenlets.append(gevent.spawn(_receive, gather, inbox, stop))
     for reader in readers:
         reader.start()
 
-    # Senders: 4 OS threads and 8 greenlets, disjoint ranges of message numbers.
+    # Senders: 4 OS threads (2 plain, 2 with their own hub) and 8 greenlets of
+    # this thread, on disjoint ranges of message numbers.
     workers = THREADS + GREENLETS
     bounds = [TOTAL * k // workers for k in range(workers + 1)]
     ranges = list(zip(bounds, bounds[1:]))
@@ -68,7 +80,8 @@ def test_threads_and_greenlets_deliver_every_message_exactly_once(make):
         except Exception as exc:  # reported below; a thread cannot fail the test itself
             errors.append(exc)
 
-    senders = [threading.Thread(target=guarded, args=r, daemon=True) for r in ranges[:THREADS]]
+    senders = [threading.Thread(target=_in_own_hub(guarded) if i % 2 else guarded, args=r, daemon=True)
+               for i, r in enumerate(ranges[:THREADS])]
     for sender in senders:
         sender.start()
     sender_greenlets = [gevent.spawn(guarded, *r) for r in ranges[THREADS:]]
@@ -90,3 +103,24 @@ def test_threads_and_greenlets_deliver_every_message_exactly_once(make):
     per_gather = [len(inboxes[2 * g]) + len(inboxes[2 * g + 1]) for g in range(3)]
     assert min(per_gather) > TOTAL // 10, per_gather  # the load was spread
     assert all(inboxes), [len(i) for i in inboxes]  # every reader took part
+
+
+@pytest.mark.timeout(60)
+def test_plain_threads_that_block_leave_no_descriptors_behind(make):
+    gather = make.gather()
+    gather.bind("tcp://127.0.0.1:*")
+
+    def block_once():
+        with pytest.raises(NoMessage):
+            gather.recv(timeout=0.001)
+
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    for _ in range(50):
+        thread = threading.Thread(target=block_once)
+        thread.start()
+        thread.join(10)
+    gc.collect()
+    assert open_fds() <= before + 2
