@@ -56,7 +56,7 @@ def encode_task(task_id, payload):
 
 def decode_task(frame):
     """``(task_id, payload)``; ValueError when malformed."""
-    return _decode(frame, 2, "task")
+    return _decode(frame, (int, bytes), "task")
 
 
 def encode_result(task_id, worker, payload):
@@ -65,15 +65,16 @@ def encode_result(task_id, worker, payload):
 
 def decode_result(frame):
     """``(task_id, worker_name, payload)``; ValueError when malformed."""
-    return _decode(frame, 3, "result")
+    return _decode(frame, (int, str, bytes), "result")
 
 
-def _decode(frame, size, what):
+def _decode(frame, types, what):
     try:
         message = msgpack.unpackb(frame, raw=False)
     except Exception as exc:  # msgpack raises several unrelated types
         raise ValueError("%s is not msgpack: %s" % (what, exc)) from None
-    if type(message) is not list or len(message) != size or type(message[0]) is not int:
+    if (type(message) is not list or len(message) != len(types)
+            or any(type(value) is not kind for value, kind in zip(message, types))):
         raise ValueError("malformed %s: %r" % (what, message))
     return tuple(message)
 

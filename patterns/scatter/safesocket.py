@@ -129,6 +129,18 @@ class SafeSocket:
             sock.set(getattr(zmq, name.upper()), value)
         self._fd = None if native else sock.get(zmq.FD)
 
+    # -- options ----------------------------------------------------------------
+    def setsockopt(self, option, value):
+        """Set a socket option (e.g. through :func:`actors.auth.curve_server`), before bind/connect."""
+        with self._lock:
+            self._check()
+            self._sock.setsockopt(option, value)
+
+    def getsockopt(self, option):
+        with self._lock:
+            self._check()
+            return self._sock.getsockopt(option)
+
     # -- endpoints ------------------------------------------------------------
     def bind(self, endpoint):
         """Bind; returns the real endpoint (``tcp://127.0.0.1:*`` picks a port)."""

@@ -6,9 +6,11 @@ import sys
 
 import gevent
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from apps.commands.pipeline import SquareWorker, pipeline
-from apps.pipeline import Sink, Ventilator, Worker, decode_result, encode_result, encode_task
+from apps.pipeline import Sink, Ventilator, Worker, decode_result, decode_task, encode_result, encode_task
 from patterns.scatter import Scatter
 from tests.conftest import wait_for
 
@@ -138,3 +140,20 @@ def test_cli_roles_in_separate_processes(processes):
         worker.send_signal(signal.SIGINT)
         out, _ = worker.communicate(timeout=20)
         assert " done, " in out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_decoders_turn_any_bytes_into_a_value_or_a_value_error(frame):
+    for decode in (decode_task, decode_result):
+        try:
+            message = decode(frame)
+        except ValueError:
+            continue
+        assert type(message) is tuple and type(message[0]) is int and type(message[-1]) is bytes
+
+
+@given(st.integers(min_value=0, max_value=2**63), st.binary(max_size=32), st.text(max_size=8))
+def test_codecs_round_trip(task_id, payload, worker):
+    assert decode_task(encode_task(task_id, payload)) == (task_id, payload)
+    assert decode_result(encode_result(task_id, worker, payload)) == (task_id, worker, payload)
