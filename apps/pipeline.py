@@ -13,6 +13,11 @@ Write a worker by subclassing::
 
     worker = Squarer(tasks_endpoint, results_endpoint, threads=2)
 
+``secure`` (on all three) is a function applied to each socket before it
+binds or connects, e.g. ``lambda s: curve_server(s, keys)`` from
+:mod:`actors.auth` for the ventilator and sink and ``lambda s:
+curve_client(s, worker_keys, server_public)`` for workers.
+
 A worker is an actor (``$STATS`` answers its ``done``/``failed`` counters;
 ``destroy()`` stops it).  ``process`` runs in ``concurrency`` greenlets of the
 actor's thread (for I/O-bound work) plus ``threads`` OS threads (for work that
@@ -88,8 +93,10 @@ class Ventilator:
     Scatter.
     """
 
-    def __init__(self, endpoint="tcp://127.0.0.1:*", queue_limit=1000):
+    def __init__(self, endpoint="tcp://127.0.0.1:*", queue_limit=1000, secure=None):
         self.scatter = Scatter(queue_limit=queue_limit, linger=None)
+        if secure is not None:
+            secure(self.scatter)
         monitor = "inproc://zactors-ventilator-%s" % uuid.uuid4().hex
         self.scatter.monitor(monitor, zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
         self._monitor = context().socket(zmq.PAIR, socket_class=Socket)
@@ -136,7 +143,8 @@ class Worker(Actor):
     Commands: ``$STATS`` (reply: ``done``, ``failed``, ``malformed``).
     """
 
-    def __init__(self, tasks, results, *, concurrency=1, threads=0, name=None, queue_limit=100):
+    def __init__(self, tasks, results, *, concurrency=1, threads=0, name=None, queue_limit=100, secure=None):
+        self.secure = secure
         self.tasks_endpoint = tasks
         self.results_endpoint = results
         self.concurrency = concurrency
@@ -151,6 +159,9 @@ class Worker(Actor):
     def setup(self):
         self.tasks = Gather(queue_limit=self.queue_limit)
         self.results = Scatter(queue_limit=self.queue_limit, linger=None)
+        if self.secure is not None:
+            self.secure(self.tasks)
+            self.secure(self.results)
         self.tasks.connect(self.tasks_endpoint)
         self.results.connect(self.results_endpoint)
         self._count_lock = get_original("_thread", "allocate_lock")()
@@ -207,8 +218,10 @@ Result.__doc__ = "One result at the sink: the task's id, the worker's name, the 
 class Sink:
     """Binds a Gather and collects results from every worker."""
 
-    def __init__(self, endpoint="tcp://127.0.0.1:*", queue_limit=1000):
+    def __init__(self, endpoint="tcp://127.0.0.1:*", queue_limit=1000, secure=None):
         self.gather = Gather(queue_limit=queue_limit)
+        if secure is not None:
+            secure(self.gather)
         self.endpoint = self.gather.bind(endpoint)
         self.malformed = 0
 

@@ -7,6 +7,7 @@ from collections import Counter
 import gevent
 from tqdm import tqdm
 
+from actors.auth import Authenticator, curve_client, curve_server, generate_keypair, load_keypair
 from apps.pipeline import Sink, Ventilator, Worker
 
 __all__ = ["register", "demo", "SquareWorker", "ORDER"]
@@ -42,6 +43,7 @@ def register(subparsers):
     d = sub.add_parser("demo", help="ventilator, workers and sink in this one process")
     d.add_argument("--tasks", type=int, default=30000, help="tasks to run (default %(default)s)")
     d.add_argument("--workers", type=int, default=3, help="worker actors (default %(default)s)")
+    d.add_argument("--curve", action="store_true", help="encrypt and authenticate every link with CURVE")
     _worker_options(d)
     d.set_defaults(func=run_demo)
 
@@ -50,6 +52,7 @@ def register(subparsers):
     v.add_argument("--tasks", type=int, default=1000, help="tasks to send (default %(default)s)")
     v.add_argument("--workers", type=int, default=1, help="wait for this many workers first (default %(default)s)")
     v.add_argument("--wait", type=float, default=60.0, help="seconds to wait for them (default %(default)s)")
+    _server_security(v)
     v.set_defaults(func=run_ventilate)
 
     w = sub.add_parser("work", help="process tasks until interrupted (Ctrl-C)")
@@ -57,6 +60,10 @@ def register(subparsers):
                    help="the ventilator's endpoint (default %(default)s)")
     w.add_argument("--results", dest="results_endpoint", default="tcp://127.0.0.1:5558",
                    help="the sink's endpoint (default %(default)s)")
+    w.add_argument("--curve-server", metavar="FILE",
+                   help="the ventilator's and sink's public key file (turns CURVE on)")
+    w.add_argument("--curve-secret", metavar="FILE",
+                   help="this worker's secret key file (default: a fresh key, for servers that accept any)")
     _worker_options(w)
     w.set_defaults(func=run_work)
 
@@ -65,7 +72,29 @@ def register(subparsers):
     s.add_argument("--tasks", type=int, default=1000, help="results to wait for (default %(default)s)")
     s.add_argument("--timeout", type=float, default=60.0,
                    help="give up after this many seconds without a result (default %(default)s)")
+    _server_security(s)
     s.set_defaults(func=run_sink)
+
+
+def _server_security(parser):
+    parser.add_argument("--curve-secret", metavar="FILE",
+                        help="serve with CURVE, using this secret key file (see 'zactors keygen')")
+    parser.add_argument("--curve-clients", metavar="DIR",
+                        help="with --curve-secret: only workers whose public key file is in DIR "
+                             "(default: any worker that knows the server's public key)")
+
+
+def _serve_securely(args):
+    """``(secure, authenticator)`` for a binding role, from its CURVE options."""
+    if not args.curve_secret:
+        if args.curve_clients:
+            raise ValueError("--curve-clients needs --curve-secret")
+        return None, None
+    keys = load_keypair(args.curve_secret)
+    if keys.secret is None:
+        raise ValueError("%s holds no secret key: pass the .key_secret file" % args.curve_secret)
+    authenticator = Authenticator(curve=args.curve_clients or "*")
+    return (lambda sock: curve_server(sock, keys)), authenticator
 
 
 def _worker_options(parser):
@@ -76,8 +105,17 @@ def _worker_options(parser):
 
 
 def _make_worker(args, tasks, results, name=None):
+    secure = None
+    if args.curve_server:
+        server_public = load_keypair(args.curve_server).public
+        keys = load_keypair(args.curve_secret) if args.curve_secret else generate_keypair()
+        if keys.secret is None:
+            raise ValueError("%s holds no secret key: pass the .key_secret file" % args.curve_secret)
+        secure = lambda sock: curve_client(sock, keys, server_public)  # noqa: E731
+    elif args.curve_secret:
+        raise ValueError("--curve-secret needs --curve-server")
     return SquareWorker(tasks, results, concurrency=args.concurrency, threads=args.threads,
-                        work_ms=args.work_ms, name=name)
+                        work_ms=args.work_ms, name=name, secure=secure)
 
 
 def _collect(sink, count, timeout, progress):
@@ -101,18 +139,25 @@ def _report(out, per_worker, expected, elapsed):
 
 def pipeline(out, tasks, workers, args=None, progress=False):
     """Run ventilator, ``workers`` workers and sink in this process; True if every result came."""
-    sink = Sink()
-    ventilator = Ventilator()
+    server_secure = worker_secure = authenticator = None
+    if getattr(args, "curve", False):
+        server, client = generate_keypair(), generate_keypair()
+        authenticator = Authenticator(curve="*")
+        server_secure = lambda sock: curve_server(sock, server)  # noqa: E731
+        worker_secure = lambda sock: curve_client(sock, client, server.public)  # noqa: E731
+    sink = Sink(secure=server_secure)
+    ventilator = Ventilator(secure=server_secure)
     crew = []
     try:
         for i in range(workers):
             crew.append(SquareWorker(ventilator.endpoint, sink.endpoint, name="worker-%d" % (i + 1),
                                      concurrency=getattr(args, "concurrency", 1),
                                      threads=getattr(args, "threads", 0),
-                                     work_ms=getattr(args, "work_ms", 0)))
+                                     work_ms=getattr(args, "work_ms", 0), secure=worker_secure))
         if not ventilator.wait_for_workers(workers, timeout=30):
             raise RuntimeError("only %d of %d workers connected to the ventilator" % (ventilator.workers, workers))
-        out("ventilator %s -> %d workers -> sink %s: %d tasks" % (ventilator.endpoint, workers, sink.endpoint, tasks))
+        out("ventilator %s -> %d workers -> sink %s: %d tasks%s" % (
+            ventilator.endpoint, workers, sink.endpoint, tasks, " (CURVE)" if authenticator else ""))
         sender = gevent.spawn(lambda: [ventilator.send(b"%d" % n) for n in range(tasks)])
         per_worker, elapsed = _collect(sink, tasks, 30, progress)
         sender.get(timeout=30)
@@ -122,6 +167,8 @@ def pipeline(out, tasks, workers, args=None, progress=False):
             worker.destroy()
         ventilator.close()
         sink.close()
+        if authenticator is not None:
+            authenticator.destroy()
 
 
 def run_demo(args):
@@ -130,7 +177,8 @@ def run_demo(args):
 
 
 def run_ventilate(args):
-    ventilator = Ventilator(args.bind)
+    secure, authenticator = _serve_securely(args)
+    ventilator = Ventilator(args.bind, secure=secure)
     try:
         print("ventilator on %s, waiting for %d worker(s)..." % (ventilator.endpoint, args.workers))
         if not ventilator.wait_for_workers(args.workers, timeout=args.wait):
@@ -144,6 +192,8 @@ def run_ventilate(args):
         return 0
     finally:
         ventilator.close()  # flushes queued tasks (linger)
+        if authenticator is not None:
+            authenticator.destroy()
 
 
 def run_work(args):
@@ -160,13 +210,16 @@ def run_work(args):
 
 
 def run_sink(args):
-    sink = Sink(args.bind)
+    secure, authenticator = _serve_securely(args)
+    sink = Sink(args.bind, secure=secure)
     try:
         print("sink on %s, waiting for %d results..." % (sink.endpoint, args.tasks))
         per_worker, elapsed = _collect(sink, args.tasks, args.timeout, args.tasks >= PROGRESS_FROM)
         return 0 if _report(print, per_worker, args.tasks, elapsed) else 1
     finally:
         sink.close()
+        if authenticator is not None:
+            authenticator.destroy()
 
 
 def demo(out):

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from actors.auth import create_keypair
 from apps.commands.pipeline import SquareWorker, pipeline
 from apps.pipeline import Sink, Ventilator, Worker, decode_result, decode_task, encode_result, encode_task
 from patterns.scatter import Scatter
@@ -123,13 +124,23 @@ def _endpoint(proc):
 
 
 @pytest.mark.timeout(90)
-def test_cli_roles_in_separate_processes(processes):
-    sink = processes("sink", "--bind", "tcp://127.0.0.1:*", "--tasks", "500", "--timeout", "30")
+@pytest.mark.parametrize("curve", [False, True], ids=["plain", "curve"])
+def test_cli_roles_in_separate_processes(processes, tmp_path, curve):
+    server_opts, worker_opts = [], []
+    if curve:
+        create_keypair(str(tmp_path), "server")
+        create_keypair(str(tmp_path / "workers"), "worker")
+        server_opts = ["--curve-secret", str(tmp_path / "server.key_secret"),
+                       "--curve-clients", str(tmp_path / "workers")]
+        worker_opts = ["--curve-server", str(tmp_path / "server.key"),
+                       "--curve-secret", str(tmp_path / "workers" / "worker.key_secret")]
+    sink = processes("sink", "--bind", "tcp://127.0.0.1:*", "--tasks", "500", "--timeout", "30", *server_opts)
     results = _endpoint(sink)
     ventilator = processes("ventilate", "--bind", "tcp://127.0.0.1:*", "--tasks", "500", "--workers", "2",
-                           "--wait", "30")
+                           "--wait", "30", *server_opts)
     tasks = _endpoint(ventilator)
-    workers = [processes("work", "--tasks", tasks, "--results", results, "--threads", "1") for _ in range(2)]
+    workers = [processes("work", "--tasks", tasks, "--results", results, "--threads", "1", *worker_opts)
+               for _ in range(2)]
     out, err = sink.communicate(timeout=60)
     assert sink.returncode == 0, err
     assert "500 of 500 results" in out
