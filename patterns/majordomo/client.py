@@ -96,7 +96,10 @@ class Client:
                     log.debug("no reply from %r within %ss; retrying on a new socket", service, timeout)
                     sock.close(0)
                     sock = self._socket()
-                sock.send_multipart(message, timeout=timeout)
+                try:
+                    sock.send_multipart(message, timeout=timeout)
+                except zmq.Again:  # not even queued: count it as a lost attempt
+                    continue
                 while True:
                     try:
                         frames = sock.recv_multipart(timeout=timeout)

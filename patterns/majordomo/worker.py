@@ -36,7 +36,8 @@ broker re-dispatches the request to another worker (at most its
 
 The worker heartbeats every ``heartbeat`` seconds when it has sent nothing
 else, counts the broker lost after ``liveness`` x ``heartbeat`` seconds of
-silence, and then (or on DISCONNECT) reconnects on a new socket, with a delay
+silence (with ``framing="majortomo"``, not while it holds a request: that
+broker does not heartbeat busy workers), and then (or on DISCONNECT) reconnects on a new socket, with a delay
 growing from ``reconnect`` to ``reconnect_max`` while the broker stays
 silent.  Events: ``CONNECTED`` (READY sent, after each (re)connect),
 ``DISCONNECTED reason``.  The handle is an actor handle: safe from many
@@ -52,7 +53,7 @@ import zmq
 from actors.actor import Actor
 from actors.loop import EVENTS, NOBLOCK, POLLIN, Socket, context
 
-from .protocol import DISCONNECT, REQUEST, ProtocolError, framing as _framing
+from .protocol import DISCONNECT, MAJORTOMO, REQUEST, ProtocolError, framing as _framing
 
 __all__ = ["Worker"]
 
@@ -115,6 +116,7 @@ class Worker(Actor):
         self._heard = _monotonic()
         self._sent = 0.0
         self._step_timer = None
+        self._watchdog = None
         self._connect()
         self.call_every(self.heartbeat, self._tick)
 
@@ -137,6 +139,7 @@ class Worker(Actor):
         sock.connect(self.endpoint)
         self.add_reader(sock, self._on_frames)
         self._heard = _monotonic()
+        self._arm_watchdog(self.heartbeat * self.liveness)
         self._send(self.framing.ready(self.service))
         self.stats["connects"] += 1
         self.emit("CONNECTED")
@@ -175,15 +178,27 @@ class Worker(Actor):
         self._sent = _monotonic()
 
     def _tick(self):
-        now = _monotonic()
+        if self._sock is not None and _monotonic() - self._sent >= self.heartbeat * 0.9:
+            self._send(self.framing.heartbeat)
+
+    def _arm_watchdog(self, delay):
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watchdog = self.call_later(delay, self._check_broker)
+
+    def _check_broker(self):
+        """Fires ``liveness`` x ``heartbeat`` after the last word from the broker, or re-arms."""
+        self._watchdog = None
         if self._sock is None:
             return
-        if now - self._heard >= self.heartbeat * self.liveness:
-            self._reconnect("broker silent for %.3gs" % (now - self._heard), self._delay)
-            self._delay = min(self._delay * 2, self.reconnect_max)
+        limit = self.heartbeat * self.liveness
+        silent = _monotonic() - self._heard
+        if silent < limit or (self._busy is not None and self.framing is MAJORTOMO):
+            # (majortomo's broker sends no heartbeats to a busy worker)
+            self._arm_watchdog(max(limit - silent, 0.001) if silent < limit else limit)
             return
-        if now - self._sent >= self.heartbeat * 0.9:
-            self._send(self.framing.heartbeat)
+        self._reconnect("broker silent for %.3gs" % silent, self._delay)
+        self._delay = min(self._delay * 2, self.reconnect_max)
 
     # -- input ----------------------------------------------------------------
     def _on_frames(self, frames):

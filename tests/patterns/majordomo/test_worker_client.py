@@ -66,10 +66,12 @@ def test_worker_reconnects_after_broker_loss(workers):
     worker = workers(Echo, endpoint, heartbeat=0.1, liveness=3, reconnect=0.05, reconnect_max=0.2)
     wait_for(lambda: broker.call("INFO")["workers"] == 1, 5, "registered")
     broker.destroy()
+    gone = time.monotonic()
     event = worker.recv_event(timeout=5)
     while event is not None and event.name != "DISCONNECTED":
         event = worker.recv_event(timeout=5)
     assert event is not None and "silent" in event.args[0]
+    assert time.monotonic() - gone <= 0.1 * 3 + 0.25      # within liveness x heartbeat of the last word
     with Broker(endpoint, heartbeat=0.1, liveness=3) as again:   # a restarted broker, same address
         wait_for(lambda: again.call("INFO")["workers"] == 1, 10, "re-registered")
         with Client(endpoint) as client:
