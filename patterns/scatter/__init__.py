@@ -13,6 +13,28 @@ over PUSH/PULL with the same semantics; see :mod:`.native`)::
     scatter.connect(endpoint)
     scatter.send(b"task")          # blocks while no peer can take it
     gather.recv(timeout=5)         # -> b"task"
+
+What is safe, exactly:
+
+* Every method of a Scatter or Gather (``send``, ``send_multipart``,
+  ``recv``, ``bind``, ``connect``, ``unbind``, ``disconnect``,
+  ``setsockopt``, ``close``) may be called at the same time from any number
+  of OS threads and of greenlets in any of them.  Each accepted message is
+  queued exactly once; each received message goes to exactly one caller.
+* A blocking call parks only the calling greenlet (other greenlets of its
+  thread run on); in a plain thread without a gevent hub it blocks that
+  thread in ``poll``.  ``timeout`` (seconds) bounds it; ``block=False``
+  never waits.  Calls are not fair: under contention any waiter may win.
+* ``close`` from any thread wakes every blocked caller with :class:`Closed`.
+  A Scatter flushes what it accepted for up to ``linger`` seconds; a
+  Gather's undelivered messages are dropped with it.
+* Not safe: using an object in a child after ``os.fork``; calling it from a
+  signal handler.  The counters (``sent``, ``received``, ``discarded``,
+  ``waited``) are statistics, exact only when no call is in progress.
+* Losses: none while peers stay connected (a full queue means waiting, not
+  dropping).  As the spec says, what is queued for a peer that disconnects
+  from a bound Scatter is discarded with its queue; a Scatter that connected
+  keeps the queue and delivers when the peer comes back.
 """
 from .errors import Closed, MultipartError, NoMessage, NoPeerAvailable
 from .gather import Gather

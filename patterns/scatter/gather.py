@@ -28,7 +28,8 @@ class Gather(SafeSocket):
     ``Gather(queue_limit=1000)`` keeps one incoming queue per scatter peer of
     up to ``queue_limit`` messages (``RCVHWM``) and fair-queues between them.
     A multipart message (from a PUSH peer, say) is discarded whole and
-    counted in :attr:`discarded`; it never reaches the application.
+    counted in :attr:`discarded`; it never reaches the application.  (Native
+    draft GATHER sockets drop such messages inside libzmq, uncounted.)
 
     :meth:`recv` blocks (parking only the calling greenlet) until a message
     arrives, or raises :class:`NoMessage` when asked not to block or at its
@@ -89,11 +90,16 @@ class Gather(SafeSocket):
 
     def _fill(self):
         """Move up to BATCH whole single-part messages into the buffer (lock held)."""
-        # A Frame's ``more`` is a plain attribute: cheaper than pyzmq's
-        # ``get(RCVMORE)``, which looks the option up in an enum every call.
         recv, append = self._sock.recv, self._buffer.append
         taken = 0
         try:
+            if self.native:  # libzmq's GATHER drops multipart messages itself
+                while taken < BATCH:
+                    append(recv(NOBLOCK))
+                    taken += 1
+                return
+            # A Frame's ``more`` is a plain attribute: cheaper than pyzmq's
+            # ``get(RCVMORE)``, which looks the option up in an enum every call.
             while taken < BATCH:
                 frame = recv(NOBLOCK, copy=False)
                 if frame.more:
@@ -103,7 +109,8 @@ class Gather(SafeSocket):
                 taken += 1
         except _Again:
             pass
-        self.received += taken
+        finally:
+            self.received += taken
 
     def _ready(self):
         return bool(self._buffer) or self._sock.get(EVENTS) & POLLIN
