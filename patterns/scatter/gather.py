@@ -14,7 +14,6 @@ __all__ = ["Gather"]
 log = logging.getLogger(__name__)
 
 _Again = zmq.Again
-_ZMQError = zmq.ZMQError
 _monotonic = time.monotonic
 _RCVMORE = 13
 

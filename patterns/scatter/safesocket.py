@@ -221,17 +221,18 @@ class SafeSocket:
                 return True
             self._waiters.append(entry)
             self._parked += 1
-        loop = hub.loop
-        watcher = loop.io(self._fd, 1)
-        watcher.start(waiter.switch, True)
-        timer = None
-        if deadline is not None:
-            timer = loop.timer(max(0.0, deadline - _monotonic()))
-            timer.start(waiter.switch, False)
+        watcher = timer = None
         try:
+            loop = hub.loop
+            watcher = loop.io(self._fd, 1)
+            watcher.start(waiter.switch, True)
+            if deadline is not None:
+                timer = loop.timer(max(0.0, deadline - _monotonic()))
+                timer.start(waiter.switch, False)
             waiter.get()
         finally:
-            watcher.close()
+            if watcher is not None:
+                watcher.close()
             if timer is not None:
                 timer.close()
             with lock:
