@@ -29,8 +29,9 @@ Behaviour (18/MDP v0.2, and where the spec leaves a choice):
   DISCONNECT and the broker forgets that worker.  Invalid messages are
   dropped and counted (``invalid``); a registered worker sending one is
   forgotten the same way.  Nothing a peer sends stops the broker.
-- Requests for a service without workers wait at most ``request_expiry``
-  seconds in its queue, then are dropped and counted (``expired``).  MDP has
+- Requests for a service without workers wait ``request_expiry`` seconds in
+  its queue (checked every ``min(request_expiry / 4, heartbeat)`` seconds),
+  then are dropped and counted (``expired``).  MDP has
   no error reply, so the client sees no answer: its own timeout (and retry)
   decides what happens, as for a lost broker.
 - Bounded memory: a service queue holds at most ``max_queue`` requests and all

@@ -27,7 +27,7 @@ import logging
 import zmq
 from gevent.lock import BoundedSemaphore
 
-from actors.loop import Socket, context
+from actors.loop import POLLIN, Socket, context
 
 from .protocol import FINAL, ProtocolError, framing as _framing
 
@@ -100,11 +100,8 @@ class Client:
                     sock.send_multipart(message, timeout=timeout)
                 except zmq.Again:  # not even queued: count it as a lost attempt
                     continue
-                while True:
-                    try:
-                        frames = sock.recv_multipart(timeout=timeout)
-                    except zmq.Again:
-                        break
+                while sock.wait(POLLIN, timeout):  # a reply is there (no recv-EAGAIN round first)
+                    frames = sock.recv_frames()
                     try:
                         reply = decode(frames)
                     except ProtocolError as exc:
