@@ -38,10 +38,11 @@ Behaviour (18/MDP v0.2, and where the spec leaves a choice):
   queues together ``max_queued``; a request over either limit is dropped and
   counted (``rejected``), again with no answer to its client.
 - ``mmi.*`` services are answered by the broker itself (see :mod:`.mmi`).
-- Optional CURVE: ``curve=(public, secret)`` makes the ROUTER(s) CURVE servers
-  (z85 keys, e.g. an ``actors.auth`` keypair); access control is the ZAP
-  handler's job (``actors.auth.Authenticator``), without one any client
-  knowing the public key is accepted.
+- Optional CURVE: ``curve=keys`` (an ``actors.auth`` Keypair, or the secret
+  key) makes the ROUTER(s) CURVE servers, with ``curve_domain`` as their ZAP
+  domain.  Who may connect is the ZAP handler's decision (an
+  ``actors.auth.Authenticator`` in this process); without one, any client
+  that knows the broker's public key is accepted.
 
 Commands: ``INFO`` (reply: a dict of endpoints, services with their worker,
 idle and queued counts, and counters), ``$STATS`` (counters), ``$TERM``.
@@ -53,6 +54,7 @@ import time
 from collections import OrderedDict, deque
 
 from actors.actor import Actor, command
+from actors.auth import curve_server
 from actors.heartbeat import Liveness
 from actors.router import Router
 
@@ -107,7 +109,7 @@ class Broker(Actor):
 
     def __init__(self, endpoint="tcp://127.0.0.1:*", *, worker_endpoint=None, heartbeat=2.5, liveness=3,
                  request_expiry=10.0, max_queue=10000, max_queued=100000, max_attempts=3,
-                 framing="spec", curve=None, name=None):
+                 framing="spec", curve=None, curve_domain=None, name=None):
         if heartbeat <= 0 or liveness < 1 or request_expiry <= 0:
             raise ValueError("heartbeat and request_expiry must be > 0, liveness >= 1")
         self.endpoint = endpoint
@@ -120,6 +122,7 @@ class Broker(Actor):
         self.max_attempts = max_attempts
         self.framing = _framing(framing)
         self.curve = curve
+        self.curve_domain = curve_domain
         if name:
             self.name = name
 
@@ -130,16 +133,10 @@ class Broker(Actor):
         self._queued = 0
         self._alive = Liveness(self.heartbeat * self.liveness, self.heartbeat * self.liveness)
         self._alive_timer = None
-        options = {}
-        if self.curve:
-            public, secret = self.curve[0], self.curve[1]
-            options = {"curve_server": 1, "curve_publickey": public, "curve_secretkey": secret}
-        self._crouter = Router(self, self._on_message, on_unroutable=self._on_unroutable,
-                               on_overflow=self._on_overflow, **options)
+        self._crouter = self._router(self.endpoint)
         self.endpoint = self._crouter.bind(self.endpoint)
         if self.worker_endpoint:
-            self._wrouter = Router(self, self._on_message, on_unroutable=self._on_unroutable,
-                                   on_overflow=self._on_overflow, **options)
+            self._wrouter = self._router(self.worker_endpoint)
             self.worker_endpoint = self._wrouter.bind(self.worker_endpoint)
         else:
             self._wrouter = self._crouter
@@ -148,6 +145,12 @@ class Broker(Actor):
         self.call_every(min(self.request_expiry / 4.0, self.heartbeat), self._expire_requests)
         log.debug("%s: serving %s (workers %s), %s framing", self.name, self.endpoint,
                   self.worker_endpoint, self.framing.name)
+
+    def _router(self, endpoint):
+        router = Router(self, self._on_message, on_unroutable=self._on_unroutable, on_overflow=self._on_overflow)
+        if self.curve is not None:
+            curve_server(router.socket, self.curve, self.curve_domain)
+        return router
 
     # -- the hot path ---------------------------------------------------------
     def _on_message(self, identity, frames):

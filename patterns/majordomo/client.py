@@ -27,6 +27,7 @@ import logging
 import zmq
 from gevent.lock import BoundedSemaphore
 
+from actors.auth import curve_client
 from actors.loop import POLLIN, Socket, context
 
 from .protocol import FINAL, ProtocolError, framing as _framing
@@ -47,8 +48,9 @@ def _bytes(value):
 class Client:
     """An MDP/0.2 client of the broker at ``endpoint``.
 
-    ``curve`` is ``(server_public, client_public, client_secret)`` z85 keys
-    for a CURVE broker.  ``stats`` counts ``requests``, ``retries``,
+    ``curve`` is
+    ``(broker_public_key, client_keys)`` (an ``actors.auth`` Keypair or the
+    secret key) for a CURVE broker.  ``stats`` counts ``requests``, ``retries``,
     ``failed``, ``invalid`` and ``stale`` replies.
     """
 
@@ -130,7 +132,7 @@ class Client:
         sock = context().socket(zmq.DEALER, socket_class=Socket)
         sock.linger = 0
         if self.curve:
-            sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = self.curve[:3]
+            curve_client(sock, self.curve[1], self.curve[0])
         sock.connect(self.endpoint)
         return sock
 

@@ -51,6 +51,7 @@ import gevent
 import zmq
 
 from actors.actor import Actor
+from actors.auth import curve_client
 from actors.loop import EVENTS, NOBLOCK, POLLIN, Socket, context
 
 from .protocol import DISCONNECT, MAJORTOMO, REQUEST, ProtocolError, framing as _framing
@@ -74,8 +75,8 @@ class Worker(Actor):
     """An MDP/0.2 worker of one service.  Subclass it and implement :meth:`handle`.
 
     ``service`` may be given here or as a class attribute.  ``curve`` is
-    ``(server_public, client_public, client_secret)`` z85 keys to connect to a
-    CURVE broker.
+    ``(broker_public_key, worker_keys)`` (an ``actors.auth`` Keypair or the
+    secret key) to connect to a CURVE broker.
     """
 
     service = None
@@ -135,7 +136,7 @@ class Worker(Actor):
         sock = self._sock = context().socket(zmq.DEALER, socket_class=Socket)
         sock.linger = 0
         if self.curve:
-            sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = self.curve[:3]
+            curve_client(sock, self.curve[1], self.curve[0])
         sock.connect(self.endpoint)
         self.add_reader(sock, self._on_frames)
         self._heard = _monotonic()

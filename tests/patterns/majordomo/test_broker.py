@@ -173,17 +173,29 @@ def test_two_endpoints(workers):
 
 
 def test_curve_broker(workers):
-    import zmq
-    server_public, server_secret = zmq.curve_keypair()
-    client_public, client_secret = zmq.curve_keypair()
-    keys = (server_public, client_public, client_secret)
-    with Broker(curve=(server_public, server_secret)) as broker:
-        workers(Echo, broker.endpoint, curve=keys)
-        with Client(broker.endpoint, curve=keys) as client:
+    from actors.auth import generate_keypair
+    server, client_keys = generate_keypair(), generate_keypair()
+    with Broker(curve=server) as broker:
+        workers(Echo, broker.endpoint, curve=(server.public, generate_keypair()))
+        with Client(broker.endpoint, curve=(server.public, client_keys)) as client:
             assert client.request("echo", "secret") == [[b"secret"]]
         with Client(broker.endpoint, timeout=0.3, retries=1) as plain:
             with pytest.raises(TimeoutError):
                 plain.request("echo", "in clear")
+
+
+def test_curve_access_through_the_kernel_authenticator(workers, tmp_path):
+    from actors.auth import Authenticator, create_keypair, generate_keypair, load_keypair
+    server = generate_keypair()
+    allowed = load_keypair(create_keypair(str(tmp_path), "allowed")[1])
+    with Authenticator(curve=str(tmp_path)) as auth, Broker(curve=server) as broker:
+        workers(Echo, broker.endpoint, curve=(server.public, allowed))
+        with Client(broker.endpoint, curve=(server.public, allowed)) as client:
+            assert client.request("echo", "hello") == [[b"hello"]]
+        with Client(broker.endpoint, curve=(server.public, generate_keypair()), timeout=0.3, retries=1) as stranger:
+            with pytest.raises(TimeoutError):
+                stranger.request("echo", "let me in")
+        assert auth.call("$STATS").get("denied", 0) >= 1
 
 
 def test_info_introspection(broker, workers, peers):
