@@ -37,7 +37,9 @@ def register(subparsers):
         "pipeline", help="parallel tasks: ventilator -> workers -> sink (scatter-gather)",
         description="The classic parallel task pipeline on thread-safe scatter-gather sockets: "
                     "a ventilator spreads tasks round-robin over workers, a sink gathers the results. "
-                    "Run 'demo' for all of it in one process, or ventilate/work/sink in separate shells.")
+                    "Run 'demo' for all of it in one process, or ventilate/work/sink in separate shells.",
+        epilog="Three shells: 'zactors pipeline sink --tasks 10000', then 'zactors pipeline work' "
+               "(once per worker), then 'zactors pipeline ventilate --tasks 10000 --workers 2'.")
     sub = parser.add_subparsers(dest="pipeline_command", metavar="ROLE", required=True)
 
     d = sub.add_parser("demo", help="ventilator, workers and sink in this one process")

@@ -100,7 +100,7 @@ class Gather(SafeSocket):
             # A Frame's ``more`` is a plain attribute: cheaper than pyzmq's
             # ``get(RCVMORE)``, which looks the option up in an enum every call.
             while taken < BATCH:
-                frame = recv(NOBLOCK, copy=False)
+                frame = recv(NOBLOCK, False)  # copy=False, positional: cheaper
                 if frame.more:
                     self._discard()
                     continue

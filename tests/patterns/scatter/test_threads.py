@@ -3,11 +3,13 @@ import gc
 import os
 import struct
 import threading
+import time
+import uuid
 
 import gevent
 import pytest
 
-from patterns.scatter import Closed, NoMessage
+from patterns.scatter import Closed, NoMessage, NoPeerAvailable
 from tests.conftest import wait_for
 
 TOTAL = 100_000
@@ -124,3 +126,63 @@ def test_plain_threads_that_block_leave_no_descriptors_behind(make):
         thread.join(10)
     gc.collect()
     assert open_fds() <= before + 2
+
+
+def _in_thread(function, *args):
+    """Run ``function`` in a plain OS thread; returns (thread, outcome dict)."""
+    outcome = {}
+
+    def run():
+        started = time.monotonic()
+        try:
+            outcome["value"] = function(*args)
+        except Exception as exc:
+            outcome["error"] = exc
+        outcome["elapsed"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.timeout(60)
+def test_plain_thread_blocks_then_times_out_or_is_woken(make):
+    scatter = make.scatter()
+    endpoint = scatter.bind("tcp://127.0.0.1:*")
+    thread, outcome = _in_thread(lambda: scatter.send(b"x", timeout=0.3))
+    wait_for(lambda: not thread.is_alive(), 20, "the timed-out send")
+    assert isinstance(outcome["error"], NoPeerAvailable) and outcome["elapsed"] >= 0.25
+
+    # A thread blocked on an empty Gather is woken by a message sent here...
+    gather = make.gather()
+    gather.connect(endpoint)
+    thread, outcome = _in_thread(lambda: gather.recv(timeout=30))
+    scatter.send(b"wake up", timeout=20)
+    wait_for(lambda: not thread.is_alive(), 20, "the woken receiver")
+    assert outcome["value"] == b"wake up"
+    # ...and one blocked on a full Scatter by a receiver in this thread.
+    full = make.scatter(queue_limit=1)
+    inproc = "inproc://threads-%s" % uuid.uuid4().hex
+    sink = make.gather(queue_limit=1)
+    sink.bind(inproc)
+    full.connect(inproc)
+    while True:
+        try:
+            full.send(b"fill", block=False)
+        except NoPeerAvailable:
+            break
+    thread, outcome = _in_thread(lambda: full.send(b"last", timeout=30))
+    received = []
+
+    def drain_and_check():
+        try:
+            received.append(sink.recv(block=False))
+        except NoMessage:
+            pass
+        return not thread.is_alive()
+
+    wait_for(drain_and_check, 20, "the unblocked sender")
+    assert "error" not in outcome, outcome
+    while len(received) < 3:  # the two that filled the queues, then the one that waited
+        received.append(sink.recv(timeout=10))
+    assert received == [b"fill", b"fill", b"last"]
