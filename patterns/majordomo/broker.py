@@ -9,7 +9,8 @@
 
 Behaviour (18/MDP v0.2, and where the spec leaves a choice):
 
-- One ROUTER for clients and workers, or two (``worker_endpoint=``).
+- One ROUTER for clients and workers, or two (``worker_endpoint=``; then each
+  takes its own sub-protocol only, anything else is invalid).
 - Per-service request queues; idle workers are used least recently used first.
   A queued request goes to a worker the moment one becomes free (READY, or
   after its FINAL).
@@ -52,6 +53,7 @@ across OS threads.
 import logging
 import time
 from collections import OrderedDict, deque
+from functools import partial
 
 from actors.actor import Actor, command
 from actors.auth import curve_server
@@ -59,7 +61,7 @@ from actors.heartbeat import Liveness
 from actors.router import Router
 
 from . import mmi
-from .protocol import (CLIENT, DISCONNECT, FINAL, HEARTBEAT, PARTIAL, READY, ProtocolError,
+from .protocol import (CLIENT, DISCONNECT, FINAL, HEARTBEAT, PARTIAL, READY, WORKER, ProtocolError,
                        framing as _framing)
 
 __all__ = ["Broker"]
@@ -133,21 +135,22 @@ class Broker(Actor):
         self._queued = 0
         self._alive = Liveness(self.heartbeat * self.liveness, self.heartbeat * self.liveness)
         self._alive_timer = None
-        self._crouter = self._router(self.endpoint)
-        self.endpoint = self._crouter.bind(self.endpoint)
-        if self.worker_endpoint:
-            self._wrouter = self._router(self.worker_endpoint)
+        if self.worker_endpoint:  # clients on one ROUTER, workers on the other
+            self._crouter = self._router(partial(self._on_message_for, CLIENT))
+            self._wrouter = self._router(partial(self._on_message_for, WORKER))
             self.worker_endpoint = self._wrouter.bind(self.worker_endpoint)
         else:
-            self._wrouter = self._crouter
+            self._crouter = self._wrouter = self._router(self._on_message)
+        self.endpoint = self._crouter.bind(self.endpoint)
+        if not self.worker_endpoint:
             self.worker_endpoint = self.endpoint
         self.call_every(self.heartbeat, self._send_heartbeats)
         self.call_every(min(self.request_expiry / 4.0, self.heartbeat), self._expire_requests)
         log.debug("%s: serving %s (workers %s), %s framing", self.name, self.endpoint,
                   self.worker_endpoint, self.framing.name)
 
-    def _router(self, endpoint):
-        router = Router(self, self._on_message, on_unroutable=self._on_unroutable, on_overflow=self._on_overflow)
+    def _router(self, on_message):
+        router = Router(self, on_message, on_unroutable=self._on_unroutable, on_overflow=self._on_overflow)
         if self.curve is not None:
             curve_server(router.socket, self.curve, self.curve_domain)
         return router
@@ -160,6 +163,21 @@ class Broker(Actor):
             self._invalid(identity, exc)
             return
         if message.header is CLIENT:
+            self._on_request(identity, message.service, message.body)
+        else:
+            self._on_worker(identity, message)
+
+    def _on_message_for(self, header, identity, frames):
+        """Two endpoints: each takes one sub-protocol only."""
+        try:
+            message = self.framing.decode_for_broker(frames)
+        except ProtocolError as exc:
+            self._invalid(identity, exc)
+            return
+        if message.header is not header:
+            self._invalid(identity, ProtocolError("%s command on the %s endpoint" % (
+                message.header.decode(), "client" if header is CLIENT else "worker")))
+        elif header is CLIENT:
             self._on_request(identity, message.service, message.body)
         else:
             self._on_worker(identity, message)

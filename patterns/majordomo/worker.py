@@ -111,7 +111,7 @@ class Worker(Actor):
     # -- lifecycle ------------------------------------------------------------
     def setup(self):
         self._sock = None
-        self._job = None          # (client address, generator) while streaming
+        self._job = None          # (client address, generator, request) while streaming
         self._busy = None         # client address of the request in hand
         self._delay = self.reconnect
         self._heard = _monotonic()

@@ -164,12 +164,16 @@ def test_poison_request_dropped_after_max_attempts(peers):
         assert counters(broker)["poisoned"] == 1 and broker.call("INFO")["queued"] == 0
 
 
-def test_two_endpoints(workers):
+def test_two_endpoints(workers, peers):
     with Broker(worker_endpoint="tcp://127.0.0.1:*") as broker:
         assert broker.worker_endpoint != broker.endpoint
         workers(Count, broker.worker_endpoint)
         with Client(broker.endpoint) as client:
             assert client.request("count", "2") == [[b"0"], [b"1"], [b"done"]]
+        peers(broker.endpoint).send(b"MDPW02", b"\x01", b"echo")                  # a worker at the client door
+        peers(broker.worker_endpoint).send(b"MDPC02", b"\x01", b"count", b"1")    # a client at the worker door
+        wait_for(lambda: broker.call("INFO")["counters"].get("invalid") == 2, 5, "both refused")
+        assert broker.call("INFO")["workers"] == 1
 
 
 def test_curve_broker(workers):
