@@ -125,10 +125,21 @@ def spawn(*args):
 
 
 def phase(stack, endpoint, broker_pid, clients, seconds, inflight=1):
-    import psutil
     procs = [spawn("client", stack, endpoint, str(seconds), str(inflight)) for _ in range(clients)]
+    try:
+        return _measure(procs, broker_pid)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def _measure(procs, broker_pid):
+    import psutil
     for proc in procs:
-        assert proc.stdout.readline().strip() == b"ready", "client did not start"
+        if proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError("a client did not start (see its error above)")
     broker = psutil.Process(broker_pid)
 
     def main_thread():  # the thread that runs Python (the rest is libzmq's I/O thread)
@@ -143,8 +154,6 @@ def phase(stack, endpoint, broker_pid, clients, seconds, inflight=1):
     elapsed = time.perf_counter() - started
     cpu = sum(broker.cpu_times()[:2]) - before
     cpu_main = main_thread() - before_main
-    for proc in procs:
-        proc.wait(10)
     total = sum(r["n"] for r in results)
     lat = sorted(x for r in results for x in r["lat"])
     return {
