@@ -202,3 +202,48 @@ def test_client_from_gevent_wsgi_handlers(broker, workers):
     finally:
         server.stop()
         client.close()
+
+
+def test_reconnect_backs_off_while_the_broker_stays_silent(fake, workers):
+    workers(Echo, fake.endpoint, heartbeat=0.05, liveness=2, reconnect=0.05, reconnect_max=1.0)
+    arrivals = []
+    while len(arrivals) < 4:
+        frames = fake.recv(timeout=5)
+        assert frames is not None, "no READY"
+        if frames[1:] == [b"MDPW02", b"\x01", b"echo"]:
+            arrivals.append(time.monotonic())
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]   # 0.1 s of silence + 0.05, 0.1, 0.2 s of delay
+    assert gaps[2] > gaps[0] + 0.1, gaps
+
+
+class Crashing(Worker):
+    service = b"flaky"
+
+    def handle(self, request):
+        raise RuntimeError("crash")
+
+
+def test_failed_handler_gives_the_request_back(broker, workers):
+    workers(Crashing, broker.endpoint)
+    wait_for(lambda: broker.call("INFO")["workers"] == 1, 5, "crashing worker")
+
+    class Steady(Worker):
+        service = b"flaky"
+
+        def handle(self, request):
+            return [b"steady"]
+    workers(Steady, broker.endpoint)
+    wait_for(lambda: broker.call("INFO")["workers"] == 2, 5, "both workers")
+    with Client(broker.endpoint, timeout=5) as client:
+        for _ in range(4):
+            assert client.request("flaky", "x") == [[b"steady"]]
+    assert broker.call("INFO")["counters"].get("redispatched", 0) >= 1
+
+
+def test_more_callers_than_pool_sockets(broker, workers):
+    workers(Echo, broker.endpoint)
+    with Client(broker.endpoint, pool_size=2) as client:
+        jobs = [gevent.spawn(client.request, "echo", b"%d" % i) for i in range(20)]
+        gevent.joinall(jobs, timeout=20, raise_error=True)
+        assert [job.value for job in jobs] == [[[b"%d" % i]] for i in range(20)]
+        assert len(client._idle) <= 2
