@@ -82,8 +82,8 @@ class NodeActor(Actor):
     ``OWN_GROUPS``, ``PEER_GROUPS``, ``GROUP_PEERS g``, ``INFO`` (replies).
     Events: ``ENTER id name headers endpoint``, ``EXIT id name``, ``JOIN id
     name group``, ``LEAVE id name group``, ``WHISPER id name frames``,
-    ``SHOUT id name group frames``, ``EVASIVE id name``, ``SILENT id name``,
-    ``STOP id name``.
+    ``SHOUT id name group frames``, ``EVASIVE id name``, ``SILENT id name``.
+    (:class:`Node` adds STOP, its own last event, once stopped.)
     """
 
     def __init__(self, config):
@@ -155,7 +155,6 @@ class NodeActor(Actor):
             peer.dealer.setsockopt(zmq.LINGER, 500)
             self._sockets.remove(peer.dealer)
             peer.dealer.close()
-        self.emit("STOP", self.uuid.hex().upper(), self.node_name)
 
     # -- peers --------------------------------------------------------------
     def _hello(self, peer):
@@ -257,7 +256,7 @@ class NodeActor(Actor):
                 self._backlogged.discard(peer)
         self._maybe_resume()
         if self._backlogged:
-            self._flush_delay = 0.001 if progressed else min(self._flush_delay * 2, 0.05)
+            self._flush_delay = 0.001 if progressed else min(self._flush_delay * 2, 0.005)
             self._flush_timer = self.call_later(self._flush_delay, self._flush)
         else:
             self._flush_delay = 0.001
@@ -575,6 +574,8 @@ class Node:
         self.endpoint = None
         self._callbacks = {}
         self._dispatcher = None
+        self._stopped = False
+        self._said_stop = False
 
     # -- lifecycle ----------------------------------------------------------
     def start(self):
@@ -588,7 +589,14 @@ class Node:
     def stop(self, timeout=5.0):
         """Leave politely (port-0 beacon, goodbyes) and stop; idempotent."""
         if self.actor is not None:
+            if self.actor.alive and self.actor._paused:
+                # A slow peer holds the command pipe: $TERM would wait behind it.
+                # Same thread, so end the loop directly; queued commands are dropped.
+                log.warning("%s: stopping while a slow peer blocks sending; queued commands dropped", self.name)
+                self.actor.stop()
+                self.actor._greenlet.join(timeout)  # then destroy sends no $TERM into the full pipe
             self.actor.destroy(timeout)
+        self._stopped = True
         if self._dispatcher is not None:
             self._dispatcher.join(timeout)
 
@@ -597,6 +605,11 @@ class Node:
 
     def __exit__(self, *exc):
         self.stop()
+
+    @property
+    def blocked(self):
+        """True while a slow peer's full backlog holds back ``whisper``/``shout`` (and every call)."""
+        return self.actor is not None and self.actor.alive and self.actor._paused
 
     def _actor(self):
         if self.actor is None:
@@ -626,16 +639,30 @@ class Node:
     def recv(self, timeout=None):
         """The next :class:`NodeEvent`, or None after ``timeout`` seconds / once stopped."""
         actor = self._actor()
+        hub = gevent.get_hub()
+        deadline = None if timeout is None else hub.loop.now() + timeout
         while True:
+            # Waits in slices: a pipe closed before its $EXIT was read never wakes a waiter.
+            wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - hub.loop.now()))
             try:
-                event = actor.recv_event(timeout)
-            except Exception:  # the actor is gone
-                return None
+                event = actor.recv_event(wait)
+            except Exception:  # the actor is gone and its events are drained
+                return self._last_words()
             if event is None:
-                return None
+                if self._stopped:
+                    return self._last_words()
+                if deadline is not None and hub.loop.now() >= deadline:
+                    return None
+                continue
             converted = _convert(event)
             if converted is not None:
                 return converted
+
+    def _last_words(self):
+        if self._stopped and not self._said_stop:
+            self._said_stop = True
+            return NodeEvent("STOP", self.id, self.name, None, None, None, None)
+        return None
 
     def events(self, timeout=None):
         """Iterate over events until the node stops (or ``timeout`` passes with none)."""
@@ -653,7 +680,7 @@ class Node:
 
     def _dispatch(self):
         for event in self.events():
-            for callback in self._callbacks.get(event.type, ()) + self._callbacks.get(None, []):
+            for callback in self._callbacks.get(event.type, []) + self._callbacks.get(None, []):
                 try:
                     callback(event)
                 except Exception:
