@@ -1,0 +1,137 @@
+"""Harmony nodes in separate processes and network namespaces: UDP discovery, EXIT, pyre interop."""
+import json
+import os
+import signal
+import time
+
+import gevent
+import pytest
+from gevent.fileobject import FileObjectThread
+
+from tests.netns import lab  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(90)]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+FAST = {"interval": 0.1, "evasive": 1.0, "expired": 3.0}
+
+
+class Agent:
+    """A node process in a namespace, driven by JSON lines (see agent.py)."""
+
+    def __init__(self, ns, config, pyre=False):
+        args = ["-m", "tests.patterns.harmony.agent"] + (["--pyre"] if pyre else []) + [json.dumps(config)]
+        self.proc = ns.python(*args, cwd=ROOT)
+        self.ns = ns
+        self.lines = FileObjectThread(self.proc.stdout, "r")
+        ready = self.next(30)
+        self.id = ready["ready"]
+        self.endpoint = ready["endpoint"]
+        self.events = []
+
+    def next(self, timeout):
+        with gevent.Timeout(timeout, False):
+            line = self.lines.readline()
+            if line:
+                return json.loads(line)
+            pytest.fail("agent ended: %s" % self.proc.stderr.read()[-2000:])
+        pytest.fail("agent said nothing within %ss" % timeout)
+
+    def expect(self, kind, timeout=15, **fields):
+        deadline = time.monotonic() + timeout
+        while True:
+            for event in self.events:
+                if event.get("type") == kind and all(event.get(k) == v for k, v in fields.items()):
+                    self.events.remove(event)
+                    return event
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                pytest.fail("no %s %s within %ss; had %s" % (kind, fields, timeout, self.events[-10:]))
+            self.events.append(self.next(remaining))
+
+    def send(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+
+def test_discovery_groups_whisper_and_polite_exit_across_namespaces(lab):
+    a_ns, b_ns = lab.pair()
+    a = Agent(a_ns, dict(FAST, name="A"))
+    b = Agent(b_ns, dict(FAST, name="B", headers={"X-ROLE": "b"}))
+    enter = a.expect("ENTER", peer=b.id)
+    assert enter["name"] == "B" and enter["headers"]["X-ROLE"] == "b"
+    assert enter["address"].startswith("tcp://%s:" % b_ns.address)
+    assert int(enter["address"].rsplit(":", 1)[1]) >= 0xC000
+    b.expect("ENTER", peer=a.id)
+    a.send(cmd="join", group="g")
+    b.send(cmd="join", group="g")
+    a.expect("JOIN", peer=b.id, group="g")
+    b.expect("JOIN", peer=a.id, group="g")
+    a.send(cmd="shout", group="g", frames=["hello", "group"])
+    assert b.expect("SHOUT", peer=a.id)["frames"] == ["hello", "group"]
+    b.send(cmd="whisper", peer=a.id, frames=["one", "", "three"])
+    assert a.expect("WHISPER", peer=b.id)["frames"] == ["one", "", "three"]
+    started = time.monotonic()
+    b.send(cmd="stop")
+    a.expect("EXIT", peer=b.id, timeout=5)
+    assert time.monotonic() - started < FAST["expired"], "a polite stop must not wait for expiry"
+
+
+def test_sigkilled_node_exits_after_the_expired_timeout(lab):
+    a_ns, b_ns = lab.pair()
+    config = {"interval": 0.1, "evasive": 0.5, "expired": 2.0}
+    a = Agent(a_ns, dict(config, name="A"))
+    b = Agent(b_ns, dict(config, name="B"))
+    a.expect("ENTER", peer=b.id)
+    killed = time.monotonic()
+    b.proc.send_signal(signal.SIGKILL)
+    b.proc.wait(10)
+    a.expect("EVASIVE", peer=b.id, timeout=10)
+    a.expect("EXIT", peer=b.id, timeout=15)
+    elapsed = time.monotonic() - killed
+    assert config["expired"] - 0.3 <= elapsed <= config["expired"] + 8, elapsed
+
+
+def test_three_namespaces_on_a_lan(lab):
+    hosts = lab.lan(3)
+    agents = [Agent(ns, dict(FAST, name="N%d" % i)) for i, ns in enumerate(hosts)]
+    for agent in agents:
+        for other in agents:
+            if other is not agent:
+                agent.expect("ENTER", peer=other.id)
+    agents[0].send(cmd="join", group="g")
+    agents[1].send(cmd="join", group="g")
+    agents[2].expect("JOIN", peer=agents[1].id, group="g")
+    agents[2].send(cmd="shout", group="g", frames=["to members"])
+    for member in agents[:2]:
+        assert member.expect("SHOUT", peer=agents[2].id)["frames"] == ["to members"]
+
+
+def test_interop_with_pyre_both_ways(lab):
+    z_ns, p_ns = lab.pair()
+    z = Agent(z_ns, {"name": "zactors", "interval": 0.5})
+    p = Agent(p_ns, {"name": "pyre"}, pyre=True)
+    # discovery both ways
+    enter = z.expect("ENTER", peer=p.id, timeout=20)
+    assert enter["name"] == "pyre" and enter["address"].startswith("tcp://%s:" % p_ns.address)
+    assert p.expect("ENTER", peer=z.id, timeout=20)["name"] == "zactors"
+    # JOIN both ways
+    z.send(cmd="join", group="chat")
+    p.send(cmd="join", group="chat")
+    p.expect("JOIN", peer=z.id, group="chat")
+    z.expect("JOIN", peer=p.id, group="chat")
+    # SHOUT both ways
+    z.send(cmd="shout", group="chat", frames=["from zactors"])
+    assert p.expect("SHOUT", peer=z.id, group="chat")["frames"] == ["from zactors"]
+    p.send(cmd="shout", group="chat", frames=["from pyre"])
+    assert z.expect("SHOUT", peer=p.id, group="chat")["frames"] == ["from pyre"]
+    # WHISPER both ways, multi-frame
+    z.send(cmd="whisper", peer=p.id, frames=["w1", "w2"])
+    assert p.expect("WHISPER", peer=z.id)["frames"] == ["w1", "w2"]
+    p.send(cmd="whisper", peer=z.id, frames=["back"])
+    assert z.expect("WHISPER", peer=p.id)["frames"] == ["back"]
+    # LEAVE, then a polite stop seen by pyre
+    z.send(cmd="leave", group="chat")
+    p.expect("LEAVE", peer=z.id, group="chat")
+    z.send(cmd="stop")
+    p.expect("EXIT", peer=z.id, timeout=10)
