@@ -1,0 +1,138 @@
+"""``zactors peer``: Harmony (ZRE v2) peers: a group chat and a list of who is out there."""
+import logging
+import sys
+
+import gevent
+
+__all__ = ["register", "demo", "ORDER"]
+
+ORDER = 30
+
+log = logging.getLogger("zactors.peer")
+
+
+def register(subparsers):
+    peer = subparsers.add_parser(
+        "peer", help="Harmony peers that speak ZRE v2 (Zyre, pyre)",
+        description="Join a ZRE peer network: UDP beacons on the LAN, and/or known endpoints where "
+                    "broadcast is blocked (docker, cloud, VPN).")
+    sub = peer.add_subparsers(dest="peer_command", metavar="COMMAND")
+    sub.required = True
+
+    def discovery(parser):
+        parser.add_argument("--interface", metavar="IF", help="beacon interface, by name or address "
+                            "(default: the first broadcast-capable one)")
+        parser.add_argument("--endpoint", metavar="ENDPOINT", action="append", default=[],
+                            help="a known node's endpoint, e.g. tcp://192.0.2.7:50123 (repeatable)")
+        parser.add_argument("--no-beacon", dest="beacon", action="store_false",
+                            help="no UDP beacons: discover through --endpoint only")
+        parser.add_argument("--host", help="the address other nodes reach this one at "
+                            "(default: the beacon interface's address, else 127.0.0.1)")
+        parser.add_argument("--port", type=int, default=5670, help="UDP beacon port (default: 5670)")
+
+    chat = sub.add_parser("chat", help="a group chat over SHOUT (type lines; Ctrl-D leaves)")
+    chat.add_argument("--name", required=True, help="your name on the network")
+    chat.add_argument("--group", default="CHAT", help="the chat group (default: CHAT)")
+    discovery(chat)
+    chat.set_defaults(func=run_chat)
+
+    listing = sub.add_parser("list", help="listen for a while, then list the peers found")
+    listing.add_argument("--wait", type=float, default=3.0, help="seconds to listen (default: 3)")
+    discovery(listing)
+    listing.set_defaults(func=run_list)
+
+
+def _node(args, name):
+    from patterns.harmony import Node
+    return Node(name, interface=args.interface, port=args.port, beacon=args.beacon,
+                endpoints=args.endpoint, host=args.host)
+
+
+def run_chat(args):
+    node = _node(args, args.name).start()
+    node.join(args.group)
+    print("%s at %s in group %s; type to talk, Ctrl-D to leave" % (args.name, node.endpoint, args.group))
+
+    def show(event):
+        if event.type == "SHOUT" and event.group == args.group:
+            print("%s: %s" % (event.name, b" ".join(event.frames).decode(errors="replace")))
+        elif event.type == "ENTER":
+            print("* %s entered (%s)" % (event.name, event.address))
+        elif event.type == "EXIT":
+            print("* %s left" % event.name)
+        elif event.type == "JOIN" and event.group == args.group:
+            print("* %s joined %s" % (event.name, event.group))
+        elif event.type == "WHISPER":
+            print("%s (private): %s" % (event.name, b" ".join(event.frames).decode(errors="replace")))
+
+    node.on(None, show)
+    pool = gevent.get_hub().threadpool
+    try:
+        while True:
+            line = pool.spawn(sys.stdin.readline).get()
+            if not line:
+                break
+            text = line.rstrip("\n")
+            if text:
+                node.shout(args.group, text)
+    finally:
+        node.stop()
+    return 0
+
+
+def run_list(args):
+    with _node(args, "zactors-list") as node:
+        gevent.sleep(args.wait)  # listening time asked for by the user
+        peers = [node.peer(p) for p in node.peers()]
+    peers = [p for p in peers if p]
+    if not peers:
+        print("no peers found in %.1fs" % args.wait)
+        return 1
+    print("%-32s  %-16s  %-28s  %s" % ("ID", "NAME", "ADDRESS", "GROUPS"))
+    for p in sorted(peers, key=lambda p: p["name"]):
+        print("%-32s  %-16s  %-28s  %s" % (p["id"], p["name"], p["address"], ",".join(p["groups"])))
+    return 0
+
+
+def demo(out):
+    """Harmony: ZRE peers find each other by endpoint (gossip), join a group, shout and whisper."""
+    from patterns.harmony import Node
+
+    # Loopback only, beacons off: no UDP broadcast leaves this machine.
+    alice = Node("alice", beacon=False).start()
+    bob = Node("bob", beacon=False, endpoints=[alice.endpoint]).start()
+    carol = Node("carol", beacon=False, endpoints=[bob.endpoint]).start()
+    nodes = (alice, bob, carol)
+    try:
+        out("alice at %s; bob knows alice, carol knows bob" % alice.endpoint)
+        with gevent.Timeout(5, False):
+            while not all(len(n.peers()) == 2 for n in nodes):
+                gevent.sleep(0.01)
+        for node in nodes:
+            out("  %-5s sees %s" % (node.name, ", ".join(sorted(node.peer_name(p) for p in node.peers()))))
+        alice.join("news")
+        carol.join("news")
+        with gevent.Timeout(5, False):
+            while len(bob.peers_by_group("news")) < 2:
+                gevent.sleep(0.01)
+        bob.shout("news", b"hello, news readers")
+        for node in (alice, carol):
+            event = _next(node, "SHOUT")
+            out("  %s got SHOUT from %s in %s: %s" % (node.name, event.name, event.group, event.frames[0].decode()))
+        alice.whisper(carol.id, b"just for you", b"(two frames)")
+        event = _next(carol, "WHISPER")
+        out("  carol got WHISPER from %s: %s" % (event.name, b" ".join(event.frames).decode()))
+        bob.stop()
+        event = _next(alice, "EXIT")
+        out("  bob stopped; alice saw %s %s at once" % (event.type, event.name))
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def _next(node, kind, timeout=5):
+    with gevent.Timeout(timeout, False):
+        for event in node.events():
+            if event.type == kind:
+                return event
+    raise RuntimeError("%s: no %s event within %ss" % (node.name, kind, timeout))
