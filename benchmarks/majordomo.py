@@ -38,7 +38,6 @@ def role_broker(stack):
         for _ in broker.events():
             pass
     elif stack == "majortomo":
-        import zmq
         from majortomo.broker import Broker
 
         class Bound(Broker):

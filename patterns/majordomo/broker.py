@@ -185,7 +185,7 @@ class Broker(Actor):
     def _on_request(self, client, name, body):
         stats = self.stats
         stats["requests"] += 1
-        if name.startswith(b"mmi."):
+        if name.startswith(mmi.PREFIX):
             stats["mmi"] += 1
             self._crouter.send(client, self.framing.client_reply(True, name, mmi.answer(name, body, self._has_workers)))
             return
