@@ -1,0 +1,310 @@
+"""Harmony benchmark: zactors nodes beside pyre nodes, two processes in two network namespaces.
+
+    sudo /tmp/venv/bin/python benchmarks/harmony.py [--count 500000] [--pyre-count 200000] [--no-kill]
+
+Measures, for zactors and pyre in the same run: time to discovery (node
+start to ENTER of the other node), SHOUT and WHISPER throughput of 100-byte
+messages with the number lost, and time to EXIT after the peer is SIGKILLed
+(default timeouts: 30 s expiry for both; both kills run at once).  The raw
+pyzmq ceiling (one DEALER to one ROUTER across the same veth) is measured too.
+
+Needs root (it creates namespaces joined by veth pairs and removes them
+afterwards); beacons never leave those namespaces.  Counts default below the
+issue's 1M (500k zactors, 200k pyre, which runs ~2.5x slower) so a run stays
+under ~3 minutes on 2 shared cores; rates are per second, so they compare.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+PAYLOAD = b"x" * 100
+GROUP = "bench"
+QUIET = 3.0  # seconds without a message: the receiver reports what it got
+
+
+def out(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def commands():
+    for line in sys.stdin:
+        yield json.loads(line)
+
+
+# -- zactors roles ----------------------------------------------------------
+def zactors_role(role):
+    import gevent
+    import zmq
+    from patterns.harmony import Node
+
+    zmq.Context.instance()  # warm up what any process has before it starts a node
+    gevent.get_hub()
+    started = time.monotonic()
+    node = Node(role).start()
+    node.join(GROUP)
+    out({"ready": node.id})
+    state = {"count": 0, "last": None, "peer": None}
+
+    def pump():
+        for event in node.events():
+            kind = event.type
+            if kind == "SHOUT" or kind == "WHISPER":
+                state["count"] += 1
+                state["last"] = time.monotonic()
+            elif kind == "ENTER" and state["peer"] is None:
+                state["peer"] = event.peer
+                out({"discovered": time.monotonic() - started, "peer": event.peer})
+            elif kind == "EXIT":
+                out({"exit": time.monotonic(), "peer": event.peer})
+
+    gevent.spawn(pump)
+    if role.endswith("send"):
+        # Starting the stdin thread costs milliseconds: not while discovery is being timed.
+        with gevent.Timeout(30, False):
+            while state["peer"] is None:
+                gevent.sleep(0.001)
+    pool = gevent.get_hub().threadpool
+    while True:
+        line = pool.spawn(sys.stdin.readline).get()
+        if not line:
+            break
+        cmd = json.loads(line)
+        if cmd["cmd"] in ("shout", "whisper"):
+            wait_members(node, cmd)
+            out({"start": time.monotonic()})
+            send = (lambda: node.shout(GROUP, PAYLOAD)) if cmd["cmd"] == "shout" else (
+                lambda peer=cmd["peer"]: node.whisper(peer, PAYLOAD))
+            for i in range(cmd["n"]):
+                send()
+                if i & 1023 == 0:
+                    gevent.sleep(0)
+            out({"sent": cmd["n"]})
+        elif cmd["cmd"] == "count":
+            state["count"] = 0
+            state["last"] = time.monotonic()
+            gevent.spawn(report_when_quiet, state, cmd["n"])
+    node.stop()
+
+
+def wait_members(node, cmd):
+    import gevent
+    if cmd["cmd"] == "shout":
+        with gevent.Timeout(10, False):
+            while not node.peers_by_group(GROUP):
+                gevent.sleep(0.01)
+
+
+def report_when_quiet(state, n):
+    import gevent
+    while state["count"] < n:
+        before = state["count"]
+        gevent.sleep(0.2)
+        if state["count"] == before and time.monotonic() - state["last"] > QUIET:
+            break
+    out({"received": state["count"], "last": state["last"]})
+
+
+# -- pyre roles -------------------------------------------------------------
+def pyre_role(role):
+    import threading
+    import uuid
+
+    import zmq
+    from pyre import Pyre
+
+    ctx = zmq.Context.instance()
+    started = time.monotonic()
+    node = Pyre(role, ctx=ctx)
+    node.start()
+    node.join(GROUP)
+    out({"ready": node.uuid().hex.upper()})
+    state = {"count": 0, "last": None, "peer": None, "target": None}
+    lock = threading.Lock()
+
+    def listen():
+        poller = zmq.Poller()
+        poller.register(node.socket(), zmq.POLLIN)
+        while True:
+            if not dict(poller.poll(200)):
+                target = state["target"]
+                if target is not None and state["last"] and time.monotonic() - state["last"] > QUIET:
+                    state["target"] = None
+                    out({"received": state["count"], "last": state["last"]})
+                continue
+            with lock:
+                parts = node.recv()
+            kind = parts[0]
+            if kind in (b"SHOUT", b"WHISPER"):
+                state["count"] += 1
+                state["last"] = time.monotonic()
+                if state["target"] is not None and state["count"] >= state["target"]:
+                    state["target"] = None
+                    out({"received": state["count"], "last": state["last"]})
+            elif kind == b"ENTER" and state["peer"] is None:
+                state["peer"] = uuid.UUID(bytes=parts[1]).hex.upper()
+                out({"discovered": time.monotonic() - started, "peer": state["peer"]})
+            elif kind == b"EXIT":
+                out({"exit": time.monotonic(), "peer": uuid.UUID(bytes=parts[1]).hex.upper()})
+
+    threading.Thread(target=listen, daemon=True).start()
+    for cmd in commands():
+        if cmd["cmd"] in ("shout", "whisper"):
+            if cmd["cmd"] == "shout":
+                deadline = time.monotonic() + 10
+                while not node.peers_by_group(GROUP) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            out({"start": time.monotonic()})
+            peer = uuid.UUID(cmd["peer"]) if cmd.get("peer") else None
+            for _ in range(cmd["n"]):
+                with lock:
+                    if cmd["cmd"] == "shout":
+                        node.shout(GROUP, PAYLOAD)
+                    else:
+                        node.whisper(peer, PAYLOAD)
+            out({"sent": cmd["n"]})
+        elif cmd["cmd"] == "count":
+            state["count"] = 0
+            state["last"] = time.monotonic()
+            state["target"] = cmd["n"]
+    node.stop()
+
+
+# -- raw pyzmq ceiling ------------------------------------------------------
+def raw_role(role, endpoint=None):
+    import zmq
+    ctx = zmq.Context.instance()
+    if role == "rawrecv":
+        sock = ctx.socket(zmq.ROUTER)
+        port = sock.bind_to_random_port("tcp://*")
+        out({"ready": port})
+        n = json.loads(sys.stdin.readline())["n"]
+        for _ in range(n):
+            sock.recv_multipart()
+        out({"received": n, "last": time.monotonic()})
+    else:
+        sock = ctx.socket(zmq.DEALER)
+        sock.connect(endpoint)
+        out({"ready": 0})
+        n = json.loads(sys.stdin.readline())["n"]
+        out({"start": time.monotonic()})
+        for _ in range(n):
+            sock.send(PAYLOAD)
+        out({"sent": n})
+        sys.stdin.readline()
+    sock.close(1000)
+
+
+# -- the orchestrator -------------------------------------------------------
+class Proc:
+    def __init__(self, ns, *args):
+        self.proc = ns.popen((sys.executable, os.path.abspath(__file__)) + args, text=True, bufsize=1,
+                             stderr=subprocess.DEVNULL)
+
+    def read(self, key, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("benchmark process ended early")
+            msg = json.loads(line)
+            if key in msg:
+                return msg
+        raise RuntimeError("no %s within %ss" % (key, timeout))
+
+    def send(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+
+def stream(sender, receiver, kind, n, peer=None):
+    receiver.send(cmd="count", n=n)
+    sender.send(cmd=kind, n=n, peer=peer)
+    start = sender.read("start")["start"]
+    got = receiver.read("received", timeout=600)
+    elapsed = (got["last"] or start) - start
+    rate = got["received"] / elapsed if elapsed > 0 else 0.0
+    return rate, n - got["received"]
+
+
+def run_pair(lab_pair, kind, n):
+    a_ns, b_ns = lab_pair
+    receiver = Proc(b_ns, "--role", "%s-recv" % kind)
+    receiver.read("ready")
+    sender = Proc(a_ns, "--role", "%s-send" % kind)
+    sender.read("ready")
+    found = sender.read("discovered")
+    results = {"discovery": found["discovered"]}
+    results["shout"] = stream(sender, receiver, "shout", n)
+    results["whisper"] = stream(sender, receiver, "whisper", n, peer=found["peer"])
+    return sender, receiver, results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=500_000, help="messages per zactors/raw stream")
+    parser.add_argument("--pyre-count", type=int, default=200_000, help="messages per pyre stream")
+    parser.add_argument("--no-kill", action="store_true", help="skip the 30 s EXIT-after-SIGKILL phase")
+    parser.add_argument("--role", help=argparse.SUPPRESS)
+    parser.add_argument("--endpoint", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role:
+        if args.role.startswith("zactors"):
+            return zactors_role(args.role)
+        if args.role.startswith("pyre"):
+            return pyre_role(args.role)
+        return raw_role(args.role, args.endpoint)
+
+    from tests.netns import Lab, netns_unavailable
+    reason = netns_unavailable()
+    if reason:
+        sys.exit("benchmarks/harmony.py: %s" % reason)
+    with Lab() as lab:
+        z_pair, p_pair, r_pair = lab.pair(), lab.pair(), lab.pair()
+        # raw ceiling
+        recv = Proc(r_pair[1], "--role", "rawrecv")
+        port = recv.read("ready")["ready"]
+        send = Proc(r_pair[0], "--role", "rawsend", "--endpoint", "tcp://%s:%d" % (r_pair[1].address, port))
+        send.read("ready")
+        recv.send(n=args.count)
+        send.send(n=args.count)
+        start = send.read("start")["start"]
+        last = recv.read("received")["last"]
+        send.send(done=True)
+        raw_rate = args.count / (last - start)
+
+        z_send, z_recv, z = run_pair(z_pair, "zactors", args.count)
+        p_send, p_recv, p = run_pair(p_pair, "pyre", args.pyre_count)
+
+        print("Harmony (ZRE v2), 100-byte messages, two processes in two namespaces (veth)")
+        print("%-26s %14s %14s %14s" % ("", "zactors", "pyre 0.3.5", "raw pyzmq"))
+        print("%-26s %12.1f ms %12.1f ms %14s" % ("discovery (start->ENTER)", z["discovery"] * 1e3,
+                                                   p["discovery"] * 1e3, "-"))
+        for kind in ("shout", "whisper"):
+            (zr, zl), (pr, pl) = z[kind], p[kind]
+            print("%-26s %10.0f/s   %10.0f/s   %10.0f/s" % ("%s throughput" % kind.upper(), zr, pr, raw_rate))
+            print("%-26s %14s %14s %14s" % ("  lost of sent (%d / %d)" % (args.count, args.pyre_count), zl, pl, 0))
+        for kind in ("shout", "whisper"):
+            ratio = z[kind][0] / p[kind][0] if p[kind][0] else float("inf")
+            print("%-26s %13.1fx" % ("%s zactors/pyre" % kind.upper(), ratio))
+
+        if not args.no_kill:
+            killed = time.monotonic()
+            z_recv.proc.send_signal(signal.SIGKILL)
+            p_recv.proc.send_signal(signal.SIGKILL)
+            z_exit = z_send.read("exit", timeout=90)["exit"] - killed
+            p_exit = p_send.read("exit", timeout=90)["exit"] - killed
+            print("%-26s %12.1f s  %12.1f s %14s" % ("EXIT after SIGKILL", z_exit, p_exit, "-"))
+        for proc in (z_send, p_send):
+            proc.proc.stdin.close()
+
+
+if __name__ == "__main__":
+    main()
