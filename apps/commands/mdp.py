@@ -20,7 +20,9 @@ def register(sub):
 
     broker = cmds.add_parser("broker", help="run a broker until Ctrl-C",
                              description="Run a Majordomo broker; clients and workers connect to --bind.")
-    broker.add_argument("--bind", default="tcp://*:5555", help="endpoint for clients and workers (default: %(default)s)")
+    broker.add_argument("--bind", default=DEFAULT_ENDPOINT,
+                        help="endpoint for clients and workers, e.g. tcp://*:5555 for every interface "
+                             "(default: %(default)s)")
     broker.add_argument("--worker-bind", help="a second endpoint, for workers only")
     broker.add_argument("--heartbeat", type=float, default=2.5, help="seconds between heartbeats (default: %(default)s)")
     broker.add_argument("--liveness", type=int, default=3, help="heartbeats missed before a worker is dead (default: %(default)s)")
@@ -28,6 +30,11 @@ def register(sub):
                         help="seconds a request waits for a service that has no worker (default: %(default)s)")
     broker.add_argument("--max-queue", type=int, default=10000, help="requests queued per service (default: %(default)s)")
     _framing(broker)
+    broker.add_argument("--curve", metavar="KEYFILE",
+                        help="serve CURVE with this secret certificate (zactors keygen makes one)")
+    broker.add_argument("--curve-clients", metavar="DIR",
+                        help="with --curve: accept only clients and workers whose public key is in DIR "
+                             "(default: anyone who knows the broker's public key)")
     broker.add_argument("--stats", type=float, default=0, metavar="SECONDS",
                         help="log services, queues and counters every SECONDS (default: never)")
     broker.set_defaults(func=run_broker)
@@ -62,6 +69,18 @@ def register(sub):
 
 def _connect(parser):
     parser.add_argument("--connect", default=DEFAULT_ENDPOINT, help="broker endpoint (default: %(default)s)")
+    parser.add_argument("--curve", metavar="KEYFILE", help="connect with CURVE, using this secret certificate")
+    parser.add_argument("--curve-server", metavar="KEYFILE", help="with --curve: the broker's public certificate")
+
+
+def _curve_client(args):
+    """``(broker public key, own keys)`` from --curve/--curve-server, or None."""
+    if not args.curve:
+        return None
+    if not args.curve_server:
+        raise ValueError("--curve needs --curve-server (the broker's public key file)")
+    from actors.auth import load_keypair, load_public_key
+    return load_public_key(args.curve_server), load_keypair(args.curve)
 
 
 def _framing(parser):
@@ -83,10 +102,26 @@ def _until_signal():
 def run_broker(args):
     from patterns.majordomo import Broker
 
-    broker = Broker(args.bind, worker_endpoint=args.worker_bind, heartbeat=args.heartbeat, liveness=args.liveness,
-                    request_expiry=args.expiry, max_queue=args.max_queue, framing=args.framing)
-    log.info("broker on %s%s (%s framing); Ctrl-C stops", broker.endpoint,
-             "" if not args.worker_bind else ", workers on %s" % broker.worker_endpoint, args.framing)
+    keys, auth = None, None
+    if args.curve:
+        from actors.auth import Authenticator, load_keypair
+        keys = load_keypair(args.curve)
+        if keys.secret is None:
+            raise ValueError("%s holds no secret key (use the .key_secret file)" % args.curve)
+        auth = Authenticator(curve=args.curve_clients or "*")
+    elif args.curve_clients:
+        raise ValueError("--curve-clients needs --curve")
+    try:
+        broker = Broker(args.bind, worker_endpoint=args.worker_bind, heartbeat=args.heartbeat,
+                        liveness=args.liveness, request_expiry=args.expiry, max_queue=args.max_queue,
+                        framing=args.framing, curve=keys)
+    except BaseException:
+        if auth is not None:
+            auth.destroy()
+        raise
+    log.info("broker on %s%s (%s framing%s); Ctrl-C stops", broker.endpoint,
+             "" if not args.worker_bind else ", workers on %s" % broker.worker_endpoint, args.framing,
+             "" if keys is None else ", CURVE, public key %s" % keys.public.decode())
     ticker = gevent.spawn(_log_stats, broker, args.stats) if args.stats > 0 else None
     try:
         _until_signal()
@@ -94,6 +129,8 @@ def run_broker(args):
         if ticker is not None:
             ticker.kill()
         broker.destroy()
+        if auth is not None:
+            auth.destroy()
     return 0
 
 
@@ -126,7 +163,7 @@ def _echo_worker(partials, delay):
 
 def run_worker(args):
     worker = _echo_worker(args.partials, args.delay)(args.connect, args.service, heartbeat=args.heartbeat,
-                                                     framing=args.framing)
+                                                     framing=args.framing, curve=_curve_client(args))
     log.info("worker for %r connected to %s; Ctrl-C stops", args.service, args.connect)
     try:
         _until_signal()
@@ -138,7 +175,8 @@ def run_worker(args):
 def run_request(args):
     from patterns.majordomo import Client, RequestTimeout
 
-    with Client(args.connect, timeout=args.timeout, retries=args.retries, framing=args.framing) as client:
+    with Client(args.connect, timeout=args.timeout, retries=args.retries, framing=args.framing,
+                curve=_curve_client(args)) as client:
         try:
             replies = list(_print_replies(client.stream(args.service, *args.body)))
         except RequestTimeout as exc:
@@ -166,7 +204,7 @@ def _show(frames):
 def run_mmi(args):
     from patterns.majordomo import Client, RequestTimeout
 
-    with Client(args.connect, timeout=args.timeout, retries=1) as client:
+    with Client(args.connect, timeout=args.timeout, retries=1, curve=_curve_client(args)) as client:
         try:
             code = client.request("mmi.service", args.service)[-1][0]
         except RequestTimeout as exc:

@@ -48,6 +48,32 @@ def test_broker_and_worker_commands(run, capsys):
         assert proc.wait(10) == 0
 
 
+def test_curve_broker_command(run, capsys, tmp_path):
+    from actors.auth import create_keypair
+    create_keypair(str(tmp_path / "broker"), "broker")
+    create_keypair(str(tmp_path / "clients"), "me")
+    create_keypair(str(tmp_path / "others"), "stranger")
+    broker = run("mdp", "broker", "--bind", "tcp://127.0.0.1:*", "--curve", str(tmp_path / "broker" / "broker.key_secret"),
+                 "--curve-clients", str(tmp_path / "clients"))
+    line = b""
+    while b"broker on" not in line:
+        line = broker.stderr.readline()
+        assert line, "broker exited"
+    endpoint = re.search(rb"broker on (\S+)", line).group(1).decode()
+    server = ["--curve-server", str(tmp_path / "broker" / "broker.key")]
+    me = ["--connect", endpoint, "--curve", str(tmp_path / "clients" / "me.key_secret")] + server
+    worker = run("mdp", "worker", "echo", *me)
+    wait_for(lambda: main(["-q", "mdp", "mmi", "echo", *me]) == 0, 20, "CURVE worker registered")
+    capsys.readouterr()
+    assert main(["-q", "mdp", "request", "echo", "sealed", *me]) == 0
+    assert capsys.readouterr().out.splitlines() == ["FINAL   sealed"]
+    stranger = ["--connect", endpoint, "--curve", str(tmp_path / "others" / "stranger.key_secret")] + server
+    assert main(["-q", "mdp", "request", "echo", "x", "--timeout", "0.3", "--retries", "1", *stranger]) == 1
+    for proc in (worker, broker):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+
+
 def test_request_and_mmi_against_an_in_process_broker(capsys):
     with Broker() as broker:
         worker = Count(broker.endpoint)
