@@ -135,3 +135,20 @@ def test_interop_with_pyre_both_ways(lab):
     p.expect("LEAVE", peer=z.id, group="chat")
     z.send(cmd="stop")
     p.expect("EXIT", peer=z.id, timeout=10)
+
+
+def test_no_broadcast_interface_is_a_clear_error_or_log(lab, caplog):
+    from actors.beacon import BeaconError
+    from patterns.harmony import Node
+
+    lonely = lab.namespace()  # loopback only
+    with lonely.entered():
+        with pytest.raises(BeaconError, match="no IPv4 interface named or addressed 'eth9'"):
+            Node("picky", interface="eth9").start()
+        node = Node("modest").start()  # no interface asked for: log, go on by endpoint
+    try:
+        assert "no UDP discovery: no broadcast-capable IPv4 interface" in caplog.text
+        assert node.actor.call("INFO", timeout=5)["beacon"] is None
+        assert node.endpoint.startswith("tcp://127.0.0.1:")
+    finally:
+        node.stop()

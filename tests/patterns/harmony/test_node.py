@@ -341,3 +341,57 @@ def test_polite_stop_is_seen_at_once(nodes):
     b.stop()
     expect(a, "EXIT", timeout=3, peer=b.id)
     assert "STOP" in [event.type for event in b.events(timeout=3)]
+
+
+def test_fuzzed_well_formed_headers_at_a_live_node(nodes, raw):
+    """Random bodies behind valid ZRE headers, from peers with and without HELLO."""
+    a = nodes("a")
+    rng = random.Random(7)
+    talkers = [raw(a) for _ in range(3)]
+    for peer in talkers[:2]:
+        peer.hello()
+    for _ in range(600):
+        peer = rng.choice(talkers)
+        head = b"\xaa\xa1" + bytes((rng.randrange(0, 10), 2)) + rng.randrange(0, 65536).to_bytes(2, "big")
+        frames = [head + rng.randbytes(rng.randrange(0, 30))] + [rng.randbytes(5) for _ in range(rng.randrange(3))]
+        peer.out.send_multipart(frames)
+    fresh = raw(a)
+    fresh.hello()
+    expect(a, "ENTER", peer=fresh.id, timeout=20)
+    fresh.send(zre.Whisper(fresh.next(), [b"alive"]))
+    assert expect(a, "WHISPER", peer=fresh.id).frames == [b"alive"]
+    stats = a.stats()
+    assert a.actor.alive and sum(stats.values()) > 100
+
+
+def test_embedded_in_a_gevent_web_server(nodes):
+    from gevent.pywsgi import WSGIServer
+    import urllib.request
+
+    a, b = mesh(nodes, 2)
+
+    def app(environ, start_response):
+        if environ["PATH_INFO"] == "/shout":
+            a.shout("web", b"from a web handler")
+        body = ",".join(a.peers()).encode()
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [body]
+
+    b.join("web")
+    wait_for(lambda: a.peers_by_group("web") == [b.id], 10, "b in web")
+    server = WSGIServer(("127.0.0.1", 0), app, log=None)
+    server.start()
+    try:
+        url = "http://127.0.0.1:%d/" % server.server_port
+        fetch = gevent.get_hub().threadpool
+        replies = [fetch.spawn(lambda u=url + ("shout" if i % 2 else ""): urllib.request.urlopen(u, timeout=20).read())
+                   for i in range(20)]
+        assert [r.get(timeout=30) for r in replies] == [b.id.encode()] * 20
+        shouts = 0
+        with gevent.Timeout(10, False):
+            while shouts < 10:
+                if expect(b, "SHOUT", group="web").frames == [b"from a web handler"]:
+                    shouts += 1
+        assert shouts == 10
+    finally:
+        server.stop()
