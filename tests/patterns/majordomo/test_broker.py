@@ -52,7 +52,12 @@ def test_least_recently_used_worker_first(broker, peers):
         assert client.recv()[1] == b"\x03"
 
 
-def test_queued_request_goes_to_the_worker_that_frees_up(broker, peers):
+def test_queued_request_goes_to_the_worker_that_frees_up(peers):
+    with Broker(heartbeat=5.0) as broker:  # no timer of the broker can be what dispatches it
+        _queued_request_goes_to_the_worker_that_frees_up(broker, peers)
+
+
+def _queued_request_goes_to_the_worker_that_frees_up(broker, peers):
     worker = ready(peers, broker)
     c1, c2 = peers(broker.endpoint), peers(broker.endpoint)
     c1.send(b"MDPC02", b"\x01", b"echo", b"one")
@@ -60,7 +65,7 @@ def test_queued_request_goes_to_the_worker_that_frees_up(broker, peers):
     c2.send(b"MDPC02", b"\x01", b"echo", b"two")
     wait_for(lambda: broker.call("INFO")["queued"] == 1, 5, "second request queued")
     worker.send(b"MDPW02", b"\x04", first[2], b"", b"one")
-    second = worker.recv(timeout=0.15)  # well under one heartbeat: dispatched on FINAL, not on a timer
+    second = worker.recv(timeout=1.0)  # well under one heartbeat (5 s): dispatched on FINAL, not on a timer
     assert second is not None and second[-1] == b"two"
     assert c1.recv()[-1] == b"one"
 
@@ -131,7 +136,7 @@ def test_worker_heartbeat_loss_detected_within_liveness_intervals(peers, interva
         last = time.monotonic()
         wait_for(lambda: counters(broker).get("workers_expired") == 1, 5, "worker expired")
         took = time.monotonic() - last
-        assert took <= interval * liveness + 0.25, took
+        assert took <= interval * liveness + 0.4, took      # (slack for a loaded machine's scheduler)
         assert took >= interval * liveness - 0.05, took
 
 
