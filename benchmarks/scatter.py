@@ -9,7 +9,8 @@ all in this one run:
   * plain pyzmq PUSH -> PULL (the ceiling: not thread-safe);
   * the same received with ``recv_multipart`` (what checking ``RCVMORE`` per
     message costs: Gather must, to discard multipart messages);
-  * zactors Scatter -> Gather, one sending thread (target >= 0.8x plain);
+  * zactors Scatter -> Gather, one sending thread (target >= 0.8x plain),
+    and each side alone against a plain peer, to see where the cost is;
   * zactors Scatter -> Gather, 4 sending threads sharing the one Scatter;
   * plain PUSH behind a threading.Lock, 4 threads (the naive thread-safe way).
 
@@ -167,22 +168,29 @@ def main():
     args = parser.parse_args()
     n = args.messages
 
-    def median(*a):
-        return statistics.median(throughput(*a) for _ in range(args.rounds))
-
+    configs = [
+        ("plain PUSH -> PULL", (_plain_pull, send_plain, n, 1)),
+        ("plain, recv_multipart", (_plain_pull, send_plain, n, 1, True)),
+        ("Scatter -> Gather", (_gather, send_scatter, n, 1)),
+        ("Scatter -> plain PULL", (_plain_pull, send_scatter, n, 1)),
+        ("plain PUSH -> Gather", (_gather, send_plain, n, 1)),
+        ("Scatter, 4 threads", (_gather, send_scatter, n, 4)),
+        ("locked PUSH, 4 threads", (_plain_pull, send_plain, n, 4)),
+    ]
     print("zactors scatter-gather benchmark (%d cores, pyzmq %s, libzmq %s, draft %s), medians of %d rounds"
           % (os.cpu_count(), zmq.__version__, zmq.zmq_version(), zmq.has("draft"), args.rounds))
     print("\none-way tcp loopback, %d x %d-byte messages, sender in another process" % (n, SIZE))
-    plain = median(_plain_pull, send_plain, n, 1)
-    checked = median(_plain_pull, send_plain, n, 1, True)
-    ours = median(_gather, send_scatter, n, 1)
-    ours4 = median(_gather, send_scatter, n, 4)
-    locked4 = median(_plain_pull, send_plain, n, 4)
-    for name, rate in (("plain PUSH -> PULL", plain), ("plain, recv_multipart", checked),
-                       ("Scatter -> Gather", ours),
-                       ("Scatter, 4 threads", ours4), ("locked PUSH, 4 threads", locked4)):
+    # Rounds interleave the configurations, so that load from elsewhere on
+    # the machine hits them alike.
+    runs = {name: [] for name, _ in configs}
+    for _ in range(args.rounds):
+        for name, config in configs:
+            runs[name].append(throughput(*config))
+    rates = {name: statistics.median(values) for name, values in runs.items()}
+    plain = rates["plain PUSH -> PULL"]
+    for name, rate in rates.items():
         print("  %-24s %9.0f msg/s   %.2fx plain" % (name, rate, rate / plain))
-    print("  Scatter/plain = %.2fx (target >= 0.8x)" % (ours / plain))
+    print("  Scatter/plain = %.2fx (target >= 0.8x)" % (rates["Scatter -> Gather"] / plain))
     print("\none-way latency, %d paced messages (p50 / p99)" % args.latency)
     for name, receiver, kind in (("plain PUSH -> PULL", _plain_pull, "plain"), ("Scatter -> Gather", _gather, "ours")):
         p50, p99 = latency(receiver, kind, args.latency)

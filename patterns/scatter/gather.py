@@ -69,7 +69,7 @@ class Gather(SafeSocket):
     def _recv_slow(self, block, timeout):
         deadline = None
         while True:
-            with self._lock:
+            with self._locked:
                 self._check()
                 self._fill()
                 try:

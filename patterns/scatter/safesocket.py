@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 _allocate_lock = get_original("_thread", "allocate_lock")
 _get_ident = get_original("_thread", "get_ident")
+_sleep = get_original("time", "sleep")
 _local = get_original("_thread", "_local")
 _poll = get_original("select", "poll")
 _main_ident = threading.main_thread().ident
@@ -110,15 +111,46 @@ def _thread_waker():
     return waker
 
 
+class _Locked:
+    """``with sock._locked:``: take the lock, and first end the owner's lock-free mode
+    when another thread comes (see :meth:`SafeSocket._share`)."""
+
+    __slots__ = ("sock",)
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def __enter__(self):
+        sock = self.sock
+        sock._lock.acquire()
+        if not sock._shared and sock._owner is not None and sock._owner != _get_ident():
+            sock._share()
+
+    def __exit__(self, *exc):
+        self.sock._lock.release()
+
+
 class SafeSocket:
     """One plain pyzmq socket behind a lock, with cross-thread waiting.
 
     All public methods are safe from any thread and any greenlet.
+
+    Lock-free owner: a subclass may let the first thread that uses a hot
+    method (Scatter's ``send``) call the socket without the lock, for as long
+    as no other thread has touched the object: the owner marks itself
+    ``_busy`` around each such call and then checks ``_shared``; another
+    thread, holding the lock, sets ``_shared`` for good and waits until the
+    owner is not ``_busy`` (Dekker's handshake; the GIL orders these reads
+    and writes).  From then on everyone takes the lock.
     """
 
     def __init__(self, socket_type, native, linger, options):
         self.native = native
         self._lock = _allocate_lock()
+        self._locked = _Locked(self)
+        self._owner = None  # thread ident allowed the lock-free path, until _shared
+        self._shared = False
+        self._busy = False  # the owner is inside a lock-free call
         self._waiters = []  # (hub, Waiter) of parked greenlets not yet woken
         self._parked = 0  # greenlets inside _wait: the last one out closes a closing socket
         self._closing = False
@@ -132,43 +164,43 @@ class SafeSocket:
     # -- options ----------------------------------------------------------------
     def setsockopt(self, option, value):
         """Set a socket option (e.g. through :func:`actors.auth.curve_server`), before bind/connect."""
-        with self._lock:
+        with self._locked:
             self._check()
             self._sock.setsockopt(option, value)
 
     def getsockopt(self, option):
-        with self._lock:
+        with self._locked:
             self._check()
             return self._sock.getsockopt(option)
 
     # -- endpoints ------------------------------------------------------------
     def bind(self, endpoint):
         """Bind; returns the real endpoint (``tcp://127.0.0.1:*`` picks a port)."""
-        with self._lock:
+        with self._locked:
             self._check()
             self._sock.bind(endpoint)
             return self._sock.get(zmq.LAST_ENDPOINT).decode()
 
     def connect(self, endpoint):
         """Connect to a peer (its queue exists at once, connected or not)."""
-        with self._lock:
+        with self._locked:
             self._check()
             self._sock.connect(endpoint)
 
     def unbind(self, endpoint):
-        with self._lock:
+        with self._locked:
             self._check()
             self._sock.unbind(endpoint)
 
     def disconnect(self, endpoint):
         """Forget a peer; its queue and the messages in it are discarded."""
-        with self._lock:
+        with self._locked:
             self._check()
             self._sock.disconnect(endpoint)
 
     def monitor(self, endpoint, events=zmq.EVENT_ALL):
         """Publish socket events (connects, disconnects) on an inproc PAIR ``endpoint``."""
-        with self._lock:
+        with self._locked:
             self._check()
             self._sock.monitor(endpoint, events)
 
@@ -182,7 +214,7 @@ class SafeSocket:
 
         Queued outgoing messages are flushed for up to ``linger`` seconds.
         """
-        with self._lock:
+        with self._locked:
             if self._closing:
                 return
             self._closing = True
@@ -195,6 +227,12 @@ class SafeSocket:
 
     def __exit__(self, *exc):
         self.close()
+
+    def _share(self):
+        """Another thread is here (lock held): end the lock-free mode for good."""
+        self._shared = True
+        while self._busy:  # the owner's lock-free call is a NOBLOCK send: microseconds
+            _sleep(0)
 
     def _check(self):
         if self._closing:
@@ -214,7 +252,7 @@ class SafeSocket:
             hub = get_hub()
         waiter = Waiter(hub)
         entry = (hub, waiter)
-        lock = self._lock
+        lock = self._locked
         with lock:
             self._check()
             if self._ready():
@@ -250,7 +288,7 @@ class SafeSocket:
         """:meth:`_wait` for a plain thread: block it in ``poll``, no gevent hub."""
         waker = _thread_waker()
         entry = (None, waker)
-        lock = self._lock
+        lock = self._locked
         with lock:
             self._check()
             if self._ready():

@@ -7,7 +7,7 @@ from zmq.backend import Socket as _BackendSocket
 
 from .errors import MultipartError, NoPeerAvailable
 from .native import socket_types
-from .safesocket import EVENTS, NOBLOCK, POLLOUT, SafeSocket
+from .safesocket import EVENTS, NOBLOCK, POLLOUT, SafeSocket, _get_ident
 
 __all__ = ["Scatter"]
 
@@ -65,7 +65,29 @@ class Scatter(SafeSocket):
         """
         if type(message) is not bytes and not isinstance(message, _SINGLE):
             message = _single(message)
-        with self._lock:
+        if self._owner == _get_ident():
+            # Lock-free while no other thread has used this Scatter (see SafeSocket).
+            self._busy = True
+            try:
+                if not self._shared and not self._closing:
+                    try:
+                        self._send(message, NOBLOCK)
+                    except _Again:
+                        pass
+                    else:
+                        self.sent += 1
+                        if self._waiters:  # greenlets of this thread; we may have eaten their FD edge
+                            self._wake_if_ready()
+                        return
+            finally:
+                self._busy = False
+        lock = self._lock
+        with lock:
+            if not self._shared and self._owner != _get_ident():
+                if self._owner is None:
+                    self._owner = _get_ident()  # the first sender owns the lock-free path
+                else:
+                    self._share()
             if self._closing:  # the socket may stay open for a parked waiter
                 self._check()
             try:
@@ -85,7 +107,7 @@ class Scatter(SafeSocket):
         deadline = None if timeout is None else _monotonic() + timeout
         self.waited += 1  # not under the lock: a statistic, may miss a concurrent increment
         while self._wait(deadline):
-            with self._lock:
+            with self._locked:
                 self._check()
                 try:
                     self._send(message, NOBLOCK)

@@ -186,3 +186,28 @@ def test_plain_thread_blocks_then_times_out_or_is_woken(make):
     while len(received) < 3:  # the two that filled the queues, then the one that waited
         received.append(sink.recv(timeout=10))
     assert received == [b"fill", b"fill", b"last"]
+
+
+@pytest.mark.timeout(90)
+def test_owner_lock_free_mode_hands_over_safely(make):
+    """The first sending thread runs lock-free until a second thread arrives mid-stream."""
+    for _round in range(20):
+        endpoint = "inproc://handover-%s" % uuid.uuid4().hex
+        gather = make.gather(queue_limit=100)
+        gather.bind(endpoint)
+        scatter = make.scatter(queue_limit=100)
+        scatter.connect(endpoint)
+        per_sender = 2000
+        got = []
+        reader = gevent.spawn(lambda: got.extend(gather.recv(timeout=20) for _ in range(2 * per_sender)))
+        scatter.send(_pack(0))  # this thread becomes the lock-free owner
+        assert scatter._owner == threading.get_ident() and not scatter._shared
+        other = threading.Thread(target=_send_range, args=(scatter, per_sender, 2 * per_sender), daemon=True)
+        other.start()
+        _send_range(scatter, 1, per_sender)  # keeps going while the other thread takes over
+        wait_for(lambda: not other.is_alive(), 30, "the second sender")
+        reader.get(timeout=30)
+        assert scatter._shared
+        assert sorted(_unpack(m)[0] for m in got) == list(range(2 * per_sender))
+        scatter.close()
+        gather.close()
