@@ -6,7 +6,10 @@ takes an OS-level lock (the original ``_thread`` lock, even under
 monkey-patching) around every call into the socket, and never holds it
 across a blocking call or a greenlet switch: every socket call is
 ``NOBLOCK``.  libzmq's own thread-safe sockets do the same (a mutex around
-each call).
+each call).  One exception, for speed: the first thread that sends on a
+Scatter does so without the lock until a second thread uses the object
+(see :class:`SafeSocket`); this relies on the GIL (CPython with its GIL,
+not a free-threaded build).
 
 Waiting.  A caller that must block (no peer can take a message, no message
 to receive) parks only its own greenlet, in its own thread's gevent hub; in
