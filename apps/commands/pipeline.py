@@ -1,5 +1,4 @@
 """``zactors pipeline``: ventilator -> workers -> sink over scatter-gather."""
-import logging
 import sys
 import time
 from collections import Counter
@@ -13,7 +12,6 @@ from apps.pipeline import Sink, Ventilator, Worker
 __all__ = ["register", "demo", "SquareWorker", "ORDER"]
 
 ORDER = 40
-log = logging.getLogger(__name__)
 
 #: runs with at least this many tasks show a progress bar
 PROGRESS_FROM = 20000

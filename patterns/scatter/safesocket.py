@@ -35,7 +35,6 @@ Native draft sockets (thread-safe in libzmq, but without ``ZMQ_FD``) are
 waited for by polling every millisecond.
 """
 import errno
-import logging
 import os
 import threading
 import time
@@ -50,7 +49,6 @@ from actors.loop import context
 
 __all__ = ["SafeSocket", "Closed", "EVENTS", "POLLIN", "POLLOUT", "NOBLOCK"]
 
-log = logging.getLogger(__name__)
 
 _allocate_lock = get_original("_thread", "allocate_lock")
 _get_ident = get_original("_thread", "get_ident")

@@ -1,5 +1,4 @@
 """Scatter: round-robin single-part messages to gather peers, from any thread."""
-import logging
 import time
 
 import zmq
@@ -10,8 +9,6 @@ from .native import socket_types
 from .safesocket import EVENTS, NOBLOCK, POLLOUT, SafeSocket, _get_ident
 
 __all__ = ["Scatter"]
-
-log = logging.getLogger(__name__)
 
 _Again = zmq.Again
 _monotonic = time.monotonic
@@ -81,8 +78,7 @@ class Scatter(SafeSocket):
                         return
             finally:
                 self._busy = False
-        lock = self._lock
-        with lock:
+        with self._lock:
             if not self._shared and self._owner != _get_ident():
                 if self._owner is None:
                     self._owner = _get_ident()  # the first sender owns the lock-free path
