@@ -40,9 +40,29 @@ DRAIN_CAP = 64
 _monotonic = time.monotonic
 
 
+#: sockets one context may hold (libzmq's default of 1023 is about 300 actors)
+MAX_SOCKETS = 65536
+
+_context = None
+
+
 def context():
-    """The process-wide plain ``zmq.Context`` whose sockets zactors owns."""
-    return zmq.Context.instance()
+    """The process-wide plain ``zmq.Context`` whose sockets zactors owns.
+
+    It is ``zmq.Context.instance()``, with ``MAX_SOCKETS`` raised from
+    libzmq's default of 1023 before its first socket when zactors creates it.
+    """
+    global _context
+    ctx = zmq.Context.instance()
+    if ctx is not _context:
+        try:
+            limit = min(MAX_SOCKETS, ctx.get(zmq.SOCKET_LIMIT))
+            if ctx.get(zmq.MAX_SOCKETS) < limit:
+                ctx.set(zmq.MAX_SOCKETS, limit)
+        except zmq.ZMQError:  # sockets exist already: the limit is fixed
+            pass
+        _context = ctx
+    return ctx
 
 
 class Socket(zmq.Socket):
@@ -94,7 +114,9 @@ class Socket(zmq.Socket):
                 if remaining <= 0:
                     return False
                 timer = hub.loop.timer(remaining)
-                timer.start(waiter.switch, False)
+                # update: libev's cached "now" may be stale after busy work,
+                # which would fire the timer early.
+                timer.start(waiter.switch, False, update=True)
             watcher.start(waiter.switch, True)
             try:
                 fired = waiter.get()
@@ -102,11 +124,10 @@ class Socket(zmq.Socket):
                 watcher.stop()
                 if timer is not None:
                     timer.close()
-            # Edge-triggered: the FD firing only means "look at EVENTS again".
+            # Edge-triggered: the FD firing only means "look at EVENTS again";
+            # a timer firing is checked against the deadline at the top.
             if self.get(EVENTS) & events:
                 return True
-            if not fired:
-                return False
 
     def send_multipart(self, frames, flags=0, copy=True, track=False, timeout=None):
         """Send all frames; parks the greenlet while the peer is at its HWM."""
@@ -173,12 +194,13 @@ class Timer:
 
 
 class _Reader:
-    __slots__ = ("socket", "handler", "watcher")
+    __slots__ = ("socket", "handler", "watcher", "removed")
 
     def __init__(self, socket, handler, watcher):
         self.socket = socket
         self.handler = handler
         self.watcher = watcher
+        self.removed = False
 
 
 class _FdReader:
@@ -224,6 +246,7 @@ class Reactor:
     def remove_reader(self, socket):
         for reader in self._readers:
             if reader.socket is socket:
+                reader.removed = True  # a handler may remove (and close) mid-drain
                 reader.watcher.close()
                 self._readers.remove(reader)
                 return True
@@ -294,6 +317,8 @@ class Reactor:
             while self._running:
                 busy = False
                 for reader in tuple(self._readers):
+                    if reader.removed:
+                        continue
                     recv = reader.socket.recv
                     handler = reader.handler
                     n = 0
@@ -311,6 +336,8 @@ class Reactor:
                         handler(frames)
                         if not self._running:
                             return
+                        if reader.removed:
+                            break
                         n += 1
                         if n >= cap:
                             busy = True
@@ -333,7 +360,7 @@ class Reactor:
                 timer = None
                 if timeout is not None:
                     timer = hub.loop.timer(timeout)
-                    timer.start(self._wake)
+                    timer.start(self._wake, update=True)
                 try:
                     waiter.get()
                 finally:

@@ -6,6 +6,8 @@ import pytest
 
 from actors.loop import context
 
+context()  # before any test makes a socket: raises libzmq's 1023-socket default
+
 
 def wait_for(predicate, timeout=5.0, what="condition"):
     """Wait until ``predicate()`` is true, yielding to other greenlets; fail at the deadline."""

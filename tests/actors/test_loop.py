@@ -195,3 +195,42 @@ def test_plain_fd_reader_is_level_triggered():
     assert r.remove_fd(right.fileno()) and not r.remove_fd(right.fileno())
     r.close()
     left.close(); right.close()
+
+
+def test_wait_timeout_is_not_cut_short_by_a_stale_loop_clock():
+    a, b = pair()
+    busy_until = time.monotonic() + 0.15
+    while time.monotonic() < busy_until:  # busy without yielding: libev's "now" goes stale
+        pass
+    started = time.monotonic()
+    with pytest.raises(zmq.Again):
+        b.recv_multipart(timeout=0.1)
+    assert time.monotonic() - started >= 0.099
+    a.close(); b.close()
+
+
+def test_handler_may_remove_and_close_its_own_socket_mid_drain():
+    r = Reactor()
+    a, b = pair(zmq.PUSH, zmq.PULL, "inproc://close-mid-drain")
+    got = []
+
+    def once(frames):
+        got.append(frames[0])
+        r.remove_reader(b)
+        b.close(0)
+        r.call_later(0.01, r.stop)
+
+    r.add_reader(b, once)
+    for i in range(10):
+        a.send(b"%d" % i)
+    gevent.spawn(r.run).get(timeout=5)  # no ZMQError from recv on a closed socket
+    assert got == [b"0"]
+    r.close()
+    a.close()
+
+
+def test_context_holds_more_than_libzmq_default_sockets():
+    ctx = context()
+    socks = [ctx.socket(zmq.PAIR, socket_class=Socket) for _ in range(1100)]
+    for s in socks:
+        s.close(0)
