@@ -89,8 +89,11 @@ class Ventilator:
     """Binds a Scatter and sends tasks round-robin to the workers connected.
 
     :meth:`wait_for_workers` blocks until ``n`` workers have connected (so
-    the first tasks do not all go to the first one).  Thread-safe like its
-    Scatter.
+    the first tasks do not all go to the first one).  It watches the socket's
+    events from creation until that wait ends or the first task is sent
+    (libzmq's I/O thread blocks on an event nobody reads, so the watch is
+    kept short).  :meth:`send` is thread-safe like the Scatter;
+    :meth:`wait_for_workers` and :meth:`close` belong to the creating thread.
     """
 
     def __init__(self, endpoint="tcp://127.0.0.1:*", queue_limit=1000, secure=None):
@@ -98,31 +101,51 @@ class Ventilator:
         if secure is not None:
             secure(self.scatter)
         monitor = "inproc://zactors-ventilator-%s" % uuid.uuid4().hex
-        self.scatter.monitor(monitor, zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
         self._monitor = context().socket(zmq.PAIR, socket_class=Socket)
         self._monitor.linger = 0
+        self.scatter.monitor(monitor, zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
         self._monitor.connect(monitor)
+        #: workers connected when the watch ended (see wait_for_workers)
         self.workers = 0
         self.endpoint = self.scatter.bind(endpoint)
         self._ids = itertools.count()
+        self._watch_lock = get_original("_thread", "allocate_lock")()
 
     def wait_for_workers(self, n, timeout=None):
-        """Block (this greenlet) until ``n`` workers are connected; False on timeout."""
-        deadline = None if timeout is None else gevent.get_hub().loop.now() + timeout
-        while self.workers < n:
-            remaining = None if deadline is None else deadline - gevent.get_hub().loop.now()
-            if remaining is not None and remaining <= 0:
-                return False
-            try:
-                frames = self._monitor.recv_multipart(timeout=remaining)
-            except zmq.Again:
-                return False
-            event = parse_monitor_message(frames)["event"]
-            self.workers += 1 if event == zmq.EVENT_HANDSHAKE_SUCCEEDED else -1
-        return True
+        """Block (this greenlet) until ``n`` workers are connected; False on timeout.
+
+        Ends the watch on connections: call it once, before sending.
+        """
+        if self._monitor is None:
+            raise RuntimeError("wait_for_workers works once, before the first task is sent")
+        loop = gevent.get_hub().loop
+        deadline = None if timeout is None else loop.now() + timeout
+        try:
+            while self.workers < n:
+                remaining = None if deadline is None else deadline - loop.now()
+                if remaining is not None and remaining <= 0:
+                    return False
+                try:
+                    frames = self._monitor.recv_multipart(timeout=remaining)
+                except zmq.Again:
+                    return False
+                event = parse_monitor_message(frames)["event"]
+                self.workers += 1 if event == zmq.EVENT_HANDSHAKE_SUCCEEDED else -1
+            return True
+        finally:
+            self._stop_watch()
+
+    def _stop_watch(self):
+        with self._watch_lock:  # the first sends may come from several threads at once
+            monitor, self._monitor = self._monitor, None
+        if monitor is not None:
+            self.scatter.stop_monitor()  # first, or libzmq's I/O thread blocks on the next event
+            monitor.close(0)
 
     def send(self, payload, timeout=None):
         """Send one task (bytes); returns its id.  Blocks while every worker queue is full."""
+        if self._monitor is not None:
+            self._stop_watch()
         task_id = next(self._ids)  # atomic in CPython
         self.scatter.send(encode_task(task_id, payload), timeout=timeout)
         return task_id
@@ -132,7 +155,7 @@ class Ventilator:
         return self.scatter.sent
 
     def close(self):
-        self._monitor.close(0)
+        self._stop_watch()
         self.scatter.close()
 
 
@@ -172,11 +195,13 @@ class Worker(Actor):
             thread.start()
 
     def teardown(self):
-        self.tasks.close()  # wakes every loop with Closed
+        # Closing wakes every loop, blocked on a task or on a full result
+        # queue, with Closed; queued results are still flushed (linger).
+        self.tasks.close()
+        self.results.close()
         gevent.killall(getattr(self, "_greenlets", ()))
         for thread in getattr(self, "_threads", ()):
             thread.join(5)
-        self.results.close()
 
     def _work(self):
         name = self.name

@@ -200,10 +200,21 @@ class SafeSocket:
             self._sock.disconnect(endpoint)
 
     def monitor(self, endpoint, events=zmq.EVENT_ALL):
-        """Publish socket events (connects, disconnects) on an inproc PAIR ``endpoint``."""
+        """Publish socket events (connects, disconnects) on an inproc PAIR ``endpoint``.
+
+        Beware: libzmq's I/O thread *blocks* sending an event to a reader
+        that is gone or full, and with it every socket of the context.  Read
+        the events, and call :meth:`stop_monitor` before closing the reader.
+        """
         with self._locked:
             self._check()
             self._sock.monitor(endpoint, events)
+
+    def stop_monitor(self):
+        """Stop publishing socket events (before the reader of the events goes away)."""
+        with self._locked:
+            if not self._closing:
+                self._sock.disable_monitor()
 
     # -- closing --------------------------------------------------------------
     @property

@@ -6,10 +6,12 @@ import sys
 
 import gevent
 import pytest
+import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.auth import create_keypair
+from actors.loop import context
 from apps.commands.pipeline import SquareWorker, pipeline
 from apps.pipeline import Sink, Ventilator, Worker, decode_result, decode_task, encode_result, encode_task
 from patterns.scatter import Scatter
@@ -168,3 +170,22 @@ def test_decoders_turn_any_bytes_into_a_value_or_a_value_error(frame):
 def test_codecs_round_trip(task_id, payload, worker):
     assert decode_task(encode_task(task_id, payload)) == (task_id, payload)
     assert decode_result(encode_result(task_id, worker, payload)) == (task_id, worker, payload)
+
+
+@pytest.mark.timeout(60)
+def test_runs_back_to_back_leave_the_shared_context_working():
+    # Regression: a monitor left running after its reader closed blocked
+    # libzmq's I/O thread, and so every tcp socket of the process.
+    for _ in range(5):
+        assert pipeline(lambda line: None, 300, 3)
+    ctx = context()
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    try:
+        pull.linger = push.linger = 0
+        port = pull.bind_to_random_port("tcp://127.0.0.1")
+        push.connect("tcp://127.0.0.1:%d" % port)
+        push.send(b"still alive")
+        assert pull.poll(10000), "the context's I/O thread is stuck"
+    finally:
+        pull.close()
+        push.close()
