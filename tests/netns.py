@@ -63,6 +63,11 @@ def netns_unavailable():
     return reason or None
 
 
+def _start_zmq_io_thread():
+    import zmq
+    zmq.Context.instance().socket(zmq.PAIR).close(0)  # libzmq starts its I/O threads with the first socket
+
+
 def _setns(fd):
     if _libc.setns(fd, _CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
@@ -104,7 +109,10 @@ class Namespace:
 
         Sockets created inside the block stay in this namespace after it.
         Every greenlet of the thread runs inside meanwhile: keep it short.
+        Threads started inside would stay inside for good, so the shared
+        ZeroMQ context's I/O thread is started before entering.
         """
+        _start_zmq_io_thread()
         home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         try:
             target = os.open("/run/netns/%s" % self.name, os.O_RDONLY)

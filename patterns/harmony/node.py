@@ -624,8 +624,8 @@ class Node:
         self._actor().send("LEAVE", group)
 
     def whisper(self, peer, *frames):
-        """Send ``frames`` (bytes or str) to one peer (its hex id)."""
-        self._actor().send("WHISPER", peer, [_frame(f) for f in frames])
+        """Send ``frames`` (bytes or str) to one peer (its id, or a ``uuid.UUID``)."""
+        self._actor().send("WHISPER", _peer_id(peer), [_frame(f) for f in frames])
 
     def shout(self, group, *frames):
         """Send ``frames`` to every peer in ``group``."""
@@ -693,7 +693,7 @@ class Node:
 
     def peer(self, peer, timeout=10.0):
         """``{id, name, headers, address, groups, backlog}`` of a peer, or None."""
-        return self._actor().call("PEER", peer, timeout=timeout)
+        return self._actor().call("PEER", _peer_id(peer), timeout=timeout)
 
     def peer_name(self, peer):
         found = self.peer(peer)
@@ -730,6 +730,14 @@ class Node:
 
     def __repr__(self):
         return "<Node %s %s>" % (self.name, self.endpoint or "stopped")
+
+
+def _peer_id(peer):
+    if type(peer) is str and len(peer) == 32:
+        return peer.upper()
+    if isinstance(peer, _uuid.UUID):
+        return peer.hex.upper()
+    return str(peer).replace("-", "").upper()
 
 
 def _frame(value):
