@@ -57,6 +57,9 @@ __all__ = ["Node", "NodeActor", "NodeEvent", "GOSSIP_HEADER"]
 
 log = logging.getLogger(__name__)
 
+_EVENTS = 15
+_POLLOUT = 2
+
 GOSSIP_HEADER = "X-ZACTORS-GOSSIP"
 _GOSSIP_PEERS = b"\x00zactors/gossip/peers"
 _GOSSIP_BYE = b"\x00zactors/gossip/bye"
@@ -617,23 +620,33 @@ class Node:
         return self.actor
 
     # -- messaging ----------------------------------------------------------
+    def _send(self, verb, *args):
+        actor = self._actor()
+        sock = actor._pipe.socket
+        # While the node holds the pipe back (a slow peer), wait here by polling
+        # EVENTS: the pipe's reader greenlet may eat the ZMQ_FD edge that would
+        # wake a sender parked inside the pipe.  The send below re-kicks the reader.
+        while not sock.get(_EVENTS) & _POLLOUT:
+            gevent.sleep(0.002)
+        actor.send(verb, *args)
+
     def join(self, group):
-        self._actor().send("JOIN", group)
+        self._send("JOIN", group)
 
     def leave(self, group):
-        self._actor().send("LEAVE", group)
+        self._send("LEAVE", group)
 
     def whisper(self, peer, *frames):
         """Send ``frames`` (bytes or str) to one peer (its id, or a ``uuid.UUID``)."""
-        self._actor().send("WHISPER", _peer_id(peer), [_frame(f) for f in frames])
+        self._send("WHISPER", _peer_id(peer), [_frame(f) for f in frames])
 
     def shout(self, group, *frames):
         """Send ``frames`` to every peer in ``group``."""
-        self._actor().send("SHOUT", group, [_frame(f) for f in frames])
+        self._send("SHOUT", group, [_frame(f) for f in frames])
 
     def connect(self, endpoint):
         """Say HELLO to the node at ``endpoint`` (discovery without broadcast)."""
-        self._actor().send("CONNECT", endpoint)
+        self._send("CONNECT", endpoint)
 
     # -- events -------------------------------------------------------------
     def recv(self, timeout=None):

@@ -308,7 +308,7 @@ def test_ping_ok_keeps_a_quiet_peer_alive(nodes):
 
 @pytest.mark.timeout(90)
 def test_slow_receiver_blocks_the_sender_and_loses_nothing(nodes, raw):
-    a = nodes("a", hwm=100, backlog=200)
+    a = nodes("a", hwm=100, backlog=200, evasive=0.2)  # EVASIVE events while the sender is held
     peer = raw(a, rcvhwm=100)
     peer.hello()
     peer.recv()  # a's HELLO
@@ -326,7 +326,7 @@ def test_slow_receiver_blocks_the_sender_and_loses_nothing(nodes, raw):
     assert not done.is_set(), "the sender should be blocked by a peer that does not read"
     got, sequences = [], []
     while len(got) < total:
-        _, message = peer.recv(timeout=20)
+        _, message = peer.recv(timeout=30)
         sequences.append(message.sequence)  # PINGs may come in between: a quiet peer
         if type(message) is zre.Whisper:
             got.append(message)
