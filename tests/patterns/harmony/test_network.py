@@ -152,3 +152,29 @@ def test_no_broadcast_interface_is_a_clear_error_or_log(lab, caplog):
         assert node.endpoint.startswith("tcp://127.0.0.1:")
     finally:
         node.stop()
+
+
+def test_beacons_alone_do_not_keep_a_peer_alive(lab):
+    """UDP says B is there, TCP says nothing: EVASIVE, SILENT, then EXIT at expiry."""
+    from actors.beacon import Beacon
+    from patterns.harmony import protocol as zre
+
+    a_ns, b_ns = lab.pair()
+    config = {"interval": 0.1, "evasive": 0.5, "expired": 2.5}
+    a = Agent(a_ns, dict(config, name="A"))
+    b = Agent(b_ns, dict(config, name="B"))
+    a.expect("ENTER", peer=b.id)
+    port = int(b.endpoint.rsplit(":", 1)[1])
+    with b_ns.entered():  # B's beacon goes on from another socket in B's namespace...
+        ghost = Beacon(port=5670, interval=0.1)
+    try:
+        ghost.call("PUBLISH", zre.encode_beacon(bytes.fromhex(b.id), port), timeout=5)
+        b.proc.send_signal(signal.SIGSTOP)  # ...while B itself says nothing over TCP
+        stopped = time.monotonic()
+        a.expect("EVASIVE", peer=b.id, timeout=10)
+        a.expect("SILENT", peer=b.id, timeout=10)
+        a.expect("EXIT", peer=b.id, timeout=15)
+        assert time.monotonic() - stopped >= config["expired"] - 0.5
+    finally:
+        ghost.destroy()
+        b.proc.send_signal(signal.SIGCONT)
