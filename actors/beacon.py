@@ -74,14 +74,16 @@ def _ipv4_interfaces():
     return found
 
 
-def choose_interface(spec=None):
+def choose_interface(spec=None, interfaces=None):
     """``(name, address, broadcast)`` of the interface to beacon on.
 
     ``spec`` is an interface name or one of its IPv4 addresses; None picks
     the first interface that is up, not loopback, not link-local and can
     broadcast.  Raises :class:`BeaconError` with what is available.
+    ``interfaces`` is a listing from ``_ipv4_interfaces`` to reuse.
     """
-    interfaces = _ipv4_interfaces()
+    if interfaces is None:
+        interfaces = _ipv4_interfaces()
     have = ", ".join("%s %s%s" % (n, a, "" if up else " (down)") for n, a, _, up, _ in interfaces) or "none"
     if spec:
         for name, address, broadcast, up, loopback in interfaces:
@@ -122,8 +124,9 @@ class Beacon(Actor):
 
     # -- actor side ---------------------------------------------------------
     def setup(self):
-        self.interface, self.address, self.broadcast = choose_interface(self.interface)
-        self._own = {address for _, address, _, _, _ in _ipv4_interfaces()}
+        interfaces = _ipv4_interfaces()
+        self.interface, self.address, self.broadcast = choose_interface(self.interface, interfaces)
+        self._own = {address for _, address, _, _, _ in interfaces}
         udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             udp.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)

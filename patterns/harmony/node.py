@@ -622,12 +622,13 @@ class Node:
     # -- messaging ----------------------------------------------------------
     def _send(self, verb, *args):
         actor = self._actor()
-        sock = actor._pipe.socket
-        # While the node holds the pipe back (a slow peer), wait here by polling
-        # EVENTS: the pipe's reader greenlet may eat the ZMQ_FD edge that would
-        # wake a sender parked inside the pipe.  The send below re-kicks the reader.
-        while not sock.get(_EVENTS) & _POLLOUT:
-            gevent.sleep(0.002)
+        if actor._paused:
+            # While the node holds the pipe back (a slow peer), wait here by polling
+            # EVENTS: the pipe's reader greenlet may eat the ZMQ_FD edge that would
+            # wake a sender parked inside the pipe.  The send below re-kicks the reader.
+            sock = actor._pipe.socket
+            while actor._paused and not sock.get(_EVENTS) & _POLLOUT:
+                gevent.sleep(0.002)
         actor.send(verb, *args)
 
     def join(self, group):
