@@ -632,6 +632,9 @@ class Node:
         actor.send(verb, *args)
 
     def join(self, group):
+        """Join ``group`` (at most 255 bytes of UTF-8, as ZRE strings are)."""
+        if len(group.encode()) > 255:
+            raise ValueError("group name longer than 255 bytes")
         self._send("JOIN", group)
 
     def leave(self, group):
