@@ -16,7 +16,7 @@ from collections import deque
 import zmq
 
 from .actor import Actor
-from .loop import NOBLOCK, SNDMORE
+from .loop import NOBLOCK, SNDMORE, raw_send
 
 __all__ = ["Router", "RouterActor"]
 
@@ -92,12 +92,12 @@ class Router:
         """None when sent, else the errno that stopped it."""
         sock = self.socket
         try:
-            sock.send(identity, NOBLOCK | SNDMORE)
+            raw_send(sock, identity, NOBLOCK | SNDMORE)
         except zmq.ZMQError as exc:
             return exc.errno
         last = len(frames) - 1
         for i, frame in enumerate(frames):
-            sock.send(frame, NOBLOCK if i == last else NOBLOCK | SNDMORE)
+            raw_send(sock, frame, NOBLOCK if i == last else NOBLOCK | SNDMORE)
         return None
 
     def backlog_of(self, identity):
