@@ -1,11 +1,12 @@
 """UDP beacon: broadcast a small payload at an interval, and listen for others.
 
 :class:`Beacon` is an actor around one UDP socket (a non-blocking
-``gevent.socket``) bound to ``port`` on all addresses, broadcasting to the
-broadcast address of one IPv4 interface.  The interface is chosen by name or
-address (``interface="eth0"`` or ``"192.0.2.1"``), else the first interface
-that is up, not loopback and has a broadcast address (interfaces come from
-psutil).  Without one, construction raises :class:`BeaconError` saying so.
+``gevent.socket`` read from the actor loop through ``add_fd``) bound to
+``port`` on all addresses, broadcasting to the broadcast address of one
+IPv4 interface.  The interface is chosen by name or address
+(``interface="eth0"`` or ``"192.0.2.1"``), else the first interface that is
+up, not loopback and has a broadcast address (interfaces come from psutil).
+Without one, construction raises :class:`BeaconError` saying so.
 
 Commands (all from the parent, see :class:`actors.Actor`):
 
@@ -32,7 +33,6 @@ import socket as _stdsocket
 
 import psutil
 from gevent import socket
-from gevent.hub import get_hub
 
 from .actor import Actor, command
 
@@ -115,7 +115,6 @@ class Beacon(Actor):
         self.name = name or "Beacon"
         self.address = self.broadcast = None
         self._udp = None
-        self._watcher = None
         self._payload = None
         self._timer = None
         self._prefix = None
@@ -139,24 +138,16 @@ class Beacon(Actor):
             raise BeaconError("cannot bind UDP port %d: %s" % (self.port, exc)) from None
         udp.setblocking(False)
         self._udp = udp
-        # Datagrams wake the reactor through a zero-delay timer, so they are
-        # handled in the actor greenlet like everything else.
-        self._watcher = get_hub().loop.io(udp.fileno(), 1)
-        self._watcher.start(self._on_readable)
+        self.add_fd(udp.fileno(), self._drain)
         log.debug("%s: %s %s, broadcast %s:%d", self.name, self.interface, self.address, self.broadcast, self.port)
 
     def teardown(self):
-        if self._watcher is not None:
-            self._watcher.close()
         if self._udp is not None:
+            self.remove_fd(self._udp.fileno())
             self._udp.close()
 
-    def _on_readable(self):
-        # Runs in the hub: hand over to the actor greenlet.
-        self._watcher.stop()
-        self.call_later(0, self._drain)
-
     def _drain(self):
+        """Read what is waiting (level-triggered: the rest wakes us next round)."""
         udp = self._udp
         for _ in range(_RECV_CAP):
             try:
@@ -168,10 +159,6 @@ class Beacon(Actor):
                 log.debug("%s: receive failed: %s", self.name, exc)
                 break
             self._received(sender, payload)
-        else:
-            self.call_later(0, self._drain)  # more may wait: let others run first
-            return
-        self._watcher.start(self._on_readable)
 
     def _received(self, sender, payload):
         if self._prefix is None:

@@ -270,6 +270,9 @@ class NodeActor(Actor):
             if all(len(p.backlog) <= low for p in self._backlogged):
                 self._paused = False
                 self.add_reader(self._child, self._on_pipe)
+                # The pipe's ZMQ_FD edge fired while it was not watched: a short
+                # timer makes the reactor go round and drain it.
+                self.call_later(0.001, _nothing)
 
     # -- liveness -----------------------------------------------------------
     def _arm(self):
@@ -747,6 +750,10 @@ class Node:
 
     def __repr__(self):
         return "<Node %s %s>" % (self.name, self.endpoint or "stopped")
+
+
+def _nothing():
+    pass
 
 
 def _peer_id(peer):
