@@ -276,10 +276,20 @@ class NodeActor(Actor):
 
     # -- liveness -----------------------------------------------------------
     def _arm(self):
-        if self._deadline is None:
-            due = self.liveness.next_deadline()
-            if due is not None:
-                self._deadline = self.call_later(max(0.001, due - time.monotonic()), self._on_deadline)
+        """Time the next liveness check; earlier than a pending one if need be.
+
+        Called when a peer is added, after each check, and when an evasive peer
+        speaks again (its next deadline moves from expiry back to evasion).
+        """
+        due = self.liveness.next_deadline()
+        timer = self._deadline
+        if timer is not None:
+            if due is not None and due >= timer.deadline - 0.001:
+                return
+            timer.cancel()
+            self._deadline = None
+        if due is not None:
+            self._deadline = self.call_later(max(0.001, due - time.monotonic()), self._on_deadline)
 
     def _on_deadline(self):
         self._deadline = None
@@ -336,8 +346,10 @@ class NodeActor(Actor):
             log.debug("%s: %s: %s", self.name, kind, detail)
 
     def _touch(self, peer):
-        peer.evasive = 0
         self.liveness.touch(peer.identity)
+        if peer.evasive:
+            peer.evasive = 0
+            self._arm()
 
     def _on_inbox(self, frames):
         identity = frames[0]
@@ -361,8 +373,10 @@ class NodeActor(Actor):
             self._bad("sequence_errors", "%s sent %d, expected %d" % (peer.name, message.sequence, peer.want_sequence))
             self._remove(peer, "lost messages")
             return
-        peer.evasive = 0
         self.liveness.touch(identity)
+        if peer.evasive:
+            peer.evasive = 0
+            self._arm()
         if kind is _Whisper:
             content = message.content
             if peer.gossip and content and content[0][:1] == b"\x00" and self._on_gossip(peer, content):

@@ -300,10 +300,14 @@ def test_ping_ok_keeps_a_quiet_peer_alive(nodes):
     expect(a, "EVASIVE", peer=b.id)  # silence turns evasive: PING, PING-OK...
     hub = gevent.get_hub()
     until = hub.loop.now() + 2.0  # watch for longer than the expiry: no EXIT
+    evasive = 0
     while hub.loop.now() < until:
         event = a.recv(until - hub.loop.now())
         assert event is None or event.type != "EXIT"
+        evasive += event is not None and event.type == "EVASIVE"
     assert b.id in a.peers() and a.id in b.peers()
+    # Pinged again after each evasive span, not only once per expiry span.
+    assert evasive >= 4, evasive
 
 
 @pytest.mark.timeout(90)
