@@ -24,18 +24,18 @@ class Agent:
         self.proc = ns.python(*args, cwd=ROOT)
         self.ns = ns
         self.lines = FileObjectThread(self.proc.stdout, "r")
-        ready = self.next(30)
+        ready = self.next(30, "ready line")
         self.id = ready["ready"]
         self.endpoint = ready["endpoint"]
         self.events = []
 
-    def next(self, timeout):
+    def next(self, timeout, what="anything"):
         with gevent.Timeout(timeout, False):
             line = self.lines.readline()
             if line:
                 return json.loads(line)
             pytest.fail("agent ended: %s" % self.proc.stderr.read()[-2000:])
-        pytest.fail("agent said nothing within %ss" % timeout)
+        pytest.fail("agent: no %s within the deadline; unclaimed events: %s" % (what, self.events[-10:]))
 
     def expect(self, kind, timeout=15, **fields):
         deadline = time.monotonic() + timeout
@@ -47,7 +47,7 @@ class Agent:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 pytest.fail("no %s %s within %ss; had %s" % (kind, fields, timeout, self.events[-10:]))
-            self.events.append(self.next(remaining))
+            self.events.append(self.next(remaining, "%s %s" % (kind, fields)))
 
     def send(self, **cmd):
         self.proc.stdin.write(json.dumps(cmd) + "\n")
@@ -101,7 +101,8 @@ def test_three_namespaces_on_a_lan(lab):
                 agent.expect("ENTER", peer=other.id)
     agents[0].send(cmd="join", group="g")
     agents[1].send(cmd="join", group="g")
-    agents[2].expect("JOIN", peer=agents[1].id, group="g")
+    for member in agents[:2]:
+        agents[2].expect("JOIN", peer=member.id, group="g")
     agents[2].send(cmd="shout", group="g", frames=["to members"])
     for member in agents[:2]:
         assert member.expect("SHOUT", peer=agents[2].id)["frames"] == ["to members"]
