@@ -201,9 +201,9 @@ class Actor(metaclass=_ActorType):
             return
         if not greenlet.dead:
             try:
-                self._pipe.send(TERM)
-            except ActorError:
-                pass
+                self._pipe.socket.send(encode(TERM), NOBLOCK)
+            except zmq.ZMQError:  # the pipe is full (the actor is not reading it): same thread, stop it directly
+                self._reactor.stop()
             greenlet.join(self.term_timeout if timeout is None else timeout)
             if not greenlet.dead:
                 log.warning("%s ignored $TERM; killing it", self.name)
@@ -247,12 +247,23 @@ class Actor(metaclass=_ActorType):
         self._sockets.append(sock)
         return sock
 
-    def close_socket(self, sock):
-        """Stop reading and close one of this actor's sockets now."""
+    def close_socket(self, sock, linger=0):
+        """Stop reading and close one of this actor's sockets now.
+
+        ``linger`` (seconds) lets queued messages (a goodbye, say) leave first.
+        """
         self._reactor.remove_reader(sock)
         if sock in self._sockets:
             self._sockets.remove(sock)
-        sock.close(0)
+        sock.close(int(linger * 1000))
+
+    def pause_commands(self):
+        """Stop reading the pipe: the parent's calls queue up, then its senders block."""
+        self._reactor.remove_reader(self._child)
+
+    def resume_commands(self):
+        """Read the pipe again (queued commands are handled at once)."""
+        self._reactor.add_reader(self._child, self._on_pipe)
 
     def add_reader(self, sock, handler):
         """Call ``handler(frames)`` for each message on ``sock``."""

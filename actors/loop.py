@@ -120,10 +120,10 @@ class Socket(zmq.Socket):
                 timer = hub.loop.timer(remaining)
                 # update: libev's cached "now" may be stale after busy work,
                 # which would fire the timer early.
-                timer.start(waiter.switch, False, update=True)
-            watcher.start(waiter.switch, True)
+                timer.start(waiter.switch, None, update=True)
+            watcher.start(waiter.switch, None)
             try:
-                fired = waiter.get()
+                waiter.get()
             finally:
                 watcher.stop()
                 if timer is not None:
@@ -233,6 +233,7 @@ class Reactor:
         self._seq = itertools.count()
         self._waiter = None
         self._running = False
+        self._fresh = False
         self.drain_cap = drain_cap
 
     # -- registration -------------------------------------------------------
@@ -245,6 +246,9 @@ class Reactor:
         watcher = get_hub().loop.io(socket.getsockopt(zmq.FD), 1)
         watcher.start(self._wake)
         self._readers.append(_Reader(socket, handler, watcher))
+        # Messages may wait already, their ZMQ_FD edge long gone: go round once.
+        self._fresh = True
+        self._wake()
 
     def remove_reader(self, socket):
         for reader in self._readers:
@@ -319,6 +323,7 @@ class Reactor:
         try:
             while self._running:
                 busy = False
+                self._fresh = False
                 for reader in tuple(self._readers):
                     sock = reader.socket
                     # EVENTS first: an idle socket costs one getsockopt, not an
@@ -360,7 +365,7 @@ class Reactor:
                 timeout = self._run_timers()
                 if not self._running:
                     return
-                if busy:
+                if busy or self._fresh:
                     gevent.sleep(0)
                     continue
                 if timeout is not None and timeout <= 0:

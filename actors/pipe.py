@@ -32,14 +32,14 @@ from collections import namedtuple
 import gevent
 import msgpack
 import zmq
-from gevent.event import AsyncResult
+from gevent.event import AsyncResult, Event as GeventEvent
 from gevent.queue import Queue
 
 from .errors import ActorDied, ActorExited, ActorTimeout, CommandError, PipeError
 from gevent import getcurrent
 from gevent.hub import Waiter
 
-from .loop import EVENTS, NOBLOCK, POLLIN, Socket, context
+from .loop import EVENTS, NOBLOCK, POLLIN, POLLOUT, Socket, context
 
 __all__ = ["Event", "PipeEnd", "encode", "decode", "pack", "pipe_pair"]
 
@@ -56,6 +56,8 @@ TERM = "$TERM"
 _packer = msgpack.Packer(use_bin_type=True)
 pack = _packer.pack
 
+
+_CLOSED = object()  # the last item of a closed pipe's event queue
 
 Event = namedtuple("Event", "name args")
 Event.__doc__ = "An event from an actor: ``name`` (str) and ``args`` (tuple)."
@@ -112,6 +114,8 @@ class PipeEnd:
         self._ready = AsyncResult()
         self._end = None  # ActorExited / ActorDied once the actor is gone
         self._reactor = None
+        self._room = GeventEvent()
+        self._room.set()
         self._hub = gevent.get_hub()
         self._watcher = self._hub.loop.io(socket.getsockopt(zmq.FD), 1)
         self._watcher.start(self._drain)
@@ -124,10 +128,19 @@ class PipeEnd:
 
     def _send(self, frame):
         sock = self.socket
-        try:
-            sock.send(frame, NOBLOCK)
-        except zmq.Again:
-            sock.send_multipart([frame])
+        while True:
+            try:
+                sock.send(frame, NOBLOCK)
+                break
+            except zmq.Again:  # the actor is behind: park until it reads
+                if self._reactor is not None:
+                    sock.wait(POLLOUT)
+                    continue
+                # The hub's drain callback eats the ZMQ_FD edge a plain wait
+                # would need, so it is the one that tells us about room.
+                self._room.clear()
+                if not sock.get(EVENTS) & POLLOUT:
+                    self._room.wait()
         # A send processes the socket's mailbox and may eat the ZMQ_FD edge
         # the hub waits on: if something is readable now, drain it ourselves.
         if self._reactor is None and sock.get(EVENTS) & POLLIN:
@@ -168,9 +181,13 @@ class PipeEnd:
         if self._events.empty() and self._end is not None:
             raise self._end
         try:
-            return self._events.get(timeout=timeout)
+            event = self._events.get(timeout=timeout)
         except gevent.queue.Empty:
             return None
+        if event is _CLOSED:  # wakes every waiter once the pipe is closed
+            self._events.put_nowait(_CLOSED)
+            raise self._end
+        return event
 
     def wait_ready(self, timeout):
         return self._ready.get(timeout=timeout)
@@ -188,13 +205,16 @@ class PipeEnd:
 
     def _drain(self):
         """Hub callback: dispatch everything readable (never blocks)."""
-        recv = self.socket.recv
+        sock = self.socket
+        recv = sock.recv
         while self._reactor is None:
             try:
                 frame = recv(NOBLOCK)
             except zmq.ZMQError:  # EAGAIN, or closed under us
-                return
+                break
             self.dispatch(frame)
+        if not self._room.is_set() and not sock.closed and sock.get(EVENTS) & POLLOUT:
+            self._room.set()
 
     def _pump_until(self, box, timeout):
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -271,8 +291,12 @@ class PipeEnd:
         """Stop reading and close the socket (linger 0); pending calls fail."""
         if self._reactor is not None:
             self._reactor.remove_reader(self.socket)
+        else:
+            self._drain()  # the actor's last words ($EXIT) may not have been read yet
         self._watcher.close()
         if self._end is None:
             self._end = ActorExited("%s has been destroyed" % self.name)
         self._fail_pending()
+        self._events.put_nowait(_CLOSED)
+        self._room.set()
         self.socket.close(0)

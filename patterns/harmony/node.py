@@ -46,6 +46,7 @@ import gevent
 import zmq
 
 from actors.actor import Actor, command
+from actors.errors import ActorError
 from actors.beacon import Beacon, BeaconError
 from actors.heartbeat import Liveness
 
@@ -57,8 +58,6 @@ __all__ = ["Node", "NodeActor", "NodeEvent", "GOSSIP_HEADER"]
 
 log = logging.getLogger(__name__)
 
-_EVENTS = 15
-_POLLOUT = 2
 
 GOSSIP_HEADER = "X-ZACTORS-GOSSIP"
 _GOSSIP_PEERS = b"\x00zactors/gossip/peers"
@@ -155,9 +154,7 @@ class NodeActor(Actor):
             if peer.gossip and peer.ready:
                 peer.send(zre.whisper_frames(peer.sequence(), [_GOSSIP_BYE]))
             # Let queued messages (the goodbye among them) leave before the socket dies.
-            peer.dealer.setsockopt(zmq.LINGER, 500)
-            self._sockets.remove(peer.dealer)
-            peer.dealer.close()
+            self.close_socket(peer.dealer, linger=0.5)
 
     # -- peers --------------------------------------------------------------
     def _hello(self, peer):
@@ -244,7 +241,7 @@ class NodeActor(Actor):
             if len(peer.backlog) >= self.config["backlog"] and not self._paused:
                 self._paused = True
                 self.stats["paused"] += 1
-                self.remove_reader(self._child)  # the application now blocks on the pipe
+                self.pause_commands()  # the application now blocks on the pipe
                 log.debug("%s: %s is %d messages behind; commands paused", self.name, peer.name, len(peer.backlog))
             if self._flush_timer is None:
                 self._flush_timer = self.call_later(self._flush_delay, self._flush)
@@ -269,10 +266,7 @@ class NodeActor(Actor):
             low = self.config["backlog"] // 2
             if all(len(p.backlog) <= low for p in self._backlogged):
                 self._paused = False
-                self.add_reader(self._child, self._on_pipe)
-                # The pipe's ZMQ_FD edge fired while it was not watched: a short
-                # timer makes the reactor go round and drain it.
-                self.call_later(0.001, _nothing)
+                self.resume_commands()
 
     # -- liveness -----------------------------------------------------------
     def _arm(self):
@@ -610,11 +604,7 @@ class Node:
         """Leave politely (port-0 beacon, goodbyes) and stop; idempotent."""
         if self.actor is not None:
             if self.actor.alive and self.actor._paused:
-                # A slow peer holds the command pipe: $TERM would wait behind it.
-                # Same thread, so end the loop directly; queued commands are dropped.
                 log.warning("%s: stopping while a slow peer blocks sending; queued commands dropped", self.name)
-                self.actor.stop()
-                self.actor._greenlet.join(timeout)  # then destroy sends no $TERM into the full pipe
             self.actor.destroy(timeout)
         self._stopped = True
         if self._dispatcher is not None:
@@ -638,15 +628,7 @@ class Node:
 
     # -- messaging ----------------------------------------------------------
     def _send(self, verb, *args):
-        actor = self._actor()
-        if actor._paused:
-            # While the node holds the pipe back (a slow peer), wait here by polling
-            # EVENTS: the pipe's reader greenlet may eat the ZMQ_FD edge that would
-            # wake a sender parked inside the pipe.  The send below re-kicks the reader.
-            sock = actor._pipe.socket
-            while actor._paused and not sock.get(_EVENTS) & _POLLOUT:
-                gevent.sleep(0.002)
-        actor.send(verb, *args)
+        self._actor().send(verb, *args)  # blocks while a slow peer holds the pipe back
 
     def join(self, group):
         """Join ``group`` (at most 255 bytes of UTF-8, as ZRE strings are)."""
@@ -673,21 +655,15 @@ class Node:
     def recv(self, timeout=None):
         """The next :class:`NodeEvent`, or None after ``timeout`` seconds / once stopped."""
         actor = self._actor()
-        hub = gevent.get_hub()
-        deadline = None if timeout is None else hub.loop.now() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            # Waits in slices: a pipe closed before its $EXIT was read never wakes a waiter.
-            wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - hub.loop.now()))
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 event = actor.recv_event(wait)
-            except Exception:  # the actor is gone and its events are drained
+            except ActorError:  # the actor is gone and its events are drained
                 return self._last_words()
             if event is None:
-                if self._stopped:
-                    return self._last_words()
-                if deadline is not None and hub.loop.now() >= deadline:
-                    return None
-                continue
+                return None
             converted = _convert(event)
             if converted is not None:
                 return converted
@@ -765,9 +741,6 @@ class Node:
     def __repr__(self):
         return "<Node %s %s>" % (self.name, self.endpoint or "stopped")
 
-
-def _nothing():
-    pass
 
 
 def _peer_id(peer):

@@ -5,7 +5,7 @@ import zmq
 
 from actors import (Actor, ActorDied, ActorError, ActorExited, ActorTimeout, CommandError, Event,
                     command)
-from actors.loop import Socket
+from actors.loop import Socket, context
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -220,3 +220,70 @@ def test_parent_actor_watches_child_in_its_own_loop():
     assert parent.call("RELAY", 3, timeout=5) == 103
     assert parent.call("SEEN_COUNT", timeout=5) == 3
     parent.destroy()
+
+
+class Pausable(Counter):
+    @command
+    def pause(self, seconds):
+        self.pause_commands()
+        if seconds:
+            self.call_later(seconds, self.resume_commands)
+
+
+def test_paused_actor_blocks_senders_then_takes_everything_in_order():
+    actor = Pausable(0)
+    try:
+        actor.send("PAUSE", 0.3)
+        sender = gevent.spawn(lambda: [actor.send("ADD", 1) for _ in range(30000)])  # beyond the pipe's HWM
+        assert sender.get(timeout=20) is not None, "the blocked sender was woken when the actor read again"
+        assert actor.call("ADD", 0, timeout=10) == 30000
+    finally:
+        actor.destroy()
+
+
+def test_destroy_does_not_hang_on_a_full_pipe():
+    actor = Pausable(0)
+    actor.send("PAUSE", 0)  # never resumes
+    sock = actor._pipe.socket
+    with pytest.raises(zmq.Again):
+        while True:
+            sock.send(b"\x92\xa3ADD\x00", 1)  # fill the pipe without blocking
+    with gevent.Timeout(10):
+        actor.destroy()
+    assert not actor.alive
+
+
+def test_event_waiters_are_released_when_the_actor_goes():
+    actor = Counter()
+    waiters = [gevent.spawn(actor.recv_event) for _ in range(2)]
+    gevent.sleep(0)
+    actor.destroy()
+    outcomes = []
+    for w in waiters:
+        w.join(timeout=5)
+        assert w.ready(), "a recv_event waiter hung after destroy"
+        outcomes.append(w.value.name if w.successful() else type(w.exception).__name__)
+    assert sorted(outcomes) == ["$EXIT", "ActorExited"]
+
+
+def test_close_socket_with_linger_lets_queued_messages_leave():
+    sink = context().socket(zmq.PULL, socket_class=Socket)
+    sink.linger = 0
+    sink.bind("tcp://127.0.0.1:*")
+
+    class Goodbye(Actor):
+        @command(reply=True)
+        def bye(self, endpoint):
+            push = self.socket(zmq.PUSH)
+            push.connect(endpoint)
+            push.send(b"goodbye")
+            self.close_socket(push, linger=1.0)
+            return push.closed
+
+    actor = Goodbye()
+    try:
+        assert actor.call("BYE", sink.last_endpoint.decode()) is True
+        assert sink.recv_multipart(timeout=5) == [b"goodbye"]
+    finally:
+        actor.destroy()
+        sink.close()

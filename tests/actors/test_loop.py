@@ -234,3 +234,23 @@ def test_context_holds_more_than_libzmq_default_sockets():
     socks = [ctx.socket(zmq.PAIR, socket_class=Socket) for _ in range(1100)]
     for s in socks:
         s.close(0)
+
+
+def test_reader_added_while_messages_wait_is_drained():
+    r = Reactor()
+    a, b = pair(zmq.PUSH, zmq.PULL, "inproc://late-reader")
+    for i in range(3):
+        a.send(b"%d" % i)
+    b.wait(POLLIN, timeout=5)  # consumes the FD edge: nothing will signal again
+    got = []
+    runner = gevent.spawn(r.run)
+    gevent.sleep(0)  # the reactor parks with nothing to watch
+    r.add_reader(b, lambda frames: got.append(frames[0]))
+    with gevent.Timeout(5):
+        while len(got) < 3:
+            gevent.sleep(0.001)
+    r.stop()
+    runner.get(timeout=5)
+    assert got == [b"0", b"1", b"2"]
+    r.close()
+    a.close(); b.close()
