@@ -124,25 +124,10 @@ def run_pusher(endpoint, n):
     return proc
 
 
-def plain_pull(n):
-    ctx = zmq.Context()
-    pull = ctx.socket(zmq.PULL)
-    pull.rcvhwm = 100000
-    port = pull.bind_to_random_port("tcp://127.0.0.1")
-    proc = run_pusher("tcp://127.0.0.1:%d" % port, n)
-    pull.recv()
-    started = time.perf_counter()
-    for _ in range(n - 1):
-        pull.recv()
-    elapsed = time.perf_counter() - started
-    proc.join()
-    pull.close(0)
-    return (n - 1) / elapsed
-
-
-def green_pull(n):
-    ctx = gzmq.Context()
-    pull = ctx.socket(gzmq.PULL)
+def pull_rate(module, n):
+    """msg/s received by a blocking PULL of ``module`` (``zmq`` or ``zmq.green``)."""
+    ctx = module.Context()
+    pull = ctx.socket(module.PULL)
     pull.rcvhwm = 100000
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     proc = run_pusher("tcp://127.0.0.1:%d" % port, n)
@@ -213,9 +198,9 @@ def main():
     print("  actor / zmq.green = %.2fx  (target >= 3x)" % (actor[0] / green[0]))
 
     print("\none-way tcp loopback, %d x %d-byte messages from a plain PUSH process" % (args.messages, SIZE))
-    plain = median(plain_pull, args.messages)
+    plain = median(pull_rate, zmq, args.messages)
     ours = median(actor_pull, args.messages)
-    green_rate = median(green_pull, args.messages)
+    green_rate = median(pull_rate, gzmq, args.messages)
     for name, rate in (("plain pyzmq PULL", plain), ("zactors actor", ours), ("zmq.green PULL", green_rate)):
         print("  %-22s %9.0f msg/s" % (name, rate))
     print("  actor / plain = %.2fx  (target >= 0.5x);  actor / zmq.green = %.1fx" % (ours / plain, ours / green_rate))

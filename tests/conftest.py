@@ -1,7 +1,9 @@
 """Shared test helpers: deadlines, never sleeps as synchronisation."""
 import logging
+import pathlib
 
 import gevent
+import gevent.subprocess
 import pytest
 
 from actors.loop import context
@@ -16,6 +18,31 @@ def wait_for(predicate, timeout=5.0, what="condition"):
             gevent.sleep(0.002)
         return
     pytest.fail("timed out after %ss waiting for %s" % (timeout, what))
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def processes():
+    """``start(argv, **popen_options)``: a process run from the project root.
+
+    gevent's subprocess, so waiting on it parks only the test's greenlet.
+    Every process started is killed if still running, and reaped, after the test.
+    """
+    started = []
+
+    def start(argv, **options):
+        options.setdefault("cwd", str(ROOT))
+        proc = gevent.subprocess.Popen(argv, **options)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
 
 
 @pytest.fixture

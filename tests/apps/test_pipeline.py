@@ -1,10 +1,10 @@
 """The scatter-gather task pipeline: in one process, and as three CLI processes."""
 import os
 import signal
-import subprocess
 import sys
 
 import gevent
+import gevent.subprocess
 import pytest
 import zmq
 from hypothesis import given, settings
@@ -17,7 +17,6 @@ from apps.pipeline import Sink, Ventilator, Worker, decode_result, decode_task, 
 from patterns.scatter import Scatter
 from tests.conftest import wait_for
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -103,21 +102,11 @@ def test_sink_counts_malformed_results(rig):
 
 
 @pytest.fixture
-def processes():
-    started = []
-
-    def start(*argv):
-        proc = subprocess.Popen([sys.executable, "-m", "apps.cli", "-q", "pipeline", *argv], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=10)
+def role(processes):
+    """A pipeline role (sink, ventilate, work) as its own CLI process."""
+    return lambda *argv: processes([sys.executable, "-m", "apps.cli", "-q", "pipeline", *argv],
+                                   stdout=gevent.subprocess.PIPE, stderr=gevent.subprocess.PIPE, text=True,
+                                   env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
 def _endpoint(proc):
@@ -127,7 +116,7 @@ def _endpoint(proc):
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("curve", [False, True], ids=["plain", "curve"])
-def test_cli_roles_in_separate_processes(processes, tmp_path, curve):
+def test_cli_roles_in_separate_processes(role, tmp_path, curve):
     server_opts, worker_opts = [], []
     if curve:
         create_keypair(str(tmp_path), "server")
@@ -136,12 +125,12 @@ def test_cli_roles_in_separate_processes(processes, tmp_path, curve):
                        "--curve-clients", str(tmp_path / "workers")]
         worker_opts = ["--curve-server", str(tmp_path / "server.key"),
                        "--curve-secret", str(tmp_path / "workers" / "worker.key_secret")]
-    sink = processes("sink", "--bind", "tcp://127.0.0.1:*", "--tasks", "500", "--timeout", "30", *server_opts)
+    sink = role("sink", "--bind", "tcp://127.0.0.1:*", "--tasks", "500", "--timeout", "30", *server_opts)
     results = _endpoint(sink)
-    ventilator = processes("ventilate", "--bind", "tcp://127.0.0.1:*", "--tasks", "500", "--workers", "2",
+    ventilator = role("ventilate", "--bind", "tcp://127.0.0.1:*", "--tasks", "500", "--workers", "2",
                            "--wait", "30", *server_opts)
     tasks = _endpoint(ventilator)
-    workers = [processes("work", "--tasks", tasks, "--results", results, "--threads", "1", *worker_opts)
+    workers = [role("work", "--tasks", tasks, "--results", results, "--threads", "1", *worker_opts)
                for _ in range(2)]
     out, err = sink.communicate(timeout=60)
     assert sink.returncode == 0, err

@@ -16,19 +16,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def run():
-    procs = []
-
-    def start(*args):
-        proc = gevent.subprocess.Popen([sys.executable, "-m", "apps.cli", *args], stderr=gevent.subprocess.PIPE)
-        procs.append(proc)
-        return proc
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        proc.stderr.close()
+def run(processes):
+    return lambda *args: processes([sys.executable, "-m", "apps.cli", *args], stderr=gevent.subprocess.PIPE)
 
 
 def test_broker_and_worker_commands(run, capsys):

@@ -14,24 +14,12 @@ from tests.conftest import wait_for
 from tests.patterns.majordomo.conftest import Echo
 from tests.patterns.majordomo._worker_process import Slow
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @pytest.fixture
-def spawn():
-    procs = []
-
-    def start(*args):
-        proc = gevent.subprocess.Popen([sys.executable, "-m", "tests.patterns.majordomo._worker_process", *args],
-                                       stdout=gevent.subprocess.PIPE, cwd=ROOT)
-        procs.append(proc)
-        return proc
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        proc.stdout.close()
+def spawn(processes):
+    return lambda *args: processes([sys.executable, "-m", "tests.patterns.majordomo._worker_process", *args],
+                                   stdout=gevent.subprocess.PIPE)
 
 
 class Quick(Slow):
