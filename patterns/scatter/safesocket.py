@@ -41,6 +41,8 @@ import time
 
 import gevent
 import zmq
+# gevent has no public way to ask whether a thread has a hub without making one;
+# this one has been stable since gevent 20.
 from gevent._hub_local import get_hub_if_exists
 from gevent.hub import Waiter, get_hub
 from gevent.monkey import get_original
