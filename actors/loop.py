@@ -32,7 +32,6 @@ SNDMORE = 2
 EVENTS = 15
 POLLIN = 1
 POLLOUT = 2
-_EAGAIN = zmq.EAGAIN
 
 #: messages drained from one socket before the reactor yields to other greenlets
 DRAIN_CAP = 64
@@ -79,7 +78,7 @@ class Socket(zmq.Socket):
 
     _fd_watchers = None
 
-    def _watcher(self, events):
+    def _watcher(self):
         watchers = self._fd_watchers
         if watchers is None:
             hub = get_hub()
@@ -96,7 +95,7 @@ class Socket(zmq.Socket):
         """Park this greenlet until ``events`` are ready; False on timeout."""
         if self.get(EVENTS) & events:
             return True
-        watcher = self._watcher(events)
+        watcher = self._watcher()
         if watcher.active:  # another greenlet waits on this socket too: use a watcher of our own
             temporary = watcher = get_hub().loop.io(self.getsockopt(zmq.FD), 1)
         else:

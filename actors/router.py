@@ -22,7 +22,6 @@ __all__ = ["Router", "RouterActor"]
 
 log = logging.getLogger(__name__)
 
-_EHOSTUNREACH = errno.EHOSTUNREACH
 _EAGAIN = errno.EAGAIN
 
 
