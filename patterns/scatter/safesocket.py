@@ -266,13 +266,8 @@ class SafeSocket:
             hub = get_hub()
         waiter = Waiter(hub)
         entry = (hub, waiter)
-        lock = self._locked
-        with lock:
-            self._check()
-            if self._ready():
-                return True
-            self._waiters.append(entry)
-            self._parked += 1
+        if not self._park(entry):
+            return True
         watcher = timer = None
         try:
             loop = hub.loop
@@ -287,14 +282,7 @@ class SafeSocket:
                 watcher.close()
             if timer is not None:
                 timer.close()
-            with lock:
-                try:
-                    self._waiters.remove(entry)
-                except ValueError:  # a waker took it already
-                    pass
-                self._parked -= 1
-                if self._closing and not self._parked:
-                    self._sock.close()
+            self._unpark(entry)
         self._check()
         return True
 
@@ -302,13 +290,8 @@ class SafeSocket:
         """:meth:`_wait` for a plain thread: block it in ``poll``, no gevent hub."""
         waker = _thread_waker()
         entry = (None, waker)
-        lock = self._locked
-        with lock:
-            self._check()
-            if self._ready():
-                return True
-            self._waiters.append(entry)
-            self._parked += 1
+        if not self._park(entry):
+            return True
         try:
             poller = _poll()
             poller.register(self._fd, 1)
@@ -317,16 +300,30 @@ class SafeSocket:
             poller.poll(timeout)
             waker.clear()
         finally:
-            with lock:
-                try:
-                    self._waiters.remove(entry)
-                except ValueError:
-                    pass
-                self._parked -= 1
-                if self._closing and not self._parked:
-                    self._sock.close()
+            self._unpark(entry)
         self._check()
         return True
+
+    def _park(self, entry):
+        """Register a waiter; False when a call could go on already (no wait needed)."""
+        with self._locked:
+            self._check()
+            if self._ready():
+                return False
+            self._waiters.append(entry)
+            self._parked += 1
+        return True
+
+    def _unpark(self, entry):
+        """Forget a waiter; the last one out of a closing socket closes it."""
+        with self._locked:
+            try:
+                self._waiters.remove(entry)
+            except ValueError:  # a waker took it already
+                pass
+            self._parked -= 1
+            if self._closing and not self._parked:
+                self._sock.close()
 
     def _poll_wait(self, deadline):
         delay = POLL_INTERVAL
