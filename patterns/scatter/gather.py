@@ -5,17 +5,17 @@ from collections import deque
 
 import zmq
 
+from actors.speedups import events, handle, recv_singles
+
 from .errors import NoMessage
 from .native import socket_types
-from .safesocket import EVENTS, NOBLOCK, POLLIN, SafeSocket
+from .safesocket import POLLIN, SafeSocket
 
 __all__ = ["Gather"]
 
 log = logging.getLogger(__name__)
 
-_Again = zmq.Again
 _monotonic = time.monotonic
-_RCVMORE = 13
 
 #: messages moved from the socket to the shared buffer per locked batch
 BATCH = 256
@@ -53,6 +53,7 @@ class Gather(SafeSocket):
         self.discarded = 0
         self._buffer = deque()
         self._pop = self._buffer.popleft
+        self._handle = handle(self._sock)
 
     def recv(self, block=True, timeout=None):
         """The next message (bytes).
@@ -89,42 +90,17 @@ class Gather(SafeSocket):
 
     def _fill(self):
         """Move up to BATCH whole single-part messages into the buffer (lock held)."""
-        recv, append = self._sock.recv, self._buffer.append
-        taken = 0
-        try:
-            if self.native:  # libzmq's GATHER drops multipart messages itself
-                while taken < BATCH:
-                    append(recv(NOBLOCK))
-                    taken += 1
-                return
-            # A Frame's ``more`` is a plain attribute: cheaper than pyzmq's
-            # ``get(RCVMORE)``, which looks the option up in an enum every call.
-            while taken < BATCH:
-                frame = recv(NOBLOCK, False)  # copy=False, positional: cheaper
-                if frame.more:
-                    self._discard()
-                    continue
-                append(frame.bytes)
-                taken += 1
-        except _Again:
-            pass
-        finally:
-            self.received += taken
+        messages, discarded = recv_singles(self._sock, self._handle, BATCH)
+        self._buffer.extend(messages)
+        self.received += len(messages)
+        if discarded:
+            self.discarded += discarded
+            level = logging.WARNING if self.discarded == discarded else logging.DEBUG
+            log.log(level, "Gather: %d multipart message(s) discarded (%d so far); "
+                           "scatter-gather is single-part only", discarded, self.discarded)
 
     def _ready(self):
-        return bool(self._buffer) or self._sock.get(EVENTS) & POLLIN
-
-    def _discard(self):
-        """Drop the rest of a multipart message (all its frames are here already)."""
-        recv, more = self._sock.recv, self._sock.get
-        frames = 1
-        while more(_RCVMORE):
-            recv(NOBLOCK)
-            frames += 1
-        self.discarded += 1
-        level = logging.WARNING if self.discarded == 1 else logging.DEBUG
-        log.log(level, "Gather: multipart message of %d frames discarded (%d so far); "
-                       "scatter-gather is single-part only", frames, self.discarded)
+        return bool(self._buffer) or events(self._sock, self._handle) & POLLIN
 
     def close(self):
         super().close()
