@@ -1,13 +1,13 @@
 """The reactor: owned sockets and timers in one greenlet, with fast waits.
 
 A socket here is a plain (not ``zmq.green``) pyzmq socket owned by exactly one
-greenlet.  It is used with ``NOBLOCK`` and plain int flags; when ``EVENTS``
-says it is not ready the greenlet waits on the socket's ``ZMQ_FD`` through a
-gevent io watcher.  ``ZMQ_FD`` is edge-triggered, so every wait re-checks
-``EVENTS`` first and a reactor drains each socket until ``recv`` says EAGAIN
-(or a fairness cap is hit) before it waits again.  Draining to EAGAIN rather
-than asking ``EVENTS`` before each message matters: ``getsockopt`` costs
-over a microsecond in pyzmq, more than the receive itself.
+greenlet.  It is used with ``NOBLOCK``; when ``EVENTS`` says it is not ready
+the greenlet waits on the socket's ``ZMQ_FD`` through a gevent io watcher.
+``ZMQ_FD`` is edge-triggered, so every wait re-checks ``EVENTS`` first and a
+reactor drains each socket until no message is waiting (or a fairness cap
+is hit) before it waits again.  Per-message calls go through
+:mod:`actors.speedups` (C when built): pyzmq's own layers cost several
+times what libzmq does.
 
 Nothing in this module is safe across OS threads: a socket and a reactor
 belong to the greenlet (and so the thread) that uses them.
@@ -21,6 +21,8 @@ import gevent
 import zmq
 from gevent import getcurrent
 from gevent.hub import Waiter, get_hub
+
+from .speedups import events as _events, handle as _handle, recv_message, send_message
 
 __all__ = ["Socket", "Reactor", "Timer", "context", "raw_send", "DRAIN_CAP"]
 
@@ -77,6 +79,16 @@ class Socket(zmq.Socket):
     """
 
     _fd_watchers = None
+    #: what :mod:`actors.speedups` calls take beside the socket (its address)
+    handle = 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.handle = _handle(self)
+
+    def events(self):
+        """``ZMQ_EVENTS``, cheaply."""
+        return _events(self, self.handle)
 
     def _watcher(self):
         watchers = self._fd_watchers
@@ -89,11 +101,11 @@ class Socket(zmq.Socket):
 
     def ready(self, events=POLLIN):
         """True when ``EVENTS`` has any of ``events`` (and so a call will not block)."""
-        return bool(self.get(EVENTS) & events)
+        return bool(_events(self, self.handle) & events)
 
     def wait(self, events=POLLIN, timeout=None):
         """Park this greenlet until ``events`` are ready; False on timeout."""
-        if self.get(EVENTS) & events:
+        if _events(self, self.handle) & events:
             return True
         watcher = self._watcher()
         if watcher.active:  # another greenlet waits on this socket too: use a watcher of our own
@@ -129,7 +141,7 @@ class Socket(zmq.Socket):
                     timer.close()
             # Edge-triggered: the FD firing only means "look at EVENTS again";
             # a timer firing is checked against the deadline at the top.
-            if self.get(EVENTS) & events:
+            if _events(self, self.handle) & events:
                 return True
 
     def send_multipart(self, frames, flags=0, copy=True, track=False, timeout=None):
@@ -144,6 +156,8 @@ class Socket(zmq.Socket):
                     raise
 
     def _send_frames(self, frames, copy=True):
+        if copy:
+            return send_message(self, self.handle, frames)
         # The first frame decides whether the whole message is accepted: the
         # following frames of a multipart message never return EAGAIN.
         last = len(frames) - 1
@@ -161,6 +175,11 @@ class Socket(zmq.Socket):
 
     def recv_frames(self, copy=True):
         """Receive one whole message without blocking (``zmq.Again`` if none)."""
+        if copy:
+            frames = recv_message(self, self.handle)
+            if frames is None:
+                raise zmq.Again()
+            return frames
         # Frame.more is read from the message itself: getsockopt(RCVMORE)
         # costs over a microsecond in pyzmq.
         recv = self.recv
@@ -324,24 +343,18 @@ class Reactor:
                 busy = False
                 self._fresh = False
                 for reader in tuple(self._readers):
-                    sock = reader.socket
-                    # EVENTS first: an idle socket costs one getsockopt, not an
-                    # EAGAIN exception (~4x dearer), and it re-checks the edge
-                    # a handler's send may have consumed.
-                    if reader.removed or not sock.get(EVENTS) & POLLIN:
+                    if reader.removed:
                         continue
-                    recv = sock.recv
+                    # Drain to "none waiting" (that also re-reads the FD edge a
+                    # handler's send may have consumed), at most `cap` a round.
+                    sock = reader.socket
+                    handle = sock.handle
                     handler = reader.handler
                     n = 0
                     while True:
-                        try:
-                            frame = recv(NOBLOCK, copy=False)
-                        except zmq.Again:
+                        frames = recv_message(sock, handle)
+                        if frames is None:
                             break
-                        frames = [frame.bytes]
-                        while frame.more:
-                            frame = recv(NOBLOCK, copy=False)
-                            frames.append(frame.bytes)
                         handler(frames)
                         if not self._running:
                             return
@@ -350,10 +363,6 @@ class Reactor:
                         n += 1
                         if n >= cap:
                             busy = True
-                            break
-                        # One message per wake-up is the request-reply norm: ask
-                        # EVENTS once; a stream then drains to EAGAIN.
-                        if n == 1 and not sock.get(EVENTS) & POLLIN:
                             break
                 for entry in tuple(self._fds):
                     if entry.ready:

@@ -39,7 +39,8 @@ from .errors import ActorDied, ActorExited, ActorTimeout, CommandError, PipeErro
 from gevent import getcurrent
 from gevent.hub import Waiter
 
-from .loop import EVENTS, NOBLOCK, POLLIN, POLLOUT, Socket, context
+from .loop import NOBLOCK, POLLIN, POLLOUT, Socket, context
+from .speedups import recv_message
 
 __all__ = ["Event", "PipeEnd", "encode", "decode", "pack", "pipe_pair"]
 
@@ -139,11 +140,11 @@ class PipeEnd:
                 # The hub's drain callback eats the ZMQ_FD edge a plain wait
                 # would need, so it is the one that tells us about room.
                 self._room.clear()
-                if not sock.get(EVENTS) & POLLOUT:
+                if not sock.events() & POLLOUT:
                     self._room.wait()
         # A send processes the socket's mailbox and may eat the ZMQ_FD edge
         # the hub waits on: if something is readable now, drain it ourselves.
-        if self._reactor is None and sock.get(EVENTS) & POLLIN:
+        if self._reactor is None and sock.events() & POLLIN:
             self._hub.loop.run_callback(self._drain)
 
     def call(self, verb, *args, timeout=None):
@@ -206,14 +207,15 @@ class PipeEnd:
     def _drain(self):
         """Hub callback: dispatch everything readable (never blocks)."""
         sock = self.socket
-        recv = sock.recv
         while self._reactor is None:
             try:
-                frame = recv(NOBLOCK)
-            except zmq.ZMQError:  # EAGAIN, or closed under us
+                frames = recv_message(sock, sock.handle)
+            except zmq.ZMQError:  # closed under us
                 break
-            self.dispatch(frame)
-        if not self._room.is_set() and not sock.closed and sock.get(EVENTS) & POLLOUT:
+            if frames is None:
+                break
+            self.dispatch(frames[0])
+        if not self._room.is_set() and not sock._closed and sock.events() & POLLOUT:
             self._room.set()
 
     def _pump_until(self, box, timeout):

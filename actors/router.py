@@ -16,7 +16,7 @@ from collections import deque
 import zmq
 
 from .actor import Actor
-from .loop import NOBLOCK, SNDMORE, raw_send
+from .speedups import send_message
 
 __all__ = ["Router", "RouterActor"]
 
@@ -90,13 +90,10 @@ class Router:
     def _try(self, identity, frames):
         """None when sent, else the errno that stopped it."""
         sock = self.socket
-        try:
-            raw_send(sock, identity, NOBLOCK | SNDMORE)
+        try:  # refused (EAGAIN, EHOSTUNREACH) on the first frame, or sent whole
+            send_message(sock, sock.handle, (identity, *frames))
         except zmq.ZMQError as exc:
             return exc.errno
-        last = len(frames) - 1
-        for i, frame in enumerate(frames):
-            raw_send(sock, frame, NOBLOCK if i == last else NOBLOCK | SNDMORE)
         return None
 
     def backlog_of(self, identity):

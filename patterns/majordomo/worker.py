@@ -52,7 +52,7 @@ import zmq
 
 from actors.actor import Actor
 from actors.auth import curve_client
-from actors.loop import EVENTS, NOBLOCK, POLLIN, Socket, context
+from actors.loop import NOBLOCK, POLLIN, Socket, context
 
 from .protocol import DISCONNECT, MAJORTOMO, REQUEST, ProtocolError, framing as _framing
 
@@ -260,7 +260,7 @@ class Worker(Actor):
         gevent.sleep(0)
         sock = self._sock
         n = 0
-        while self._sock is sock is not None and sock.get(EVENTS) & POLLIN and n < 64:  # heartbeats, DISCONNECT
+        while self._sock is sock is not None and sock.events() & POLLIN and n < 64:  # heartbeats, DISCONNECT
             self._on_frames(sock.recv_frames())
             n += 1
         job = self._job

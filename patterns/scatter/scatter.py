@@ -4,9 +4,11 @@ import time
 import zmq
 from zmq.backend import Socket as _BackendSocket
 
+from actors.speedups import events, handle
+
 from .errors import MultipartError, NoPeerAvailable
 from .native import socket_types
-from .safesocket import EVENTS, NOBLOCK, POLLOUT, SafeSocket, _get_ident
+from .safesocket import NOBLOCK, POLLOUT, SafeSocket, _get_ident
 
 __all__ = ["Scatter"]
 
@@ -50,6 +52,7 @@ class Scatter(SafeSocket):
         # pyzmq's backend send, without the sugar layer's keyword checks:
         # half the cost per message (types are checked in send() already).
         self._send = _BackendSocket.send.__get__(self._sock)
+        self._handle = handle(self._sock)
 
     def send(self, message, block=True, timeout=None):
         """Queue one single-part message for the next available peer.
@@ -116,7 +119,7 @@ class Scatter(SafeSocket):
         raise NoPeerAvailable(timeout)
 
     def _ready(self):
-        return self._sock.get(EVENTS) & POLLOUT
+        return events(self._sock, self._handle) & POLLOUT
 
     def send_multipart(self, frames, block=True, timeout=None):
         """:meth:`send` of a one-frame list; more frames raise :class:`MultipartError`."""
