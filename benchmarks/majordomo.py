@@ -100,6 +100,7 @@ def role_client(stack, endpoint, seconds, inflight=1):
     sys.stdin.readline()
     latencies = []
     clock = time.perf_counter
+    cpu = time.process_time()
     end = clock() + seconds
 
     def loop():
@@ -114,7 +115,8 @@ def role_client(stack, endpoint, seconds, inflight=1):
         gevent.joinall([gevent.spawn(loop) for _ in range(inflight)], raise_error=True)
     else:
         loop()
-    print(json.dumps({"n": len(latencies), "lat": latencies}), flush=True)
+    cpu = time.process_time() - cpu
+    print(json.dumps({"n": len(latencies), "lat": latencies, "cpu": cpu}), flush=True)
 
 
 # -- the conductor -----------------------------------------------------------------------
@@ -123,10 +125,10 @@ def spawn(*args):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT)
 
 
-def phase(stack, endpoint, broker_pid, clients, seconds, inflight=1):
+def phase(stack, endpoint, broker_pid, workers, clients, seconds, inflight=1):
     procs = [spawn("client", stack, endpoint, str(seconds), str(inflight)) for _ in range(clients)]
     try:
-        return _measure(procs, broker_pid)
+        return _measure(procs, broker_pid, [w.pid for w in workers])
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -134,8 +136,12 @@ def phase(stack, endpoint, broker_pid, clients, seconds, inflight=1):
             proc.wait()
 
 
-def _measure(procs, broker_pid):
+def _measure(procs, broker_pid, worker_pids):
     import psutil
+    workers = [psutil.Process(pid) for pid in worker_pids]
+
+    def workers_cpu():
+        return sum(sum(w.cpu_times()[:2]) for w in workers)
     for proc in procs:
         if proc.stdout.readline().strip() != b"ready":
             raise RuntimeError("a client did not start (see its error above)")
@@ -145,6 +151,7 @@ def _measure(procs, broker_pid):
         return sum(t.user_time + t.system_time for t in broker.threads() if t.id == broker_pid)
     before = sum(broker.cpu_times()[:2])
     before_main = main_thread()
+    before_workers = workers_cpu()
     started = time.perf_counter()
     for proc in procs:
         proc.stdin.write(b"go\n")
@@ -153,6 +160,7 @@ def _measure(procs, broker_pid):
     elapsed = time.perf_counter() - started
     cpu = sum(broker.cpu_times()[:2]) - before
     cpu_main = main_thread() - before_main
+    cpu_workers = workers_cpu() - before_workers
     total = sum(r["n"] for r in results)
     lat = sorted(x for r in results for x in r["lat"])
     return {
@@ -161,6 +169,8 @@ def _measure(procs, broker_pid):
         "p99": lat[int(len(lat) * 0.99)] * 1e6 if lat else None,
         "cpu": cpu / total * 1e6,
         "main": cpu_main / total * 1e6,
+        "workers": cpu_workers / total * 1e6,
+        "clients": sum(r["cpu"] for r in results) / total * 1e6,
     }
 
 
@@ -171,12 +181,12 @@ def run_stack(stack, sync_s, load_s):
         endpoint = broker.stdout.readline().decode().strip()
         if stack != "raw":
             workers.append(spawn("worker", stack, endpoint))
-        sync = phase(stack, endpoint, broker.pid, 1, sync_s)
+        sync = phase(stack, endpoint, broker.pid, workers, 1, sync_s)
         if stack != "raw":
             workers += [spawn("worker", stack, endpoint) for _ in range(3)]
             time.sleep(1.0)  # let them register (a benchmark, not a test)
-        load = phase(stack, endpoint, broker.pid, 8, load_s)
-        many = phase(stack, endpoint, broker.pid, 8, load_s, 8) if stack == "zactors" else {}
+        load = phase(stack, endpoint, broker.pid, workers, 8, load_s)
+        many = phase(stack, endpoint, broker.pid, workers, 8, load_s, 8) if stack == "zactors" else {}
         return sync, load, many
     finally:
         for proc in [broker] + workers:
@@ -213,7 +223,8 @@ def main():
         best = []
         for which in range(3):
             merged = {}
-            for key, pick in (("rate", max), ("p50", min), ("p99", min), ("cpu", min), ("main", min)):
+            for key, pick in (("rate", max), ("p50", min), ("p99", min), ("cpu", min), ("main", min),
+                              ("clients", min), ("workers", min)):
                 values = [r[which][key] for r in rounds if r[which].get(key) is not None]
                 merged[key] = pick(values) if values else None
             best.append(merged)
@@ -231,6 +242,10 @@ def main():
         ("  of which its Python thread", 0, "main", "%.1f"),
         ("broker CPU us/request, load", 1, "cpu", "%.1f"),
         ("  of which its Python thread", 1, "main", "%.1f"),
+        ("client CPU us/request, sync", 0, "clients", "%.1f"),
+        ("client CPU us/request, load", 1, "clients", "%.1f"),
+        ("worker CPU us/request, sync", 0, "workers", "%.1f"),
+        ("worker CPU us/request, load", 1, "workers", "%.1f"),
         ("8 clients x 8 greenlets + 4 workers, req/s", 2, "rate", "%.0f"),
         ("broker CPU us/request, 8x8", 2, "cpu", "%.1f"),
     ]
