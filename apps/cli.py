@@ -3,6 +3,8 @@ import argparse
 import logging
 import sys
 
+import zmq
+
 from . import commands
 
 __all__ = ["main", "build_parser"]
@@ -20,7 +22,9 @@ def build_parser():
         description="Composable gevent actors for the classic ZeroMQ patterns.",
         epilog="Run 'zactors demo' to see actors at work, 'zactors COMMAND --help' for a command.",
     )
-    parser.add_argument("--version", action="version", version="zactors %s" % __version__)
+    from actors.speedups import SPEEDUPS
+    parser.add_argument("--version", action="version", version="zactors %s (pyzmq %s, libzmq %s; C speedups %s)"
+                        % (__version__, zmq.__version__, zmq.zmq_version(), "on" if SPEEDUPS else "off"))
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

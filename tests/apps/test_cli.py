@@ -18,8 +18,10 @@ def test_help_lists_commands():
 
 
 def test_version():
+    from actors.speedups import SPEEDUPS
     result = zactors("--version")
     assert result.returncode == 0 and result.stdout.startswith("zactors ")
+    assert ("C speedups on" if SPEEDUPS else "C speedups off") in result.stdout
 
 
 def test_no_command_prints_help_and_fails():
