@@ -2,13 +2,12 @@
 import time
 
 import zmq
-from zmq.backend import Socket as _BackendSocket
 
-from actors.speedups import events, handle
+from actors.speedups import events, handle, send_message
 
 from .errors import MultipartError, NoPeerAvailable
 from .native import socket_types
-from .safesocket import NOBLOCK, POLLOUT, SafeSocket, _get_ident
+from .safesocket import POLLOUT, SafeSocket, _get_ident
 
 __all__ = ["Scatter"]
 
@@ -49,9 +48,6 @@ class Scatter(SafeSocket):
         self.sent = 0
         #: sends that found no available peer and had to wait
         self.waited = 0
-        # pyzmq's backend send, without the sugar layer's keyword checks:
-        # half the cost per message (types are checked in send() already).
-        self._send = _BackendSocket.send.__get__(self._sock)
         self._handle = handle(self._sock)
 
     def send(self, message, block=True, timeout=None):
@@ -71,7 +67,7 @@ class Scatter(SafeSocket):
             try:
                 if not self._shared and not self._closing:
                     try:
-                        self._send(message, NOBLOCK)
+                        send_message(self._sock, self._handle, (message,))
                     except _Again:
                         pass
                     else:
@@ -90,7 +86,7 @@ class Scatter(SafeSocket):
             if self._closing:  # the socket may stay open for a parked waiter
                 self._check()
             try:
-                self._send(message, NOBLOCK)
+                send_message(self._sock, self._handle, (message,))
             except _Again:
                 pass
             else:
@@ -109,7 +105,7 @@ class Scatter(SafeSocket):
             with self._locked:
                 self._check()
                 try:
-                    self._send(message, NOBLOCK)
+                    send_message(self._sock, self._handle, (message,))
                 except _Again:
                     continue
                 self.sent += 1
