@@ -1,5 +1,6 @@
 """actors.speedups: the C calls and their pure-Python twins behave the same."""
 import errno
+import itertools
 import os
 import shutil
 import threading
@@ -27,13 +28,17 @@ def impl(request):
     return IMPLEMENTATIONS[request.param]
 
 
+# unique: a closed socket's inproc name is released later, by libzmq's reaper
+_names = itertools.count()
+
+
 @pytest.fixture
 def pair():
     """A connected PUSH -> PULL pair over inproc, with room for many messages."""
     ctx = context()
     pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
     pull.rcvhwm = push.sndhwm = 0
-    endpoint = "inproc://speedups-%x" % id(pull)
+    endpoint = "inproc://speedups-%d" % next(_names)
     pull.bind(endpoint)
     push.connect(endpoint)
     yield push, pull
@@ -90,8 +95,9 @@ def test_send_message_without_room_raises_again_and_queues_nothing(impl):
     try:
         with pytest.raises(zmq.Again):
             send_message(push, speedups.handle(push), [b"refused", b"tail"])
-        pull.bind("inproc://speedups-refused-%x" % id(pull))
-        push.connect("inproc://speedups-refused-%x" % id(pull))
+        endpoint = "inproc://speedups-%d" % next(_names)
+        pull.bind(endpoint)
+        push.connect(endpoint)
         send_message(push, speedups.handle(push), [b"next"])
         assert pull.recv_multipart() == [b"next"]
     finally:
