@@ -158,7 +158,7 @@ class Socket(zmq.Socket):
     def _send_frames(self, frames, copy=True):
         if copy:
             return send_message(self, self.handle, frames)
-        # The first frame decides whether the whole message is accepted: the
+        # Zero-copy, as pyzmq's copy=False.  The first frame decides whether the whole message is accepted: the
         # following frames of a multipart message never return EAGAIN.
         last = len(frames) - 1
         for i, frame in enumerate(frames):
@@ -180,14 +180,12 @@ class Socket(zmq.Socket):
             if frames is None:
                 raise zmq.Again()
             return frames
-        # Frame.more is read from the message itself: getsockopt(RCVMORE)
-        # costs over a microsecond in pyzmq.
-        recv = self.recv
+        recv = self.recv  # zmq.Frame objects, as pyzmq's copy=False gives
         frame = recv(NOBLOCK, copy=False)
-        frames = [frame.bytes if copy else frame]
+        frames = [frame]
         while frame.more:
             frame = recv(NOBLOCK, copy=False)
-            frames.append(frame.bytes if copy else frame)
+            frames.append(frame)
         return frames
 
     def close(self, linger=None):
