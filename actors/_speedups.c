@@ -250,6 +250,15 @@ send_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (seq == NULL)
         return NULL;
     n = PySequence_Fast_GET_SIZE(seq);
+    /* Check every frame first: a bad one after the first was sent would
+     * leave half a message in the socket, glued to the next one. */
+    for (i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_CheckExact(item) && !PyObject_CheckBuffer(item)) {
+            PyErr_Format(PyExc_TypeError, "a frame must be bytes-like, not %.200s", Py_TYPE(item)->tp_name);
+            goto error;
+        }
+    }
     for (i = 0; i < n; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
         flags = ZMQ_DONTWAIT | (i < n - 1 ? ZMQ_SNDMORE : 0);

@@ -100,6 +100,9 @@ def py_recv_singles(sock, handle, limit):
 
 def py_send_message(sock, handle, frames):
     _check(sock)
+    for frame in frames:  # all checked first: never half a message in the socket
+        if type(frame) is not bytes:
+            memoryview(frame)  # TypeError unless bytes-like
     last = len(frames) - 1
     for i, frame in enumerate(frames):
         _send(sock, frame, NOBLOCK if i == last else NOBLOCK | SNDMORE)

@@ -85,7 +85,9 @@ def test_send_message_sends_bytes_like_frames(impl, pair):
     send_message(push, speedups.handle(push), [b"a", bytearray(b"b"), memoryview(b"cd")[1:], zmq.Frame(b"e")])
     assert pull.recv_multipart() == [b"a", b"b", b"d", b"e"]
     with pytest.raises(TypeError):
-        send_message(push, speedups.handle(push), ["not bytes"])
+        send_message(push, speedups.handle(push), [b"first", "not bytes"])
+    send_message(push, speedups.handle(push), [b"next"])  # no half message was left behind
+    assert pull.recv_multipart() == [b"next"]
 
 
 def test_send_message_without_room_raises_again_and_queues_nothing(impl):
