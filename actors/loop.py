@@ -22,16 +22,14 @@ import zmq
 from gevent import getcurrent
 from gevent.hub import Waiter, get_hub
 
-from .speedups import events as _events, handle as _handle, recv_message, send_message
+from .speedups import NOBLOCK, SNDMORE, events as _events, handle as _handle, recv_message, send_message
 
 __all__ = ["Socket", "Reactor", "Timer", "context", "raw_send", "DRAIN_CAP"]
 
 log = logging.getLogger(__name__)
 
-# Plain ints: the IntFlag arithmetic of pyzmq's enums costs microseconds per call.
-NOBLOCK = 1
-SNDMORE = 2
-EVENTS = 15
+# Plain ints (NOBLOCK and SNDMORE too, from .speedups): the IntFlag arithmetic
+# of pyzmq's enums costs microseconds per call.
 POLLIN = 1
 POLLOUT = 2
 
@@ -158,8 +156,8 @@ class Socket(zmq.Socket):
     def _send_frames(self, frames, copy=True):
         if copy:
             return send_message(self, self.handle, frames)
-        # Zero-copy, as pyzmq's copy=False.  The first frame decides whether the whole message is accepted: the
-        # following frames of a multipart message never return EAGAIN.
+        # Zero-copy, as pyzmq's copy=False.  The first frame decides whether the
+        # whole message is accepted: the following ones never return EAGAIN.
         last = len(frames) - 1
         for i, frame in enumerate(frames):
             raw_send(self, frame, NOBLOCK if i == last else NOBLOCK | SNDMORE, copy)

@@ -35,13 +35,14 @@ __all__ = ["SPEEDUPS", "handle", "recv_message", "recv_singles", "send_message",
 
 log = logging.getLogger(__name__)
 
+# Plain ints: the IntFlag arithmetic of pyzmq's enums costs microseconds per call.
 NOBLOCK = 1
 SNDMORE = 2
-EVENTS = 15
+_EVENTS = 15
+_RCVMORE = 13
 _send = zmq.backend.Socket.send
 _recv = zmq.backend.Socket.recv
 _get = zmq.backend.Socket.get
-_RCVMORE = 13
 
 
 def handle(sock):
@@ -110,7 +111,7 @@ def py_send_message(sock, handle, frames):
 
 def py_events(sock, handle):
     _check(sock)
-    return _get(sock, EVENTS)
+    return _get(sock, _EVENTS)
 
 
 def _load():

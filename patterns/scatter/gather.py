@@ -5,7 +5,7 @@ from collections import deque
 
 import zmq
 
-from actors.speedups import events, handle, recv_singles
+from actors.speedups import recv_singles
 
 from .errors import NoMessage
 from .native import socket_types
@@ -53,7 +53,6 @@ class Gather(SafeSocket):
         self.discarded = 0
         self._buffer = deque()
         self._pop = self._buffer.popleft
-        self._handle = handle(self._sock)
 
     def recv(self, block=True, timeout=None):
         """The next message (bytes).
@@ -100,7 +99,7 @@ class Gather(SafeSocket):
                            "scatter-gather is single-part only", discarded, self.discarded)
 
     def _ready(self):
-        return bool(self._buffer) or events(self._sock, self._handle) & POLLIN
+        return bool(self._buffer) or self._events() & POLLIN
 
     def close(self):
         super().close()

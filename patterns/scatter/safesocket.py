@@ -48,6 +48,7 @@ from gevent.hub import Waiter, get_hub
 from gevent.monkey import get_original
 
 from actors.loop import context
+from actors.speedups import events, handle
 
 __all__ = ["SafeSocket", "Closed", "EVENTS", "POLLIN", "POLLOUT", "NOBLOCK"]
 
@@ -163,6 +164,7 @@ class SafeSocket:
         for name, value in options.items():
             sock.set(getattr(zmq, name.upper()), value)
         self._fd = None if native else sock.get(zmq.FD)
+        self._handle = handle(sock)  # for the actors.speedups calls
 
     # -- options ----------------------------------------------------------------
     def setsockopt(self, option, value):
@@ -337,6 +339,10 @@ class SafeSocket:
     def _ready(self):
         """True when a blocked call could now go on (lock held)."""
         raise NotImplementedError
+
+    def _events(self):
+        """The socket's ``ZMQ_EVENTS`` (lock held)."""
+        return events(self._sock, self._handle)
 
     def _wake_if_ready(self):
         """Wake every waiter if a call could go on (we may have eaten the FD edge)."""
