@@ -6,6 +6,21 @@ from actors.loop import Socket, context
 from patterns.majordomo import Broker, Worker
 
 
+def recv_skipping(sock, timeout, is_heartbeat):
+    """The next message on ``sock`` that ``is_heartbeat`` does not match, or None after ``timeout``."""
+    while True:
+        try:
+            frames = sock.recv_multipart(timeout=timeout)
+        except zmq.Again:
+            return None
+        if not (is_heartbeat and is_heartbeat(frames)):
+            return frames
+
+
+def _heartbeat_to_worker(frames):
+    return frames[-1:] == [b"\x05"] and len(frames) <= 3
+
+
 class Peer:
     """A raw DEALER speaking frames at a broker, for protocol-level tests."""
 
@@ -21,13 +36,7 @@ class Peer:
 
     def recv(self, timeout=5.0, skip_heartbeats=True):
         """The next message, or None after ``timeout`` seconds."""
-        while True:
-            try:
-                frames = self.sock.recv_multipart(timeout=timeout)
-            except zmq.Again:
-                return None
-            if not (skip_heartbeats and frames[-1:] == [b"\x05"] and len(frames) <= 3):
-                return frames
+        return recv_skipping(self.sock, timeout, skip_heartbeats and _heartbeat_to_worker)
 
     def close(self):
         self.sock.close(0)

@@ -9,7 +9,7 @@ import zmq
 from actors.loop import Socket, context
 from patterns.majordomo import Broker, Client, RequestTimeout, Worker
 from tests.conftest import wait_for
-from tests.patterns.majordomo.conftest import Count, Echo
+from tests.patterns.majordomo.conftest import Count, Echo, recv_skipping
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,13 +24,11 @@ class FakeBroker:
         self.endpoint = self.sock.last_endpoint.decode()
 
     def recv(self, timeout=5.0, skip_heartbeats=True):
-        while True:
-            try:
-                frames = self.sock.recv_multipart(timeout=timeout)
-            except zmq.Again:
-                return None
-            if not (skip_heartbeats and frames[1:] == [b"MDPW02", b"\x05"]):
-                return frames
+        return recv_skipping(self.sock, timeout, skip_heartbeats and _heartbeat_from_worker)
+
+
+def _heartbeat_from_worker(frames):
+    return frames[1:] == [b"MDPW02", b"\x05"]
 
 
 @pytest.fixture
