@@ -18,6 +18,20 @@ def beacon_in(ns, **kwargs):
         return Beacon(**kwargs)
 
 
+@pytest.fixture
+def beacons():
+    """``make(ns, **kwargs)``: a beacon in ``ns``, destroyed after the test."""
+    made = []
+
+    def make(ns, **kwargs):
+        made.append(beacon_in(ns, **kwargs))
+        return made[-1]
+
+    yield make
+    for beacon in made:
+        beacon.destroy()
+
+
 def stats(beacon):
     return beacon.call("$STATS", timeout=5)
 
@@ -55,68 +69,53 @@ def test_interface_by_name_and_by_address(lab):
             beacon.destroy()
 
 
-def test_hears_the_other_side_and_never_itself(lab):
+def test_hears_the_other_side_and_never_itself(lab, beacons):
     a, b = lab.pair()
-    ba, bb = beacon_in(a), beacon_in(b)
-    try:
-        ba.send("SUBSCRIBE", b"")
-        assert ba.call("PUBLISH", b"beacon-A", timeout=5) is True
-        assert bb.call("PUBLISH", b"beacon-B", timeout=5) is True
-        for _ in range(5):
-            assert next_beacon(ba) == (b.address, b"beacon-B")
-        # A's own broadcasts did come back to it, and were dropped.
-        wait_for(lambda: stats(ba).get("own", 0) >= 3, 10, "A to see (and drop) its own beacons")
-        assert stats(ba).get("received") >= 5
-    finally:
-        ba.destroy()
-        bb.destroy()
+    ba, bb = beacons(a), beacons(b)
+    ba.send("SUBSCRIBE", b"")
+    assert ba.call("PUBLISH", b"beacon-A", timeout=5) is True
+    assert bb.call("PUBLISH", b"beacon-B", timeout=5) is True
+    for _ in range(5):
+        assert next_beacon(ba) == (b.address, b"beacon-B")
+    # A's own broadcasts did come back to it, and were dropped.
+    wait_for(lambda: stats(ba).get("own", 0) >= 3, 10, "A to see (and drop) its own beacons")
+    assert stats(ba).get("received") >= 5
 
 
-def test_prefix_filter(lab):
+def test_prefix_filter(lab, beacons):
     a, b = lab.pair()
-    ba, bb = beacon_in(a), beacon_in(b)
-    try:
-        ba.send("SUBSCRIBE", b"ZRE")
-        bb.call("PUBLISH", b"XRE-other", timeout=5)
-        wait_for(lambda: stats(ba).get("filtered", 0) >= 3, 10, "filtered beacons")
-        assert ba.recv_event(0) is None
-        bb.call("PUBLISH", b"ZRE-wanted", timeout=5)
-        assert next_beacon(ba) == (b.address, b"ZRE-wanted")
-        ba.send("UNSUBSCRIBE")
-        seen = stats(ba).get("received")
-        wait_for(lambda: stats(bb).get("sent", 0) >= 10, 10, "more beacons sent")
-        assert stats(ba).get("received") == seen
-    finally:
-        ba.destroy()
-        bb.destroy()
+    ba, bb = beacons(a), beacons(b)
+    ba.send("SUBSCRIBE", b"ZRE")
+    bb.call("PUBLISH", b"XRE-other", timeout=5)
+    wait_for(lambda: stats(ba).get("filtered", 0) >= 3, 10, "filtered beacons")
+    assert ba.recv_event(0) is None
+    bb.call("PUBLISH", b"ZRE-wanted", timeout=5)
+    assert next_beacon(ba) == (b.address, b"ZRE-wanted")
+    ba.send("UNSUBSCRIBE")
+    seen = stats(ba).get("received")
+    wait_for(lambda: stats(bb).get("sent", 0) >= 10, 10, "more beacons sent")
+    assert stats(ba).get("received") == seen
 
 
-def test_send_errors_are_survived(lab):
+def test_send_errors_are_survived(lab, beacons):
     a, b = lab.pair()
-    ba, bb = beacon_in(a), beacon_in(b)
-    try:
-        bb.send("SUBSCRIBE", b"")
-        ba.call("PUBLISH", b"beacon-A", timeout=5)
-        assert next_beacon(bb) == (a.address, b"beacon-A")
-        a.link(up=False)  # no route: every broadcast fails
-        wait_for(lambda: stats(ba).get("send_errors", 0) >= 3, 10, "failed sends to be counted")
-        assert ba.alive
-        a.link(up=True)
-        while bb.recv_event(0) is not None:
-            pass
-        assert next_beacon(bb, timeout=10) == (a.address, b"beacon-A")
-        assert ba.alive and stats(ba).get("sent", 0) >= 2
-    finally:
-        ba.destroy()
-        bb.destroy()
+    ba, bb = beacons(a), beacons(b)
+    bb.send("SUBSCRIBE", b"")
+    ba.call("PUBLISH", b"beacon-A", timeout=5)
+    assert next_beacon(bb) == (a.address, b"beacon-A")
+    a.link(up=False)  # no route: every broadcast fails
+    wait_for(lambda: stats(ba).get("send_errors", 0) >= 3, 10, "failed sends to be counted")
+    assert ba.alive
+    a.link(up=True)
+    while bb.recv_event(0) is not None:
+        pass
+    assert next_beacon(bb, timeout=10) == (a.address, b"beacon-A")
+    assert ba.alive and stats(ba).get("sent", 0) >= 2
 
 
-def test_bad_payload_is_refused_not_fatal(lab):
+def test_bad_payload_is_refused_not_fatal(lab, beacons):
     a, _ = lab.pair()
-    ba = beacon_in(a)
-    try:
-        with pytest.raises(Exception, match="payload must be"):
-            ba.call("PUBLISH", b"x" * 300, timeout=5)
-        assert ba.alive
-    finally:
-        ba.destroy()
+    ba = beacons(a)
+    with pytest.raises(Exception, match="payload must be"):
+        ba.call("PUBLISH", b"x" * 300, timeout=5)
+    assert ba.alive
