@@ -1,7 +1,27 @@
-"""Build the optional C speedups; everything else is in setup.cfg."""
-from setuptools import Extension, setup
+"""Map the top-level folders under one import namespace and build the optional
+C speedups; everything else is in setup.cfg.
 
-setup(ext_modules=[
-    # optional: without a compiler zactors installs and runs in pure Python
-    Extension("_zactors_speedups", sources=["actors/_speedups.c"], optional=True),
-])
+The design card keeps ``actors/``, ``patterns/`` and ``apps/`` at the top of
+the repository; they install as ``zactors.actors``, ``zactors.patterns`` and
+``zactors.apps`` (``zactors`` itself is a namespace package), so no generic
+name such as ``apps`` reaches site-packages.  The mapping holds for regular
+and editable installs alike.
+"""
+from setuptools import Extension, find_packages, setup
+
+FOLDERS = ("actors", "patterns", "apps")
+
+packages = []
+package_dir = {}
+for folder in FOLDERS:
+    package_dir["zactors." + folder] = folder
+    packages += ["zactors." + name for name in [folder] + [folder + "." + p for p in find_packages(folder)]]
+
+setup(
+    packages=packages,
+    package_dir=package_dir,
+    ext_modules=[
+        # optional: without a compiler zactors installs and runs in pure Python
+        Extension("zactors.actors._speedups", sources=["actors/_speedups.c"], optional=True),
+    ],
+)

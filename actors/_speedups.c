@@ -1,4 +1,4 @@
-/* _zactors_speedups: the kernel's per-message socket calls, in C.
+/* zactors.actors._speedups: the kernel's per-message socket calls, in C.
  *
  * pyzmq spends more on its Python-facing layers than libzmq spends moving a
  * message: a copy=False receive (to read the "more" flag) costs ~1 us, a
@@ -48,7 +48,7 @@ raise_errno(int err)
 {
     PyObject *exc;
     if (error_factory == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_zactors_speedups: bind() was not called");
+        PyErr_SetString(PyExc_RuntimeError, "zactors.actors._speedups: bind() was not called");
         return NULL;
     }
     exc = PyObject_CallFunction(error_factory, "i", err);
@@ -365,12 +365,12 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_zactors_speedups",
+    PyModuleDef_HEAD_INIT, "_speedups",
     "zactors' per-message libzmq calls in C (see actors/speedups.py).", -1, methods,
 };
 
 PyMODINIT_FUNC
-PyInit__zactors_speedups(void)
+PyInit__speedups(void)
 {
     str_closed = PyUnicode_InternFromString("_closed");
     if (str_closed == NULL)

@@ -3,7 +3,7 @@
 pyzmq's Python-facing layers cost more per message than libzmq does: a
 ``copy=False`` receive (the only cheap way to read a frame's "more" flag)
 about 1 us, a ``getsockopt(EVENTS)`` about 0.7 us, a plain receive 0.25 us.
-The C extension ``_zactors_speedups`` (built from ``actors/_speedups.c`` at
+The C extension ``zactors.actors._speedups`` (built from ``actors/_speedups.c`` at
 install when a compiler is there; optional) makes the same libzmq calls
 directly, on the libzmq that pyzmq loaded.  The pure-Python versions here
 behave identically and are used when it was not built, or when the
@@ -118,7 +118,7 @@ def _load():
     if os.environ.get("ZACTORS_PURE_PYTHON"):
         return None
     try:
-        import _zactors_speedups as c
+        from . import _speedups as c
         # pyzmq's extension module: its libzmq is the one whose sockets we get
         c.bind(sys.modules[zmq.backend.Socket.__module__].__file__, _error)
     except (ImportError, AttributeError, TypeError) as exc:

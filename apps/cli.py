@@ -22,7 +22,7 @@ def build_parser():
         description="Composable gevent actors for the classic ZeroMQ patterns.",
         epilog="Run 'zactors demo' to see actors at work, 'zactors COMMAND --help' for a command.",
     )
-    from actors.speedups import SPEEDUPS
+    from zactors.actors.speedups import SPEEDUPS
     parser.add_argument("--version", action="version", version="zactors %s (pyzmq %s, libzmq %s; C speedups %s)"
                         % (__version__, zmq.__version__, zmq.zmq_version(), "on" if SPEEDUPS else "off"))
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")

@@ -42,9 +42,9 @@ from zmq.utils.monitor import parse_monitor_message
 
 from gevent.monkey import get_original
 
-from actors import Actor
-from actors.loop import Socket, context
-from patterns.scatter import Closed, Gather, NoMessage, Scatter
+from zactors.actors import Actor
+from zactors.actors.loop import Socket, context
+from zactors.patterns.scatter import Closed, Gather, NoMessage, Scatter
 
 __all__ = ["Ventilator", "Worker", "Sink", "Result", "encode_task", "decode_task",
            "encode_result", "decode_result"]

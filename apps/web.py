@@ -15,7 +15,7 @@ from collections import Counter
 
 from gevent.pywsgi import WSGIServer
 
-from actors import Actor, CommandError, command
+from zactors.actors import Actor, CommandError, command
 
 __all__ = ["Tally", "make_app", "serve"]
 

@@ -45,7 +45,7 @@ def commands():
 def zactors_role(role):
     import gevent
     import zmq
-    from patterns.harmony import Node
+    from zactors.patterns.harmony import Node
 
     zmq.Context.instance()  # warm up what any process has before it starts a node
     gevent.get_hub()

@@ -25,7 +25,7 @@ import zmq  # noqa: E402
 import zmq.green as gzmq  # noqa: E402
 from gevent.queue import Queue  # noqa: E402
 
-from actors import Actor, command  # noqa: E402
+from zactors.actors import Actor, command  # noqa: E402
 
 SIZE = 100
 

@@ -32,7 +32,7 @@ BODY = b"x" * 64
 # -- roles (each runs in its own process) -----------------------------------------------
 def role_broker(stack):
     if stack == "zactors":
-        from patterns.majordomo import Broker
+        from zactors.patterns.majordomo import Broker
         broker = Broker("tcp://127.0.0.1:*")
         print(broker.endpoint, flush=True)
         for _ in broker.events():
@@ -56,7 +56,7 @@ def role_broker(stack):
 
 def role_worker(stack, endpoint):
     if stack == "zactors":
-        from patterns.majordomo import Worker
+        from zactors.patterns.majordomo import Worker
 
         class Echo(Worker):
             def handle(self, request):
@@ -74,7 +74,7 @@ def role_worker(stack, endpoint):
 
 def role_client(stack, endpoint, seconds, inflight=1):
     if stack == "zactors":
-        from patterns.majordomo import Client
+        from zactors.patterns.majordomo import Client
         client = Client(endpoint, timeout=10, retries=1)
 
         def call():

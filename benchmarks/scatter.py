@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import zmq  # noqa: E402
 
-from patterns.scatter import Gather, Scatter  # noqa: E402
+from zactors.patterns.scatter import Gather, Scatter  # noqa: E402
 
 SIZE = 100
 HWM = 100000

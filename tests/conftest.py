@@ -6,7 +6,7 @@ import gevent
 import gevent.subprocess
 import pytest
 
-from actors.loop import context
+from zactors.actors.loop import context
 
 context()  # before any test makes a socket: raises libzmq's 1023-socket default
 

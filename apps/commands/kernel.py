@@ -4,8 +4,8 @@ import time
 
 import gevent
 
-from actors import Actor, command
-from actors.heartbeat import Heartbeat
+from zactors.actors import Actor, command
+from zactors.actors.heartbeat import Heartbeat
 
 ORDER = 10
 log = logging.getLogger("zactors.web")
@@ -20,7 +20,7 @@ def register(sub):
 
 
 def run_web(args):
-    from apps.web import serve
+    from zactors.apps.web import serve
 
     server, tally = serve(args.host, args.port)
     log.info("serving on http://%s:%d/  (try /hit/home and /top; Ctrl-C stops)", args.host, server.server_port)
@@ -64,7 +64,7 @@ def demo(out):
         hb.destroy()
 
     from gevent.socket import create_connection
-    from apps.web import serve
+    from zactors.apps.web import serve
 
     server, tally = serve(port=0)
     try:

@@ -2,7 +2,7 @@
 import os
 import socket
 
-from actors.auth import create_keypair, load_keypair
+from zactors.actors.auth import create_keypair, load_keypair
 
 __all__ = ["register"]
 

@@ -79,7 +79,7 @@ def _curve_client(args):
         return None
     if not args.curve_server:
         raise ValueError("--curve needs --curve-server (the broker's public key file)")
-    from actors.auth import load_keypair, load_public_key
+    from zactors.actors.auth import load_keypair, load_public_key
     return load_public_key(args.curve_server), load_keypair(args.curve)
 
 
@@ -100,11 +100,11 @@ def _until_signal():
 
 
 def run_broker(args):
-    from patterns.majordomo import Broker
+    from zactors.patterns.majordomo import Broker
 
     keys, auth = None, None
     if args.curve:
-        from actors.auth import Authenticator, load_keypair
+        from zactors.actors.auth import Authenticator, load_keypair
         keys = load_keypair(args.curve)
         if keys.secret is None:
             raise ValueError("%s holds no secret key (use the .key_secret file)" % args.curve)
@@ -144,7 +144,7 @@ def _log_stats(broker, every):
 
 
 def _echo_worker(partials, delay):
-    from patterns.majordomo import Worker
+    from zactors.patterns.majordomo import Worker
 
     class EchoWorker(Worker):
         """Echoes each request, ``partials`` times as PARTIAL first."""
@@ -173,7 +173,7 @@ def run_worker(args):
 
 
 def run_request(args):
-    from patterns.majordomo import Client, RequestTimeout
+    from zactors.patterns.majordomo import Client, RequestTimeout
 
     with Client(args.connect, timeout=args.timeout, retries=args.retries, framing=args.framing,
                 curve=_curve_client(args)) as client:
@@ -202,7 +202,7 @@ def _show(frames):
 
 
 def run_mmi(args):
-    from patterns.majordomo import Client, RequestTimeout
+    from zactors.patterns.majordomo import Client, RequestTimeout
 
     with Client(args.connect, timeout=args.timeout, retries=1, curve=_curve_client(args)) as client:
         try:
@@ -216,7 +216,7 @@ def run_mmi(args):
 
 def demo(out):
     """Majordomo: a broker, workers and a client, with partial replies"""
-    from patterns.majordomo import Broker, Client, Worker
+    from zactors.patterns.majordomo import Broker, Client, Worker
 
     class Words(Worker):
         service = b"words"

@@ -43,7 +43,7 @@ def register(subparsers):
 
 
 def _node(args, name):
-    from patterns.harmony import Node
+    from zactors.patterns.harmony import Node
     return Node(name, interface=args.interface, port=args.port, beacon=args.beacon,
                 endpoints=args.endpoint, host=args.host)
 
@@ -96,7 +96,7 @@ def run_list(args):
 
 def demo(out):
     """Harmony: ZRE peers find each other by endpoint (gossip), join a group, shout and whisper."""
-    from patterns.harmony import Node
+    from zactors.patterns.harmony import Node
 
     # Loopback only, beacons off: no UDP broadcast leaves this machine.
     alice = Node("alice", beacon=False).start()

@@ -6,8 +6,8 @@ from collections import Counter
 import gevent
 from tqdm import tqdm
 
-from actors.auth import Authenticator, curve_client, curve_server, generate_keypair, load_keypair
-from apps.pipeline import Sink, Ventilator, Worker
+from zactors.actors.auth import Authenticator, curve_client, curve_server, generate_keypair, load_keypair
+from zactors.apps.pipeline import Sink, Ventilator, Worker
 
 __all__ = ["register", "demo", "SquareWorker", "ORDER"]
 

@@ -1,6 +1,6 @@
 """Harmony: true peer networks that speak ZRE v2, as Zyre (C) and pyre (Python) do.
 
-    from patterns.harmony import Node
+    from zactors.patterns.harmony import Node
 
     node = Node("alice", {"X-ROLE": "demo"}).start()   # UDP beacons on port 5670
     node.join("chat")

@@ -45,10 +45,10 @@ from collections import namedtuple
 import gevent
 import zmq
 
-from actors.actor import Actor, command
-from actors.errors import ActorError
-from actors.beacon import Beacon, BeaconError
-from actors.heartbeat import Liveness
+from zactors.actors.actor import Actor, command
+from zactors.actors.errors import ActorError
+from zactors.actors.beacon import Beacon, BeaconError
+from zactors.actors.heartbeat import Liveness
 
 from . import protocol as zre
 from .group import Group

@@ -55,10 +55,10 @@ import time
 from collections import OrderedDict, deque
 from functools import partial
 
-from actors.actor import Actor, command
-from actors.auth import curve_server
-from actors.heartbeat import Liveness
-from actors.router import Router
+from zactors.actors.actor import Actor, command
+from zactors.actors.auth import curve_server
+from zactors.actors.heartbeat import Liveness
+from zactors.actors.router import Router
 
 from . import mmi
 from .protocol import (CLIENT, DISCONNECT, FINAL, HEARTBEAT, PARTIAL, READY, WORKER, ProtocolError,

@@ -27,8 +27,8 @@ import logging
 import zmq
 from gevent.lock import BoundedSemaphore
 
-from actors.auth import curve_client
-from actors.loop import POLLIN, Socket, context
+from zactors.actors.auth import curve_client
+from zactors.actors.loop import POLLIN, Socket, context
 
 from .protocol import FINAL, ProtocolError, framing as _framing
 

@@ -50,9 +50,9 @@ import types
 import gevent
 import zmq
 
-from actors.actor import Actor
-from actors.auth import curve_client
-from actors.loop import NOBLOCK, POLLIN, Socket, context
+from zactors.actors.actor import Actor
+from zactors.actors.auth import curve_client
+from zactors.actors.loop import NOBLOCK, POLLIN, Socket, context
 
 from .protocol import DISCONNECT, MAJORTOMO, REQUEST, ProtocolError, framing as _framing
 

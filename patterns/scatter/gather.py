@@ -5,7 +5,7 @@ from collections import deque
 
 import zmq
 
-from actors.speedups import recv_singles
+from zactors.actors.speedups import recv_singles
 
 from .errors import NoMessage
 from .native import socket_types

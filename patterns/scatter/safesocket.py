@@ -47,8 +47,8 @@ from gevent._hub_local import get_hub_if_exists
 from gevent.hub import Waiter, get_hub
 from gevent.monkey import get_original
 
-from actors.loop import context
-from actors.speedups import events, handle
+from zactors.actors.loop import context
+from zactors.actors.speedups import events, handle
 
 __all__ = ["SafeSocket", "Closed", "EVENTS", "POLLIN", "POLLOUT", "NOBLOCK"]
 

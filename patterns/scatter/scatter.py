@@ -3,7 +3,7 @@ import time
 
 import zmq
 
-from actors.speedups import send_message
+from zactors.actors.speedups import send_message
 
 from .errors import MultipartError, NoPeerAvailable
 from .native import socket_types

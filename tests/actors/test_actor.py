@@ -3,9 +3,9 @@ import gevent
 import pytest
 import zmq
 
-from actors import (Actor, ActorDied, ActorError, ActorExited, ActorTimeout, CommandError, Event,
+from zactors.actors import (Actor, ActorDied, ActorError, ActorExited, ActorTimeout, CommandError, Event,
                     command)
-from actors.loop import Socket, context
+from zactors.actors.loop import Socket, context
 
 pytestmark = pytest.mark.timeout(30)
 

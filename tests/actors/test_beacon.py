@@ -2,7 +2,7 @@
 import gevent
 import pytest
 
-from actors.beacon import Beacon, BeaconError, choose_interface
+from zactors.actors.beacon import Beacon, BeaconError, choose_interface
 from tests.conftest import wait_for
 from tests.netns import lab  # noqa: F401  (fixture)
 

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from actors.heartbeat import Heartbeat, Liveness
+from zactors.actors.heartbeat import Heartbeat, Liveness
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -5,7 +5,7 @@ import gevent
 import pytest
 import zmq
 
-from actors.loop import POLLIN, POLLOUT, Reactor, Socket, context
+from zactors.actors.loop import POLLIN, POLLOUT, Reactor, Socket, context
 
 pytestmark = pytest.mark.timeout(30)
 

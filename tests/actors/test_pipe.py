@@ -3,8 +3,8 @@ import msgpack
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from actors.errors import PipeError
-from actors.pipe import decode, encode
+from zactors.actors.errors import PipeError
+from zactors.actors.pipe import decode, encode
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats(allow_nan=False)

@@ -2,9 +2,9 @@
 import pytest
 import zmq
 
-from actors import Actor, command
-from actors.loop import Socket, context
-from actors.router import RouterActor
+from zactors.actors import Actor, command
+from zactors.actors.loop import Socket, context
+from zactors.actors.router import RouterActor
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(60)

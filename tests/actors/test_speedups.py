@@ -11,8 +11,8 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors import speedups
-from actors.loop import context
+from zactors.actors import speedups
+from zactors.actors.loop import context
 
 IMPLEMENTATIONS = {
     "python": (speedups.py_recv_message, speedups.py_recv_singles, speedups.py_send_message,
@@ -56,7 +56,7 @@ def test_the_c_calls_are_built_where_a_compiler_is():
         pytest.skip("no C compiler here: the pure-Python calls are in use")
     if os.environ.get("ZACTORS_PURE_PYTHON"):
         pytest.skip("ZACTORS_PURE_PYTHON is set")
-    assert speedups.SPEEDUPS, "the _zactors_speedups extension was not built (see pip's output)"
+    assert speedups.SPEEDUPS, "the zactors.actors._speedups extension was not built (see pip's output)"
 
 
 def test_recv_message_returns_whole_messages_then_none(impl, pair):

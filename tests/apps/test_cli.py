@@ -8,7 +8,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def zactors(*args, timeout=90):
-    return subprocess.run([sys.executable, "-m", "apps.cli", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "zactors.apps.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_help_lists_commands():
@@ -18,7 +18,7 @@ def test_help_lists_commands():
 
 
 def test_version():
-    from actors.speedups import SPEEDUPS
+    from zactors.actors.speedups import SPEEDUPS
     result = zactors("--version")
     assert result.returncode == 0 and result.stdout.startswith("zactors ")
     assert ("C speedups on" if SPEEDUPS else "C speedups off") in result.stdout

@@ -5,8 +5,8 @@ import stat
 import pytest
 import zmq
 
-from actors.auth import load_keypair
-from apps.cli import main
+from zactors.actors.auth import load_keypair
+from zactors.apps.cli import main
 
 
 @pytest.mark.timeout(30)

@@ -10,11 +10,11 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.auth import create_keypair
-from actors.loop import context
-from apps.commands.pipeline import SquareWorker, pipeline
-from apps.pipeline import Sink, Ventilator, Worker, decode_result, decode_task, encode_result, encode_task
-from patterns.scatter import Scatter
+from zactors.actors.auth import create_keypair
+from zactors.actors.loop import context
+from zactors.apps.commands.pipeline import SquareWorker, pipeline
+from zactors.apps.pipeline import Sink, Ventilator, Worker, decode_result, decode_task, encode_result, encode_task
+from zactors.patterns.scatter import Scatter
 from tests.conftest import wait_for
 
 
@@ -104,7 +104,7 @@ def test_sink_counts_malformed_results(rig):
 @pytest.fixture
 def role(processes):
     """A pipeline role (sink, ventilate, work) as its own CLI process."""
-    return lambda *argv: processes([sys.executable, "-m", "apps.cli", "-q", "pipeline", *argv],
+    return lambda *argv: processes([sys.executable, "-m", "zactors.apps.cli", "-q", "pipeline", *argv],
                                    stdout=gevent.subprocess.PIPE, stderr=gevent.subprocess.PIPE, text=True,
                                    env=dict(os.environ, PYTHONUNBUFFERED="1"))
 

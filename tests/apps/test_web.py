@@ -5,7 +5,7 @@ import urllib.request
 import gevent
 import pytest
 
-from apps.web import serve
+from zactors.apps.web import serve
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -25,7 +25,7 @@ def event_line(kind, peer, name, group=None, address=None, headers=None, frames=
 
 def run_zactors(config):
     import gevent
-    from patterns.harmony import Node
+    from zactors.patterns.harmony import Node
 
     node = Node(**config).start()
     out({"ready": node.id, "endpoint": node.endpoint})

@@ -6,9 +6,9 @@ import sys
 import gevent
 import pytest
 
-from apps.cli import main
-from apps.commands import peer as peer_command
-from patterns.harmony import Node
+from zactors.apps.cli import main
+from zactors.apps.commands import peer as peer_command
+from zactors.patterns.harmony import Node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,7 +36,7 @@ def test_peer_chat_shouts_what_is_typed():
     with Node("listener", beacon=False) as node:
         node.join("CHAT")
         chat = subprocess.Popen(
-            [sys.executable, "-m", "apps.cli", "peer", "chat", "--name", "typist", "--no-beacon",
+            [sys.executable, "-m", "zactors.apps.cli", "peer", "chat", "--name", "typist", "--no-beacon",
              "--endpoint", node.endpoint], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
         try:

@@ -139,8 +139,8 @@ def test_interop_with_pyre_both_ways(lab):
 
 
 def test_no_broadcast_interface_is_a_clear_error_or_log(lab, caplog):
-    from actors.beacon import BeaconError
-    from patterns.harmony import Node
+    from zactors.actors.beacon import BeaconError
+    from zactors.patterns.harmony import Node
 
     lonely = lab.namespace()  # loopback only
     with lonely.entered():
@@ -157,8 +157,8 @@ def test_no_broadcast_interface_is_a_clear_error_or_log(lab, caplog):
 
 def test_beacons_alone_do_not_keep_a_peer_alive(lab):
     """UDP says B is there, TCP says nothing: EVASIVE, SILENT, then EXIT at expiry."""
-    from actors.beacon import Beacon
-    from patterns.harmony import protocol as zre
+    from zactors.actors.beacon import Beacon
+    from zactors.patterns.harmony import protocol as zre
 
     a_ns, b_ns = lab.pair()
     config = {"interval": 0.1, "evasive": 0.5, "expired": 2.5}

@@ -6,9 +6,9 @@ import gevent.event
 import pytest
 import zmq
 
-from actors.loop import Socket, context
-from patterns.harmony import Node
-from patterns.harmony import protocol as zre
+from zactors.actors.loop import Socket, context
+from zactors.patterns.harmony import Node
+from zactors.patterns.harmony import protocol as zre
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(60)

@@ -4,7 +4,7 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from patterns.harmony import protocol as p
+from zactors.patterns.harmony import protocol as p
 
 UUID = bytes(range(16))
 

@@ -9,7 +9,7 @@ import time
 
 import gevent
 
-from patterns.majordomo import Worker
+from zactors.patterns.majordomo import Worker
 
 
 class Slow(Worker):

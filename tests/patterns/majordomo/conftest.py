@@ -2,8 +2,8 @@
 import pytest
 import zmq
 
-from actors.loop import Socket, context
-from patterns.majordomo import Broker, Worker
+from zactors.actors.loop import Socket, context
+from zactors.patterns.majordomo import Broker, Worker
 
 
 def recv_skipping(sock, timeout, is_heartbeat):

@@ -4,7 +4,7 @@ import time
 import gevent
 import pytest
 
-from patterns.majordomo import Broker, Client
+from zactors.patterns.majordomo import Broker, Client
 from tests.conftest import wait_for
 from tests.patterns.majordomo.conftest import Count, Echo
 
@@ -182,7 +182,7 @@ def test_two_endpoints(workers, peers):
 
 
 def test_curve_broker(workers):
-    from actors.auth import generate_keypair
+    from zactors.actors.auth import generate_keypair
     server, client_keys = generate_keypair(), generate_keypair()
     with Broker(curve=server) as broker:
         workers(Echo, broker.endpoint, curve=(server.public, generate_keypair()))
@@ -194,7 +194,7 @@ def test_curve_broker(workers):
 
 
 def test_curve_access_through_the_kernel_authenticator(workers, tmp_path):
-    from actors.auth import Authenticator, create_keypair, generate_keypair, load_keypair
+    from zactors.actors.auth import Authenticator, create_keypair, generate_keypair, load_keypair
     server = generate_keypair()
     allowed = load_keypair(create_keypair(str(tmp_path), "allowed")[1])
     with Authenticator(curve=str(tmp_path)) as auth, Broker(curve=server) as broker:

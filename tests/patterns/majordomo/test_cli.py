@@ -7,8 +7,8 @@ import gevent
 import gevent.subprocess
 import pytest
 
-from apps.cli import main
-from patterns.majordomo import Broker
+from zactors.apps.cli import main
+from zactors.patterns.majordomo import Broker
 from tests.conftest import wait_for
 from tests.patterns.majordomo.conftest import Count
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 def run(processes):
-    return lambda *args: processes([sys.executable, "-m", "apps.cli", *args], stderr=gevent.subprocess.PIPE)
+    return lambda *args: processes([sys.executable, "-m", "zactors.apps.cli", *args], stderr=gevent.subprocess.PIPE)
 
 
 def test_broker_and_worker_commands(run, capsys):
@@ -38,7 +38,7 @@ def test_broker_and_worker_commands(run, capsys):
 
 
 def test_curve_broker_command(run, capsys, tmp_path):
-    from actors.auth import create_keypair
+    from zactors.actors.auth import create_keypair
     create_keypair(str(tmp_path / "broker"), "broker")
     create_keypair(str(tmp_path / "clients"), "me")
     create_keypair(str(tmp_path / "others"), "stranger")
@@ -79,7 +79,7 @@ def test_request_and_mmi_against_an_in_process_broker(capsys):
 
 
 def test_demo_part_runs(capsys):
-    from apps.commands import mdp
+    from zactors.apps.commands import mdp
     lines = []
     mdp.demo(lines.append)
     text = "\n".join(lines)

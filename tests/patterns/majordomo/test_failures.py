@@ -8,8 +8,8 @@ import gevent
 import gevent.subprocess
 import pytest
 
-from patterns.majordomo import Client
-from patterns.majordomo.protocol import CLIENT, SPEC, WORKER, ProtocolError
+from zactors.patterns.majordomo import Client
+from zactors.patterns.majordomo.protocol import CLIENT, SPEC, WORKER, ProtocolError
 from tests.conftest import wait_for
 from tests.patterns.majordomo.conftest import Echo
 from tests.patterns.majordomo._worker_process import Slow

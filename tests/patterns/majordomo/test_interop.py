@@ -10,7 +10,7 @@ import pytest
 majortomo = pytest.importorskip("majortomo")
 from majortomo import broker as mbroker  # noqa: E402
 
-from patterns.majordomo import Broker, Client  # noqa: E402
+from zactors.patterns.majordomo import Broker, Client  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
 from tests.patterns.majordomo.conftest import Count, Echo  # noqa: E402
 

@@ -2,7 +2,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from patterns.majordomo.protocol import (
+from zactors.patterns.majordomo.protocol import (
     CLIENT, DISCONNECT, FINAL, HEARTBEAT, MAJORTOMO, PARTIAL, READY, REQUEST, SPEC, WORKER, ProtocolError, framing,
 )
 

@@ -6,8 +6,8 @@ import gevent.event
 import pytest
 import zmq
 
-from actors.loop import Socket, context
-from patterns.majordomo import Broker, Client, RequestTimeout, Worker
+from zactors.actors.loop import Socket, context
+from zactors.patterns.majordomo import Broker, Client, RequestTimeout, Worker
 from tests.conftest import wait_for
 from tests.patterns.majordomo.conftest import Count, Echo, recv_skipping
 

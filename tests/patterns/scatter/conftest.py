@@ -1,7 +1,7 @@
 """Scatter/Gather test fixtures: everything made is closed at the end."""
 import pytest
 
-from patterns.scatter import Gather, Scatter
+from zactors.patterns.scatter import Gather, Scatter
 
 
 @pytest.fixture

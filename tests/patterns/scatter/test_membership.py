@@ -4,7 +4,7 @@ import struct
 import gevent
 import pytest
 
-from patterns.scatter import Closed
+from zactors.patterns.scatter import Closed
 from tests.conftest import wait_for
 
 _pack = struct.Struct(">I").pack

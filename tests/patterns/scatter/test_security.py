@@ -1,8 +1,8 @@
 """Scatter/Gather secured with CURVE in one call each (actors.auth), over tcp."""
 import pytest
 
-from actors.auth import Authenticator, create_keypair, curve_client, curve_server, generate_keypair, load_keypair
-from patterns.scatter import NoMessage
+from zactors.actors.auth import Authenticator, create_keypair, curve_client, curve_server, generate_keypair, load_keypair
+from zactors.patterns.scatter import NoMessage
 
 pytestmark = pytest.mark.timeout(60)
 

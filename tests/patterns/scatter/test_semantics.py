@@ -7,9 +7,9 @@ import gevent
 import pytest
 import zmq
 
-from actors.loop import context
-from patterns.scatter import Closed, Gather, MultipartError, NoMessage, NoPeerAvailable, Scatter
-from patterns.scatter import native
+from zactors.actors.loop import context
+from zactors.patterns.scatter import Closed, Gather, MultipartError, NoMessage, NoPeerAvailable, Scatter
+from zactors.patterns.scatter import native
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(60)

@@ -9,7 +9,7 @@ import uuid
 import gevent
 import pytest
 
-from patterns.scatter import Closed, NoMessage, NoPeerAvailable
+from zactors.patterns.scatter import Closed, NoMessage, NoPeerAvailable
 from tests.conftest import wait_for
 
 TOTAL = 100_000
