@@ -1,5 +1,7 @@
 """The installed distribution puts one top-level name, ``zactors``, into site-packages."""
-from importlib.metadata import distribution
+import site
+import sysconfig
+from importlib.metadata import distributions
 
 import pytest
 
@@ -7,7 +9,11 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def test_no_generic_top_level_package_is_installed():
-    files = distribution("zactors").files or []
+    # the installed copy, not the zactors.egg-info an editable build leaves in the work tree
+    where = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
+    installed = [d for d in distributions(path=where) if d.metadata["Name"] == "zactors"]
+    assert installed, "zactors is not installed in %s" % where
+    files = installed[0].files or []
     tops = {f.parts[0] for f in files if f.parts and not f.parts[0].startswith("..")}
     assert not tops & {"actors", "patterns", "apps", "tests", "benchmarks"}, sorted(tops)
 
