@@ -1,7 +1,8 @@
 """The zactors actor kernel: greenlet actors that own ZeroMQ sockets."""
 from .actor import Actor, Reply, command
 from .errors import ActorDied, ActorError, ActorExited, ActorTimeout, CommandError, PipeError
-from .loop import Reactor, Socket, context
+from .reactor import Reactor
+from .sockets import Socket, context
 from .pipe import Event
 
 __all__ = [

@@ -51,7 +51,8 @@ import gevent
 import zmq
 
 from .errors import ActorError, PipeError
-from .loop import NOBLOCK, Reactor, Socket, context
+from .reactor import Reactor
+from .sockets import NOBLOCK, Socket, context
 from .pipe import DIED, ERROR, EXIT, FAILED, READY, REPLY, TERM, PipeEnd, decode, encode, pipe_pair
 
 __all__ = ["Actor", "command"]

@@ -43,7 +43,7 @@ import zmq.auth
 from zmq.auth.base import Authenticator as _ZmqAuthenticator
 
 from .actor import Actor, command
-from .loop import context
+from .sockets import context
 
 __all__ = [
     "Keypair", "generate_keypair", "create_keypair", "load_keypair", "load_public_key",

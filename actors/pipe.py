@@ -39,7 +39,7 @@ from .errors import ActorDied, ActorExited, ActorTimeout, CommandError, PipeErro
 from gevent import getcurrent
 from gevent.hub import Waiter
 
-from .loop import NOBLOCK, POLLIN, POLLOUT, Socket, context
+from .sockets import NOBLOCK, POLLIN, POLLOUT, Socket, context
 from .speedups import recv_message
 
 __all__ = ["Event", "PipeEnd", "encode", "decode", "pack", "pipe_pair"]

@@ -43,7 +43,7 @@ from zmq.utils.monitor import parse_monitor_message
 from gevent.monkey import get_original
 
 from zactors.actors import Actor
-from zactors.actors.loop import Socket, context
+from zactors.actors.sockets import Socket, context
 from zactors.patterns.scatter import Closed, Gather, NoMessage, Scatter
 
 __all__ = ["Ventilator", "Worker", "Sink", "Result", "encode_task", "decode_task",

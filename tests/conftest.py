@@ -6,7 +6,7 @@ import gevent
 import gevent.subprocess
 import pytest
 
-from zactors.actors.loop import context
+from zactors.actors.sockets import context
 
 context()  # before any test makes a socket: raises libzmq's 1023-socket default
 

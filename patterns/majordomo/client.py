@@ -28,7 +28,7 @@ import zmq
 from gevent.lock import BoundedSemaphore
 
 from zactors.actors.auth import curve_client
-from zactors.actors.loop import POLLIN, Socket, context
+from zactors.actors.sockets import POLLIN, Socket, context
 
 from .protocol import FINAL, ProtocolError, framing as _framing
 

@@ -52,7 +52,7 @@ import zmq
 
 from zactors.actors.actor import Actor
 from zactors.actors.auth import curve_client
-from zactors.actors.loop import NOBLOCK, POLLIN, Socket, context
+from zactors.actors.sockets import NOBLOCK, POLLIN, Socket, context
 
 from .protocol import DISCONNECT, MAJORTOMO, REQUEST, ProtocolError, framing as _framing
 

@@ -47,7 +47,7 @@ from gevent._hub_local import get_hub_if_exists
 from gevent.hub import Waiter, get_hub
 from gevent.monkey import get_original
 
-from zactors.actors.loop import context
+from zactors.actors.sockets import context
 from zactors.actors.speedups import events, handle
 
 __all__ = ["SafeSocket", "Closed", "EVENTS", "POLLIN", "POLLOUT", "NOBLOCK"]

@@ -5,7 +5,7 @@ import zmq
 
 from zactors.actors import (Actor, ActorDied, ActorError, ActorExited, ActorTimeout, CommandError, Event,
                     command)
-from zactors.actors.loop import Socket, context
+from zactors.actors.sockets import Socket, context
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,7 +8,7 @@ import zmq
 from zactors.actors import CommandError
 from zactors.actors.auth import (ZAP_ENDPOINT, Authenticator, create_keypair, curve_client, curve_server,
                          generate_keypair, load_keypair, load_public_key, plain_client, plain_server)
-from zactors.actors.loop import Socket, context
+from zactors.actors.sockets import Socket, context
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(60)

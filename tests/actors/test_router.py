@@ -3,7 +3,7 @@ import pytest
 import zmq
 
 from zactors.actors import Actor, command
-from zactors.actors.loop import Socket, context
+from zactors.actors.sockets import Socket, context
 from zactors.actors.router import RouterActor
 from tests.conftest import wait_for
 

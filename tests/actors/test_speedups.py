@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zactors.actors import speedups
-from zactors.actors.loop import context
+from zactors.actors.sockets import context
 
 IMPLEMENTATIONS = {
     "python": (speedups.py_recv_message, speedups.py_recv_singles, speedups.py_send_message,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zactors.actors.auth import create_keypair
-from zactors.actors.loop import context
+from zactors.actors.sockets import context
 from zactors.apps.commands.pipeline import SquareWorker, pipeline
 from zactors.apps.pipeline import Sink, Ventilator, Worker, decode_result, decode_task, encode_result, encode_task
 from zactors.patterns.scatter import Scatter

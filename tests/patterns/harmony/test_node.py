@@ -6,7 +6,7 @@ import gevent.event
 import pytest
 import zmq
 
-from zactors.actors.loop import Socket, context
+from zactors.actors.sockets import Socket, context
 from zactors.patterns.harmony import Node
 from zactors.patterns.harmony import protocol as zre
 from tests.conftest import wait_for

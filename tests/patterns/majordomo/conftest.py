@@ -2,7 +2,7 @@
 import pytest
 import zmq
 
-from zactors.actors.loop import Socket, context
+from zactors.actors.sockets import Socket, context
 from zactors.patterns.majordomo import Broker, Worker
 
 

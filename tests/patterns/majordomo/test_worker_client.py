@@ -6,7 +6,7 @@ import gevent.event
 import pytest
 import zmq
 
-from zactors.actors.loop import Socket, context
+from zactors.actors.sockets import Socket, context
 from zactors.patterns.majordomo import Broker, Client, RequestTimeout, Worker
 from tests.conftest import wait_for
 from tests.patterns.majordomo.conftest import Count, Echo, recv_skipping

@@ -7,7 +7,7 @@ import gevent
 import pytest
 import zmq
 
-from zactors.actors.loop import context
+from zactors.actors.sockets import context
 from zactors.patterns.scatter import Closed, Gather, MultipartError, NoMessage, NoPeerAvailable, Scatter
 from zactors.patterns.scatter import native
 from tests.conftest import wait_for

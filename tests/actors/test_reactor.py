@@ -5,7 +5,8 @@ import gevent
 import pytest
 import zmq
 
-from zactors.actors.loop import POLLIN, POLLOUT, Reactor, Socket, context
+from zactors.actors.reactor import Reactor
+from zactors.actors.sockets import POLLIN, POLLOUT, Socket, context
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,0 +1,189 @@
+"""Owned sockets: plain pyzmq sockets with fast greenlet waits.
+
+A socket here is a plain (not ``zmq.green``) pyzmq socket owned by exactly one
+greenlet.  It is used with ``NOBLOCK``; when ``EVENTS`` says it is not ready
+the greenlet waits on the socket's ``ZMQ_FD`` through a gevent io watcher.
+``ZMQ_FD`` is edge-triggered, so every wait re-checks ``EVENTS`` first and a
+reactor drains each socket until no message is waiting (or a fairness cap
+is hit) before it waits again (see :mod:`zactors.actors.reactor`).  Per-message calls go through
+:mod:`zactors.actors.speedups` (C when built): pyzmq's own layers cost several
+times what libzmq does.
+
+Nothing in this module is safe across OS threads: a socket belongs to the
+greenlet (and so the thread) that uses it.
+"""
+import logging
+import time
+
+import zmq
+from gevent.hub import Waiter, get_hub
+
+from .speedups import NOBLOCK, SNDMORE, events as _events, handle as _handle, recv_message, send_message
+
+__all__ = ["Socket", "context", "raw_send", "POLLIN", "POLLOUT", "NOBLOCK", "SNDMORE"]
+
+log = logging.getLogger(__name__)
+
+# Plain ints (NOBLOCK and SNDMORE too, from .speedups): the IntFlag arithmetic
+# of pyzmq's enums costs microseconds per call.
+POLLIN = 1
+POLLOUT = 2
+
+#: ``raw_send(sock, data, flags, copy)``: pyzmq's Cython send without the
+#: Python wrapper (its draft ``routing_id``/``group`` handling costs ~0.5 us).
+raw_send = zmq.backend.Socket.send
+
+_monotonic = time.monotonic
+
+
+#: sockets one context may hold (libzmq's default of 1023 is about 300 actors)
+MAX_SOCKETS = 65536
+
+_context = None
+
+
+def context():
+    """The process-wide plain ``zmq.Context`` whose sockets zactors owns.
+
+    It is ``zmq.Context.instance()``, with ``MAX_SOCKETS`` raised from
+    libzmq's default of 1023 before its first socket when zactors creates it.
+    """
+    global _context
+    ctx = zmq.Context.instance()
+    if ctx is not _context:
+        try:
+            limit = min(MAX_SOCKETS, ctx.get(zmq.SOCKET_LIMIT))
+            if ctx.get(zmq.MAX_SOCKETS) < limit:
+                ctx.set(zmq.MAX_SOCKETS, limit)
+        except zmq.ZMQError:  # sockets exist already: the limit is fixed
+            pass
+        _context = ctx
+    return ctx
+
+
+class Socket(zmq.Socket):
+    """A pyzmq socket with greenlet-friendly blocking calls.
+
+    Blocking ``send_multipart``/``recv_multipart``/``wait`` park only the
+    calling greenlet.  Use one socket from one greenlet at a time.
+    ``timeout`` is in seconds; on expiry ``zmq.Again`` is raised.
+    """
+
+    _fd_watchers = None
+    #: what :mod:`actors.speedups` calls take beside the socket (its address)
+    handle = 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.handle = _handle(self)
+
+    def events(self):
+        """``ZMQ_EVENTS``, cheaply."""
+        return _events(self, self.handle)
+
+    def _watcher(self):
+        watchers = self._fd_watchers
+        if watchers is None:
+            hub = get_hub()
+            fd = self.getsockopt(zmq.FD)
+            # ZMQ_FD only ever signals readable, whatever event we wait for.
+            watchers = self._fd_watchers = hub.loop.io(fd, 1)
+        return watchers
+
+    def ready(self, events=POLLIN):
+        """True when ``EVENTS`` has any of ``events`` (and so a call will not block)."""
+        return bool(_events(self, self.handle) & events)
+
+    def wait(self, events=POLLIN, timeout=None):
+        """Park this greenlet until ``events`` are ready; False on timeout."""
+        if _events(self, self.handle) & events:
+            return True
+        watcher = self._watcher()
+        if watcher.active:  # another greenlet waits on this socket too: use a watcher of our own
+            temporary = watcher = get_hub().loop.io(self.getsockopt(zmq.FD), 1)
+        else:
+            temporary = None
+        try:
+            return self._wait(watcher, events, timeout)
+        finally:
+            if temporary is not None:
+                temporary.close()
+
+    def _wait(self, watcher, events, timeout):
+        deadline = None if timeout is None else _monotonic() + timeout
+        hub = get_hub()
+        while True:
+            waiter = Waiter()
+            timer = None
+            if deadline is not None:
+                remaining = deadline - _monotonic()
+                if remaining <= 0:
+                    return False
+                timer = hub.loop.timer(remaining)
+                # update: libev's cached "now" may be stale after busy work,
+                # which would fire the timer early.
+                timer.start(waiter.switch, None, update=True)
+            watcher.start(waiter.switch, None)
+            try:
+                waiter.get()
+            finally:
+                watcher.stop()
+                if timer is not None:
+                    timer.close()
+            # Edge-triggered: the FD firing only means "look at EVENTS again";
+            # a timer firing is checked against the deadline at the top.
+            if _events(self, self.handle) & events:
+                return True
+
+    def send_multipart(self, frames, flags=0, copy=True, track=False, timeout=None):
+        """Send all frames; parks the greenlet while the peer is at its HWM."""
+        if flags & NOBLOCK:
+            return self._send_frames(frames, copy)
+        while True:
+            try:
+                return self._send_frames(frames, copy)
+            except zmq.Again:
+                if not self.wait(POLLOUT, timeout):
+                    raise
+
+    def _send_frames(self, frames, copy=True):
+        if copy:
+            return send_message(self, self.handle, frames)
+        # Zero-copy, as pyzmq's copy=False.  The first frame decides whether the
+        # whole message is accepted: the following ones never return EAGAIN.
+        last = len(frames) - 1
+        for i, frame in enumerate(frames):
+            raw_send(self, frame, NOBLOCK if i == last else NOBLOCK | SNDMORE, copy)
+
+    def recv_multipart(self, flags=0, copy=True, track=False, timeout=None):
+        """Receive one whole message; parks the greenlet until one arrives."""
+        while True:
+            try:
+                return self.recv_frames(copy)
+            except zmq.Again:
+                if flags & NOBLOCK or not self.wait(POLLIN, timeout):
+                    raise
+
+    def recv_frames(self, copy=True):
+        """Receive one whole message without blocking (``zmq.Again`` if none)."""
+        if copy:
+            frames = recv_message(self, self.handle)
+            if frames is None:
+                raise zmq.Again()
+            return frames
+        recv = self.recv  # zmq.Frame objects, as pyzmq's copy=False gives
+        frame = recv(NOBLOCK, copy=False)
+        frames = [frame]
+        while frame.more:
+            frame = recv(NOBLOCK, copy=False)
+            frames.append(frame)
+        return frames
+
+    def close(self, linger=None):
+        watcher = self._fd_watchers
+        if watcher is not None:
+            watcher.close()
+            self._fd_watchers = None
+        super().close(linger)
+
+
