@@ -288,6 +288,18 @@ class Actor(metaclass=_ActorType):
         """Run ``handler(*args)`` every ``interval`` seconds; returns a Timer."""
         return self._reactor.call_every(interval, handler, *args)
 
+    def start_task(self, work, on_done=None):
+        """Run the generator ``work`` as a cooperative task in this actor's loop.
+
+        The loop advances it a bounded slice per round, after the sockets,
+        the pipe and the timers, so they keep flowing during long work.
+        ``on_done(task)`` runs in the loop when it ends (``task.error``,
+        ``task.result``, ``task.cancelled``); an exception in a task without
+        ``on_done`` kills the actor, as in a handler.  Returns the
+        :class:`~zactors.actors.task.Task` (``cancel``, ``pause``, ``resume``, ``done``).
+        """
+        return self._reactor.start_task(work, on_done)
+
     def emit(self, name, *args):
         """Send an event to the parent."""
         self._to_parent(name, 0, args)

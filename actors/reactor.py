@@ -10,7 +10,9 @@ greenlet (and so the thread) that runs it.
 """
 import heapq
 import itertools
+import logging
 import time
+from collections import deque
 
 import gevent
 import zmq
@@ -19,13 +21,18 @@ from gevent.hub import Waiter, get_hub
 
 from .sockets import Socket
 from .speedups import recv_message
+from .task import Task
 
-__all__ = ["Reactor", "Timer", "DRAIN_CAP"]
+__all__ = ["Reactor", "Timer", "Task", "DRAIN_CAP", "TASK_SLICE"]
 
 #: messages drained from one socket before the reactor yields to other greenlets
 DRAIN_CAP = 64
+#: seconds of task steps per round, shared by the running tasks (each gets one step at least)
+TASK_SLICE = 0.001
 
 _monotonic = time.monotonic
+
+log = logging.getLogger(__name__)
 
 
 class Timer:
@@ -74,7 +81,7 @@ class Reactor:
     :meth:`run`.
     """
 
-    def __init__(self, drain_cap=DRAIN_CAP):
+    def __init__(self, drain_cap=DRAIN_CAP, task_slice=TASK_SLICE):
         self._readers = []
         self._fds = []
         self._timers = []  # heap of (deadline, seq, Timer)
@@ -82,7 +89,9 @@ class Reactor:
         self._waiter = None
         self._running = False
         self._fresh = False
+        self._tasks = deque()  # running (not paused) tasks, in turn order
         self.drain_cap = drain_cap
+        self.task_slice = task_slice
 
     # -- registration -------------------------------------------------------
     def add_reader(self, socket, handler):
@@ -146,6 +155,78 @@ class Reactor:
         self._wake()
         return timer
 
+    # -- tasks --------------------------------------------------------------
+    def start_task(self, work, on_done=None):
+        """Advance the generator ``work`` a bounded slice per round; returns its :class:`Task`.
+
+        Steps run after the round's sockets, descriptors and timers, round
+        robin across tasks, ``task_slice`` seconds a round in all (one step
+        per task at least); while a task can run, the reactor does not park.
+        ``on_done(task)`` runs in this loop when the task ends.  A task that
+        raises with no ``on_done`` stops :meth:`run` with its exception.
+        """
+        task = Task(self, work, on_done)
+        self._schedule(task)
+        return task
+
+    def _schedule(self, task):
+        if not task._active:
+            task._active = True
+            self._tasks.append(task)
+            self._wake()
+
+    def _unschedule(self, task):
+        if task._active:
+            task._active = False
+            self._tasks.remove(task)
+
+    def _run_tasks(self):
+        """One turn of the task queue: each task steps until its share of the slice is spent."""
+        tasks = self._tasks
+        n = len(tasks)
+        clock = _monotonic
+        end = clock() + self.task_slice
+        share = self.task_slice / n
+        for _ in range(n):
+            if not tasks:
+                return
+            task = tasks[0]
+            step = task._next
+            turn_end = min(end, clock() + share)
+            try:
+                while True:
+                    step()
+                    if tasks and tasks[0] is task:
+                        if clock() >= turn_end or not self._running:
+                            tasks.rotate(-1)
+                            break
+                        continue
+                    # it paused or cancelled itself (or another task did it)
+                    if task.done:
+                        task._close()  # cancelled inside its own step: close it now
+                    break
+            except StopIteration as stop:
+                self._task_ended(task, stop.value, None)
+            except Exception as exc:
+                if task.done:  # cancelled itself, then raised
+                    log.error("task %r raised after it was cancelled: %r", task, exc)
+                elif task.on_done is None:
+                    self._task_ended(task, None, exc)
+                    raise
+                else:
+                    self._task_ended(task, None, exc)
+            if not self._running or clock() >= end:
+                return
+
+    def _task_ended(self, task, result, error):
+        self._unschedule(task)
+        if task.done:  # cancelled during the step that then finished
+            return
+        task.done = True
+        task.result = result
+        task.error = error
+        task._ended()
+
     # -- running ------------------------------------------------------------
     def stop(self):
         """Make :meth:`run` return after the current handler."""
@@ -203,7 +284,11 @@ class Reactor:
                 timeout = self._run_timers()
                 if not self._running:
                     return
-                if busy or self._fresh:
+                if self._tasks:
+                    self._run_tasks()
+                    if not self._running:
+                        return
+                if busy or self._fresh or self._tasks:
                     gevent.sleep(0)
                     continue
                 if timeout is not None and timeout <= 0:
@@ -247,9 +332,19 @@ class Reactor:
         return None
 
     def close(self):
-        """Release the io watchers (sockets stay open: their owner closes them)."""
+        """Release the io watchers and close unfinished tasks' generators (their
+        ``finally`` runs; ``on_done`` does not).  Sockets stay open: their owner closes them.
+        """
         for reader in self._readers + self._fds:
             reader.watcher.close()
         self._readers.clear()
         self._fds.clear()
         self._timers.clear()
+        tasks, self._tasks = self._tasks, deque()
+        for task in tasks:
+            task._active = False
+            task.done = task.cancelled = True
+            try:
+                task._close()
+            except Exception:
+                log.exception("a task failed while closing")
