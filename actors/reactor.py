@@ -35,6 +35,13 @@ _monotonic = time.monotonic
 log = logging.getLogger(__name__)
 
 
+def _thread_done(on_done, result, error):
+    if on_done is not None:
+        on_done(result, error)
+    elif error is not None:
+        raise error
+
+
 class Timer:
     """A reactor timer; ``cancel()`` it to stop.  Not for direct construction."""
 
@@ -90,6 +97,10 @@ class Reactor:
         self._running = False
         self._fresh = False
         self._tasks = deque()  # running (not paused) tasks, in turn order
+        self._posted = deque()  # (func, args) from post(), any thread
+        # ref=False: a reactor waiting for posts alone must not keep the hub alive
+        self._async = get_hub().loop.async_(ref=False)
+        self._async.start(self._wake)
         self.drain_cap = drain_cap
         self.task_slice = task_slice
 
@@ -227,6 +238,53 @@ class Reactor:
         task.error = error
         task._ended()
 
+    # -- background work ----------------------------------------------------
+    def post(self, func, *args):
+        """Run ``func(*args)`` in this reactor's loop, in its next round.
+
+        Safe from any OS thread and any greenlet: it never blocks, and wakes
+        the reactor if it parked.  Posted calls run in order, after the
+        round's timers; one that raises stops :meth:`run`, as a handler
+        would.  Calls posted after :meth:`close` are dropped.
+        """
+        self._posted.append((func, args))  # deque.append is atomic
+        watcher = self._async
+        if watcher is not None:
+            try:
+                watcher.send()  # libev's ev_async_send: safe from any thread
+            except (AttributeError, ValueError):  # closed under us by the loop's thread
+                pass
+
+    def run_in_thread(self, func, *args, on_done=None):
+        """Run the blocking ``func(*args)`` on the hub's threadpool.
+
+        ``on_done(result, error)`` then runs in this loop (``error`` is the
+        exception ``func`` raised, or None).  Without ``on_done`` an error
+        stops :meth:`run`, as a handler's would.  Parks the calling greenlet
+        only while every thread of the pool is busy (``get_hub().threadpool``,
+        ``maxsize`` threads).  Call it from this reactor's thread.
+        """
+        post = self.post
+
+        def call():
+            try:
+                result = func(*args)
+            except Exception as exc:
+                post(_thread_done, on_done, None, exc)
+            else:
+                post(_thread_done, on_done, result, None)
+
+        get_hub().threadpool.spawn(call)
+
+    def _run_posted(self):
+        """Run the calls posted before this round (later ones wait for the next)."""
+        posted = self._posted
+        for _ in range(len(posted)):
+            func, args = posted.popleft()
+            func(*args)
+            if not self._running:
+                return
+
     # -- running ------------------------------------------------------------
     def stop(self):
         """Make :meth:`run` return after the current handler."""
@@ -284,11 +342,15 @@ class Reactor:
                 timeout = self._run_timers()
                 if not self._running:
                     return
+                if self._posted:
+                    self._run_posted()
+                    if not self._running:
+                        return
                 if self._tasks:
                     self._run_tasks()
                     if not self._running:
                         return
-                if busy or self._fresh or self._tasks:
+                if busy or self._fresh or self._tasks or self._posted:
                     gevent.sleep(0)
                     continue
                 if timeout is not None and timeout <= 0:
@@ -340,6 +402,10 @@ class Reactor:
         self._readers.clear()
         self._fds.clear()
         self._timers.clear()
+        if self._async is not None:
+            self._async.close()
+            self._async = None
+        self._posted.clear()
         tasks, self._tasks = self._tasks, deque()
         for task in tasks:
             task._active = False
