@@ -1,26 +1,29 @@
-"""The reactor: an actor's sockets, file descriptors and timers in one greenlet.
+"""The reactor: an actor's sockets, descriptors, timers, posts and tasks in one greenlet.
 
-Each round drains every ready socket until no message waits (at most
-``DRAIN_CAP`` messages each, then it yields), serves readable plain file
-descriptors, fires due timers, and parks until a ``ZMQ_FD`` edge, an fd or
-the nearest timer deadline (monotonic clock) wakes it.
+The round contract (see :meth:`Reactor.run`): one clock reading per round;
+every ready socket drained until no message waits (at most ``DRAIN_CAP``
+each); readable plain descriptors served; only the timers due at the
+round's reading fired (one armed or re-armed during the round waits for the
+next, so no handler can keep the loop from the hub); posted calls run;
+cooperative tasks advanced ``TASK_SLICE`` seconds.  Before it parks until a
+``ZMQ_FD`` edge, a descriptor, a post or the nearest timer deadline
+(monotonic clock), every reader's ``EVENTS`` is checked as ``zmq_poll``
+does, so a send that ate an edge loses no wake-up.
 
-Nothing in this module is safe across OS threads: a reactor belongs to the
-greenlet (and so the thread) that runs it.
+Only :meth:`Reactor.post` is safe across OS threads: everything else belongs
+to the greenlet (and so the thread) that runs the reactor.
 """
 import heapq
-import itertools
 import logging
 import time
 from collections import deque
 
-import gevent
 import zmq
 from gevent import getcurrent
 from gevent.hub import Waiter, get_hub
 
-from .sockets import Socket
-from .speedups import recv_message
+from .sockets import POLLIN, Socket
+from .speedups import events, recv_message
 from .task import Task
 
 __all__ = ["Reactor", "Timer", "Task", "DRAIN_CAP", "TASK_SLICE"]
@@ -92,7 +95,7 @@ class Reactor:
         self._readers = []
         self._fds = []
         self._timers = []  # heap of (deadline, seq, Timer)
-        self._seq = itertools.count()
+        self._seq = 0  # arming order: breaks deadline ties, and tells this round's timers from the next
         self._waiter = None
         self._running = False
         self._fresh = False
@@ -162,7 +165,8 @@ class Reactor:
         return self._push(Timer(_monotonic() + interval, interval, handler, args))
 
     def _push(self, timer):
-        heapq.heappush(self._timers, (timer.deadline, next(self._seq), timer))
+        self._seq += 1
+        heapq.heappush(self._timers, (timer.deadline, self._seq, timer))
         self._wake()
         return timer
 
@@ -303,15 +307,34 @@ class Reactor:
             waiter.switch(None)
 
     def run(self):
-        """Serve sockets and timers until :meth:`stop`."""
+        """Serve sockets, timers, posts and tasks until :meth:`stop`.
+
+        One round: read the clock once; drain each ready socket (``drain_cap``
+        messages at most); serve ready descriptors; fire the timers due at
+        that reading (a timer armed or re-armed during the round waits for
+        the next); run the calls posted before the round; advance the tasks
+        a slice.  Then park until a wake-up, unless work is left or a
+        reader's ``EVENTS`` already says readable (a send in a handler can
+        eat a ``ZMQ_FD`` edge); if it does not park, it lets the hub run
+        one full loop iteration (I/O and every due gevent timer) first.
+        """
         self._running = True
         cap = self.drain_cap
-        hub = get_hub()
+        loop = get_hub().loop
+        readers = self._readers
+        fds = self._fds
+        timers = self._timers
+        posted = self._posted
+        tasks = self._tasks
+        # a zero timer yields one full libev iteration (gevent.sleep(0) may
+        # not poll for 50 callbacks: a busy reactor would starve the hub)
+        tick = loop.timer(0)
         try:
             while self._running:
+                now = _monotonic()
                 busy = False
                 self._fresh = False
-                for reader in tuple(self._readers):
+                for reader in tuple(readers):
                     if reader.removed:
                         continue
                     # Drain to "none waiting" (that also re-reads the FD edge a
@@ -333,65 +356,85 @@ class Reactor:
                         if n >= cap:
                             busy = True
                             break
-                for entry in tuple(self._fds):
-                    if entry.ready:
-                        entry.ready = False
-                        entry.handler()
-                        if not self._running:
-                            return
-                timeout = self._run_timers()
-                if not self._running:
-                    return
-                if self._posted:
+                if fds:
+                    for entry in tuple(fds):
+                        if entry.ready:
+                            entry.ready = False
+                            entry.handler()
+                            if not self._running:
+                                return
+                if timers and timers[0][0] <= now:
+                    self._run_timers(now)
+                    if not self._running:
+                        return
+                if posted:
                     self._run_posted()
                     if not self._running:
                         return
-                if self._tasks:
+                if tasks:
                     self._run_tasks()
                     if not self._running:
                         return
-                if busy or self._fresh or self._tasks or self._posted:
-                    gevent.sleep(0)
-                    continue
-                if timeout is not None and timeout <= 0:
-                    continue
-                waiter = self._waiter = Waiter()
-                timer = None
-                if timeout is not None:
-                    timer = hub.loop.timer(timeout)
-                    timer.start(self._wake, update=True)
+                if not (busy or tasks or posted or self._fresh):
+                    timeout = None
+                    if timers:
+                        timeout = timers[0][0] - _monotonic()
+                    if (timeout is None or timeout > 0) and not self._readable():
+                        self._park(loop, timeout)
+                        continue
+                waiter = Waiter()
+                tick.start(waiter.switch, None)
                 try:
                     waiter.get()
                 finally:
-                    self._waiter = None
-                    if timer is not None:
-                        timer.close()
+                    tick.stop()
         finally:
             self._running = False
+            tick.close()
 
-    def _run_timers(self):
-        """Fire due timers; return seconds until the next one (None if none)."""
+    def _readable(self):
+        """True if a reader has a message waiting (its FD edge may be gone)."""
+        for reader in self._readers:
+            sock = reader.socket
+            if events(sock, sock.handle) & POLLIN:
+                return True
+        return False
+
+    def _park(self, loop, timeout):
+        waiter = self._waiter = Waiter()
+        timer = None
+        if timeout is not None:
+            timer = loop.timer(timeout)
+            # update: libev's cached "now" may be stale after a long round
+            timer.start(self._wake, update=True)
+        try:
+            waiter.get()
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.close()
+
+    def _run_timers(self, now):
+        """Fire the timers due at ``now`` that were armed before this round."""
         timers = self._timers
-        now = _monotonic()
+        limit = self._seq  # timers (re-)armed from here on have a greater seq
         while timers:
-            deadline, _, timer = timers[0]
-            if timer.cancelled:
-                heapq.heappop(timers)
-                continue
-            if deadline > now:
-                return deadline - now
+            deadline, seq, timer = timers[0]
+            if deadline > now or seq > limit:
+                return
             heapq.heappop(timers)
+            if timer.cancelled:
+                continue
             if timer.interval is not None:
                 # Skip missed ticks rather than bursting to catch up.
                 timer.deadline = max(deadline + timer.interval, now)
-                heapq.heappush(timers, (timer.deadline, next(self._seq), timer))
+                self._seq += 1
+                heapq.heappush(timers, (timer.deadline, self._seq, timer))
             else:
                 timer.cancelled = True
             timer.handler(*timer.args)
             if not self._running:
-                return None
-            now = _monotonic()
-        return None
+                return
 
     def close(self):
         """Release the io watchers and close unfinished tasks' generators (their
