@@ -24,13 +24,15 @@ Liveness
     (and a gossip goodbye) so peers see it leave at once.
 
 Backpressure
-    A peer that reads slowly fills its DEALER (``hwm`` messages), then a
-    backlog kept in order inside the node.  When one peer's backlog reaches
-    ``backlog`` messages, the node stops taking commands from its
-    application until that backlog is half empty: ``whisper``/``shout``
-    then block the calling greenlet.  Nothing is dropped, except the backlog
-    of a peer that leaves or expires (counted in ``stats()["dropped_on_exit"]``
-    and logged).
+    A peer that reads slowly fills its DEALER (``hwm`` messages), then its
+    queue in the node's :class:`~zactors.actors.outbox.Outbox`, kept in
+    order.  When one peer's queue reaches ``backlog`` messages (it is held),
+    the node stops taking commands from its application until every held
+    queue is half empty: ``whisper``/``shout`` then block the calling
+    greenlet.  Nothing is dropped, except the queue of a peer that leaves or
+    expires (counted in ``stats()["dropped_on_exit"]`` and logged).  While
+    commands are paused only protocol replies (PING-OK, gossip) still queue;
+    a peer that is twice ``backlog`` behind is dropped (``overflow``).
 
 Bad input (malformed frames, unknown ids, a HELLO-less peer, an unexpected
 status counter, a sequence gap) is logged and counted, never fatal.  A
@@ -49,6 +51,7 @@ from zactors.actors.actor import Actor, command
 from zactors.actors.errors import ActorError
 from zactors.actors.beacon import Beacon, BeaconError
 from zactors.actors.heartbeat import Liveness
+from zactors.actors.outbox import Outbox, send_now
 
 from . import protocol as zre
 from .group import Group
@@ -110,9 +113,11 @@ class NodeActor(Actor):
             self.headers[GOSSIP_HEADER] = "1"
         self.liveness = Liveness(cfg["evasive"], cfg["expired"])
         self._deadline = None
-        self._backlogged = set()
-        self._flush_timer = None
-        self._flush_delay = 0.001
+        backlog = cfg["backlog"]
+        self.outbox = Outbox(self, self._transmit, limit=2 * backlog, high=backlog, on_held=self._on_held,
+                             on_drained=self._on_drained, on_overflow=self._on_overflow,
+                             on_unroutable=self._on_unroutable, retry_max=0.005)
+        self._send = self.outbox.send
         self._paused = False
         self._stopping = False
         host = cfg["host"]
@@ -152,7 +157,7 @@ class NodeActor(Actor):
             self.beacon.destroy()
         for peer in list(self.peers.values()) + list(self.probes.values()):
             if peer.gossip and peer.ready:
-                peer.send(zre.whisper_frames(peer.sequence(), [_GOSSIP_BYE]))
+                self._send(peer, zre.whisper_frames(peer.sequence(), [_GOSSIP_BYE]))
             # Let queued messages (the goodbye among them) leave before the socket dies.
             self.close_socket(peer.dealer, linger=0.5)
 
@@ -221,12 +226,10 @@ class NodeActor(Actor):
             group = self.peer_groups.get(name)
             if group is not None:
                 group.leave(peer)
-        if peer.backlog:
-            self.stats["dropped_on_exit"] += len(peer.backlog)
-            log.warning("%s: %d message(s) to %s dropped: peer %s", self.name, len(peer.backlog), peer.name, reason)
-            peer.backlog.clear()
-        self._backlogged.discard(peer)
-        self._maybe_resume()
+        dropped = len(self.outbox.drop(peer))
+        if dropped:
+            self.stats["dropped_on_exit"] += dropped
+            log.warning("%s: %d message(s) to %s dropped: peer %s", self.name, dropped, peer.name, reason)
         self.close_socket(peer.dealer)
         if peer.ready:
             log.debug("%s: EXIT %s (%s)", self.name, peer.name, reason)
@@ -234,39 +237,31 @@ class NodeActor(Actor):
         if peer.probe and not self._stopping:
             self._probe(peer.endpoint)
 
-    # -- sending ------------------------------------------------------------
-    def _send(self, peer, frames):
-        if peer.send(frames):
-            self._backlogged.add(peer)
-            if len(peer.backlog) >= self.config["backlog"] and not self._paused:
-                self._paused = True
-                self.stats["paused"] += 1
-                self.pause_commands()  # the application now blocks on the pipe
-                log.debug("%s: %s is %d messages behind; commands paused", self.name, peer.name, len(peer.backlog))
-            if self._flush_timer is None:
-                self._flush_timer = self.call_later(self._flush_delay, self._flush)
+    # -- sending (through the outbox: self._send is its bound send) --------
+    @staticmethod
+    def _transmit(peer, frames):
+        return send_now(peer.dealer, frames)
 
-    def _flush(self):
-        self._flush_timer = None
-        progressed = False
-        for peer in list(self._backlogged):
-            if peer.flush():
-                progressed = True
-            if not peer.backlog:
-                self._backlogged.discard(peer)
-        self._maybe_resume()
-        if self._backlogged:
-            self._flush_delay = 0.001 if progressed else min(self._flush_delay * 2, 0.005)
-            self._flush_timer = self.call_later(self._flush_delay, self._flush)
-        else:
-            self._flush_delay = 0.001
+    def _on_held(self, peer):
+        if not self._paused:
+            self._paused = True
+            self.stats["paused"] += 1
+            self.pause_commands()  # the application now blocks on the pipe
+            log.debug("%s: %s is %d messages behind; commands paused", self.name, peer.name,
+                      self.outbox.pending(peer))
 
-    def _maybe_resume(self):
-        if self._paused:
-            low = self.config["backlog"] // 2
-            if all(len(p.backlog) <= low for p in self._backlogged):
-                self._paused = False
-                self.resume_commands()
+    def _on_drained(self, peer):
+        if self._paused and not self.outbox.held:
+            self._paused = False
+            self.resume_commands()
+
+    def _on_overflow(self, peer, frames):
+        self.stats["overflow"] += 1
+        # Not from inside the send: a SHOUT may be walking the group's peers.
+        self.call_later(0, self._remove, peer, "%d messages behind" % self.outbox.limit)
+
+    def _on_unroutable(self, peer, frames):
+        self.stats["unroutable"] += 1
 
     # -- liveness -----------------------------------------------------------
     def _arm(self):
@@ -530,7 +525,7 @@ class NodeActor(Actor):
         if peer is None or not peer.ready:
             return None
         return {"id": peer.id, "name": peer.name, "headers": peer.headers, "address": peer.endpoint,
-                "groups": sorted(peer.groups), "backlog": len(peer.backlog)}
+                "groups": sorted(peer.groups), "backlog": self.outbox.pending(peer)}
 
     @command("OWN_GROUPS", reply=True)
     def own_groups_(self):
