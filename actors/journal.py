@@ -344,6 +344,8 @@ class _Segment:
         if self.indexed:
             return
         if not self.load_index():
+            if not self.idx_seq:
+                self.end = HEADER_SIZE          # ``end`` held the file size: scan from the start
             reason = self.scan()
             if reason is not None:
                 raise JournalError("%s: corrupt record at offset %d (%s)" % (self.path, self.end, reason))
@@ -925,6 +927,8 @@ class Journal:
             i += 1
         if out and out[0].seq != from_seq:
             raise JournalError("journal %s: sequence %d missing from its segment" % (self.directory, from_seq))
+        if out and out[-1].seq == to_seq and len(out) < max_records and (budget is None or budget > 0):
+            out.extend(self.read(to_seq + 1, max_records - len(out), budget and max(budget, 1)))
         return out
 
     def seq_at_time(self, timestamp):
