@@ -18,7 +18,7 @@ import time
 import zmq
 from gevent.hub import Waiter, get_hub
 
-from .speedups import NOBLOCK, SNDMORE, buffers, events as _events, handle as _handle, recv_message, send_message
+from .speedups import NOBLOCK, SNDMORE, buffers, events as _events, handle as _handle, recv_message, send_frames, send_message
 
 __all__ = ["Socket", "context", "raw_send", "POLLIN", "POLLOUT", "NOBLOCK", "SNDMORE"]
 
@@ -154,9 +154,7 @@ class Socket(zmq.Socket):
         # Every buffer is taken (and so checked) before the first frame goes,
         # and held until the last has gone.
         held = buffers(frames)  # noqa: F841
-        last = len(frames) - 1
-        for i, frame in enumerate(frames):
-            raw_send(self, frame, NOBLOCK if i == last else NOBLOCK | SNDMORE, copy)
+        send_frames(self, frames, False)
 
     def recv_multipart(self, flags=0, copy=True, track=False, timeout=None):
         """Receive one whole message; parks the greenlet until one arrives."""
@@ -175,11 +173,18 @@ class Socket(zmq.Socket):
                 raise zmq.Again()
             return frames
         recv = self.recv  # zmq.Frame objects, as pyzmq's copy=False gives
-        frame = recv(NOBLOCK, copy=False)
-        frames = [frame]
-        while frame.more:
+        try:
             frame = recv(NOBLOCK, copy=False)
-            frames.append(frame)
+            frames = [frame]
+            while frame.more:
+                frame = recv(NOBLOCK, copy=False)
+                frames.append(frame)
+        except zmq.ZMQError:
+            raise
+        except BaseException:  # a signal handler raised mid-message: leave the socket at a boundary
+            while self.getsockopt(zmq.RCVMORE):
+                recv(NOBLOCK)
+            raise
         return frames
 
     def close(self, linger=None):
