@@ -48,6 +48,9 @@ DEALER that cannot be made or connected drops that peer alone
 message (256; ``gossip_limit``), ``PEER_GROUPS_LIMIT`` groups per peer
 (1000; ``group_limit``).  A group name longer than 255 bytes (legal in a
 HELLO) is kept, but cannot be shouted to: SHOUT names are short strings.
+A new node claiming the endpoint of a peer that is alive (not evasive) is
+refused (``endpoint_conflict``): anyone can claim any endpoint, so only a
+silent peer is taken to have restarted there.
 """
 import logging
 import time
@@ -261,8 +264,12 @@ class NodeActor(Actor):
         if not self._valid(endpoint, source):
             return None
         for other in list(self.peers.values()):
-            if other.endpoint == endpoint:  # a new node took over that endpoint
-                self._remove(other, "replaced by a new node on %s" % endpoint)
+            if other.endpoint == endpoint:
+                if other.ready and not other.evasive:  # anyone can claim an endpoint: keep the live peer
+                    self._bad("endpoint_conflict", "%s claims %s, the endpoint of %s" % (
+                        uuid.hex()[:8], endpoint, other.name))
+                    return None
+                self._remove(other, "replaced by a new node on %s" % endpoint)  # it restarted
         peer = self._adopt(uuid, endpoint) if endpoint in self.probes else None
         if peer is not None:
             return peer

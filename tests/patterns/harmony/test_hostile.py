@@ -185,3 +185,17 @@ def test_a_dealer_that_cannot_be_made_drops_that_peer_only(processes):
     result = json.loads(out.decode().strip().splitlines()[-1])
     assert result["alive"] and result["frames"] == ["still here"]
     assert result["stats"]["connect_failed"] >= 100
+
+
+def test_a_hello_claiming_a_live_peers_endpoint_does_not_evict_it(pair, raw):
+    a, b = pair
+    impostor = raw(a)
+    impostor.send(zre.Hello(1, b.endpoint, [], 0, "impostor", {}))
+    gossip = raw(a)
+    gossip.send(zre.Hello(1, gossip.endpoint, [], 0, "gossip", {GOSSIP_HEADER: "1"}))
+    gossip.seq = 1
+    expect(a, "ENTER", peer=gossip.id)
+    gossip.send(zre.Whisper(gossip.next(), [GOSSIP_PEERS, ("%s %s" % (random.randbytes(16).hex(), b.endpoint)).encode()]))
+    wait_for(lambda: a.stats().get("endpoint_conflict", 0) == 2, 10, "both claims refused")
+    assert sorted(a.peers()) == sorted([b.id, gossip.id])
+    still_serves(a, b)
