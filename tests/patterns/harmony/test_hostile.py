@@ -15,7 +15,7 @@ import pytest
 from zactors.patterns.harmony import GOSSIP_HEADER, Node
 from zactors.patterns.harmony import protocol as zre
 from zactors.patterns.harmony.endpoints import peer_endpoint
-from zactors.patterns.harmony.node import GOSSIP_LIMIT
+from zactors.patterns.harmony.gossip import GOSSIP_LIMIT
 from tests.conftest import wait_for
 from tests.patterns.harmony.peers import expect
 
@@ -128,7 +128,7 @@ def test_hello_with_a_group_name_longer_than_a_shout_can_carry(pair, raw):
 
 
 def test_too_many_groups_in_a_hello_are_capped(nodes, raw):
-    from zactors.patterns.harmony.node import PEER_GROUPS_LIMIT
+    from zactors.patterns.harmony.engine import PEER_GROUPS_LIMIT
     a = nodes("a")
     peer = raw(a)
     peer.hello(groups=["g%d" % i for i in range(PEER_GROUPS_LIMIT + 50)])
