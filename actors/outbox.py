@@ -67,6 +67,9 @@ def send_now(sock, frames):
     return None
 
 
+_RETRYING = object()
+
+
 def _size(frames):
     return sum(map(len, frames))
 
@@ -247,12 +250,12 @@ class Outbox:
             self._timer = self.actor.call_later(self._delay, self._retry)
 
     def _retry(self):
-        self._timer = None
+        self._timer = _RETRYING  # peers blocking again during the flush are timed below, with the new delay
         progressed = self.flush()
+        self._timer = None
         if self._blocked:
             self._delay = self.retry_min if progressed else min(self._delay * 2, self.retry_max)
-            if self._timer is None:
-                self._timer = self.actor.call_later(self._delay, self._retry)
+            self._timer = self.actor.call_later(self._delay, self._retry)
         else:
             self._delay = self.retry_min
 
