@@ -938,7 +938,7 @@ class Journal:
             cache = self._cache
             if cache and timestamp > cache[0].timestamp:
                 i = bisect.bisect_left(cache, timestamp, key=_timestamp)
-                return cache[0].seq + i
+                return max(cache[0].seq + i, self._first_seq)
             segments = list(self._segments)
             first = self._first_seq
             end_seq = cache[0].seq if cache else self._next_seq
