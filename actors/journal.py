@@ -635,6 +635,11 @@ class Journal:
         """The error that makes the journal refuse appends, or None."""
         return self._fatal or self._error
 
+    @property
+    def broken(self):
+        """True after an error only reopening clears (a failed fsync or truncate)."""
+        return self._fatal is not None
+
     # -- writing --------------------------------------------------------
 
     def append(self, key, body, timestamp=None):
