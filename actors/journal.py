@@ -884,6 +884,8 @@ class Journal:
         with self._io_lock:
             with self._lock:
                 self._settle()
+                if self.retain_seconds is not None:
+                    self._roll_if_idle(now - self.retain_seconds)
                 segments = list(self._segments)
             active = segments.index(self._wseg)
             total = sum(seg.end for seg in segments[:active + 1])
@@ -921,6 +923,28 @@ class Journal:
             log.info("journal %s: retention removed %d segments; first sequence now %d",
                      self.directory, len(victims), self._first_seq)
             return len(victims)
+
+    def _roll_if_idle(self, cutoff):
+        """Start an empty segment when every record of the active one, all
+        written, is older than ``cutoff``: age retention can then remove it.
+        (The empty segment, named by the next sequence, keeps the sequence.)"""
+        latest = self._segments[-1]
+        if latest is not self._wseg or latest.empty or latest.last_ts >= cutoff \
+                or len(self._pending) != 1 or self._pending[0][1]:
+            return
+        seq = self._next_seq
+        seg = _Segment(seq, os.path.join(self.directory, segment_name(seq)))
+        seg.indexed = True
+        try:
+            self._roll_file(seg)
+        except OSError as exc:
+            log.warning("journal %s: could not start a new segment for retention (%s)", self.directory, exc)
+            return
+        self._segments.append(seg)
+        self._bases.append(seq)
+        self._pending = [[seg, bytearray(), seq - 1]]
+        self._tail_end = HEADER_SIZE
+        self._index_at = 0
 
     # -- reading --------------------------------------------------------
 
@@ -964,19 +988,24 @@ class Journal:
         i = bisect.bisect_right(bases, from_seq) - 1
         seq = from_seq
         budget = max_bytes
-        while i < len(segments) and seq <= to_seq and len(out) < max_records:
-            seg = segments[i]
-            if not seg.indexed:
-                seg.ensure_index(bases[i + 1] - 1 if i + 1 < len(bases) else None)
-            got = seg.read(seq, to_seq, out, max_records, budget)
-            if budget is not None:
-                budget -= got
-                if budget <= 0:
+        try:
+            while i < len(segments) and seq <= to_seq and len(out) < max_records:
+                seg = segments[i]
+                if not seg.indexed:
+                    seg.ensure_index(bases[i + 1] - 1 if i + 1 < len(bases) else None)
+                got = seg.read(seq, to_seq, out, max_records, budget)
+                if budget is not None:
+                    budget -= got
+                    if budget <= 0:
+                        break
+                seq = out[-1].seq + 1 if out else seq
+                if seq <= seg.last_seq:
                     break
-            seq = out[-1].seq + 1 if out else seq
-            if seq <= seg.last_seq:
-                break
-            i += 1
+                i += 1
+        except FileNotFoundError as exc:
+            if from_seq < self._first_seq:      # retention removed it while we read
+                raise SequenceGone(self._first_seq) from None
+            raise JournalError("journal %s: segment file missing: %s" % (self.directory, exc.filename)) from None
         if out and out[0].seq != from_seq:
             raise JournalError("journal %s: sequence %d missing from its segment" % (self.directory, from_seq))
         if out and out[-1].seq == to_seq and len(out) < max_records and (budget is None or budget > 0):
