@@ -14,7 +14,16 @@ Durability is in three steps, each visible as a sequence number:
 - :meth:`Journal.sync` fsyncs what was written (``synced_seq``): those records
   survive a power loss.  It blocks for about a millisecond, so an actor calls
   it through ``Actor.run_in_thread``; the group-commit policy (every batch,
-  every N ms, never) belongs to the owner.
+  every N ms, never) belongs to the owner: see
+  :class:`zactors.actors.group_commit.GroupCommit`, which drives both from an
+  actor's loop.
+
+Reading: :meth:`Journal.read` serves recent records from a tail cache (about
+``tail_cache_bytes`` of them; records not yet written always stay cached, so
+the memory bound is roughly ``tail_cache_bytes + 2 * buffer_bytes``), older
+ones from the segment files with separate descriptors and large ``pread``
+calls, never blocking the writer.  Seeking by time uses the sparse index,
+then a scan; timestamps are kept non-decreasing for that.
 
 Threads: ``append``, ``read``, ``seq_at_time``, ``stats`` and the sequence
 properties are meant for the owner's loop; :meth:`write` and :meth:`sync` may
@@ -23,7 +32,7 @@ buffer; the buffer swap is the only thing they share with ``append``, under a
 short lock that is never held across I/O).  Call ``write`` from one place at a
 time (a loop, or one thread); ``sync`` may overlap ``write``.  ``read`` and
 ``seq_at_time`` are also safe from a thread (cold reads); ``close`` must not
-race anything.
+race anything.  :class:`JournalReader` is for one thread.
 
 Failure: an I/O error while writing (ENOSPC, EIO...) makes ``write`` raise
 :class:`JournalFull` (no space: ENOSPC, EDQUOT) or :class:`JournalError` (any
@@ -78,7 +87,9 @@ segments are checked when read: a bad record there raises
 Retention (:meth:`Journal.apply_retention`, also run when a segment rolls
 over) removes whole sealed segments, oldest first, while the journal is
 larger than ``retain_bytes`` or the segment's newest record is older than
-``retain_seconds``.  A read before the first retained sequence raises
+``retain_seconds``.  An idle active segment whose records are all past the
+age is first rolled over to an empty one, so age retention empties an idle
+journal (the sequence goes on from the empty segment's name).  A read before the first retained sequence raises
 :class:`SequenceGone` carrying ``first_seq``.
 """
 import bisect
@@ -503,6 +514,9 @@ class Journal:
             raise JournalError("journal %s is open by another writer" % self.directory) from None
         try:
             self._open()
+        except OSError as exc:
+            self._release()
+            raise _oserror("open", exc.filename or self.directory, exc) from None
         except BaseException:
             self._release()
             raise
@@ -551,6 +565,8 @@ class Journal:
         self._written_seq = self._synced_seq = active.last_seq
         self._wseg = active
         self._wfd = os.open(active.path, os.O_WRONLY | os.O_APPEND)
+        if not active.empty:
+            os.fsync(self._wfd)     # what a killed writer left in the page cache: synced_seq holds
         self._cache = []
         self._cache_bytes = 0
         self._evict_at = self.tail_cache_bytes
@@ -587,7 +603,7 @@ class Journal:
             seg.close()
 
     def _create_segment_file(self, base):
-        """Create the segment file of ``base`` (header written, directory synced); its fd."""
+        """Create the segment file of ``base`` (header written and fsynced, directory synced)."""
         path = os.path.join(self.directory, segment_name(base))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:

@@ -255,3 +255,15 @@ def test_kernel_names_still_import():
 def test_sequence_gone_carries_first_seq():
     exc = SequenceGone(42)
     assert exc.first_seq == 42 and isinstance(exc, JournalError) and "42" in str(exc)
+
+
+def test_open_errors_are_journal_errors(tmp_path):
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(JournalError, match="ENOTDIR|EEXIST"):
+        Journal(tmp_path / "file")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / segment_name(1)).write_bytes(b"NOTAJOURNALSEGMENT" + b"\0" * 40)
+    with pytest.raises(JournalError, match="bad segment header"):
+        Journal(bad)
+    assert (bad / segment_name(1)).read_bytes().startswith(b"NOTAJOURNAL"), "a foreign file is not cut"
