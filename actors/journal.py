@@ -140,13 +140,13 @@ _pack_prefix = _PREFIX.pack
 _pack_head = _HEAD.pack
 _pack_u32 = _U32.pack
 _unpack_prefix = _PREFIX.unpack_from
-_unpack_head = _HEAD.unpack_from
 _unpack_u32 = _U32.unpack_from
 _unpack_rec = _REC.unpack_from
 _MIN_LENGTH = _HEAD.size + _U32.size             # length of a record with empty key and body
 _MAX_LENGTH = _MIN_LENGTH + MAX_RECORD
 _join = b"".join
 _now = time.time
+_INF = float("inf")
 _tuple_new = tuple.__new__         # _tuple_new(Record, fields): skips namedtuple's Python __new__
 _timestamp = attrgetter("timestamp")
 
@@ -676,6 +676,10 @@ class Journal:
             raise ValueError("journal record too large: %d bytes (limit %d)" % (klen + blen, MAX_RECORD))
         if timestamp is None:
             timestamp = _now()
+        else:
+            timestamp = float(timestamp)
+            if timestamp != timestamp or timestamp in (_INF, -_INF):
+                raise ValueError("journal timestamp must be finite, got %r" % timestamp)
         with self._lock:
             if self._refuse is not None:
                 raise self._refusal()

@@ -1,8 +1,4 @@
 """JournalActor and GroupCommit: the journal driven from an actor's loop."""
-import os
-import time
-
-import gevent
 import pytest
 
 from tests.conftest import wait_for
