@@ -1026,7 +1026,7 @@ class Journal:
             if from_seq < self._first_seq:      # retention removed it while we read
                 raise SequenceGone(self._first_seq) from None
             raise JournalError("journal %s: segment file missing: %s" % (self.directory, exc.filename)) from None
-        if out and out[0].seq != from_seq:
+        if (out[0].seq if out else None) != from_seq and from_seq <= to_seq:
             raise JournalError("journal %s: sequence %d missing from its segment" % (self.directory, from_seq))
         if out and out[-1].seq == to_seq and len(out) < max_records and (budget is None or budget > 0):
             out.extend(self.read(to_seq + 1, max_records - len(out), budget and max(budget, 1)))
@@ -1186,32 +1186,40 @@ class JournalReader:
         """Like :meth:`Journal.read`, for written records."""
         if from_seq < 1:
             raise ValueError("journal sequences start at 1, got %r" % (from_seq,))
-        for attempt in (0, 1):
-            if attempt or from_seq < self._order[0] or \
-                    from_seq > self._segments[self._order[-1]].last_seq:
-                self.refresh()
+        if from_seq < self._order[0] or from_seq > self._segments[self._order[-1]].last_seq:
+            self.refresh()
+        try:
+            return self._read(from_seq, max_records, max_bytes)
+        except FileNotFoundError:           # retention removed a segment under us
+            self.refresh()
             try:
-                i = self._locate(from_seq)
-                out = []
-                seq = from_seq
-                budget = max_bytes
-                while i < len(self._order) and len(out) < max_records:
-                    seg = self._seg(i)
-                    got = seg.read(seq, seg.last_seq, out, max_records, budget)
-                    if budget is not None:
-                        budget -= got
-                        if budget <= 0:
-                            break
-                    if out:
-                        seq = out[-1].seq + 1
-                    if seq <= seg.last_seq:
-                        break
-                    i += 1
-                return out
+                return self._read(from_seq, max_records, max_bytes)
             except FileNotFoundError:
-                if attempt:
-                    raise SequenceGone(self.first_seq) from None
-        raise AssertionError("unreachable")
+                raise SequenceGone(self.first_seq) from None
+
+    def _read(self, from_seq, max_records, max_bytes):
+        i = self._locate(from_seq)
+        out = []
+        seq = from_seq
+        budget = max_bytes
+        limit = None
+        while i < len(self._order) and len(out) < max_records:
+            seg = self._seg(i)
+            if limit is None:
+                limit = seg.last_seq
+            got = seg.read(seq, seg.last_seq, out, max_records, budget)
+            if budget is not None:
+                budget -= got
+                if budget <= 0:
+                    break
+            if out:
+                seq = out[-1].seq + 1
+            if seq <= seg.last_seq:
+                break
+            i += 1
+        if limit is not None and from_seq <= limit and (out[0].seq if out else None) != from_seq:
+            raise JournalError("journal %s: sequence %d missing from its segment" % (self.directory, from_seq))
+        return out
 
     def records(self, from_seq=None, to_seq=None, since=None, until=None):
         """Iterate records from ``from_seq`` (or the first at or after time
