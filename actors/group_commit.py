@@ -17,7 +17,7 @@ round are handed to the OS together at the start of the next round
 
 :meth:`when_written` / :meth:`when_synced` run a callback once everything
 appended so far is written / fsynced (a ZEPS broker answers PING-OK with it).
-A failed write is reported to ``on_error`` and retried every ``retry``
+A failed write is reported to ``on_error`` (once) and retried every ``retry``
 seconds (the journal refuses appends meanwhile); a failed fsync is final.
 
 Everything here runs in the actor's greenlet; nothing is thread-safe.
@@ -44,7 +44,7 @@ class GroupCommit:
 
     __slots__ = ("actor", "journal", "fsync", "interval", "retry", "on_written", "on_synced", "on_error",
                  "_write_timer", "_sync_timer", "_syncing", "_sync_again", "_wait_written", "_wait_synced",
-                 "_stopped")
+                 "_stopped", "_failing")
 
     def __init__(self, actor, journal, *, fsync="interval", interval=0.1, retry=1.0,
                  on_written=None, on_synced=None, on_error=None):
@@ -67,6 +67,7 @@ class GroupCommit:
         self._wait_written = deque()    # (seq, callback), seq non-decreasing
         self._wait_synced = deque()
         self._stopped = False
+        self._failing = False           # a write failed and is being retried
 
     def start(self):
         if self.fsync == "interval":
@@ -104,12 +105,17 @@ class GroupCommit:
         try:
             seq = self.journal.write()
         except JournalError as exc:
-            log.error("journal write failed: %s (retrying every %ss)", exc, self.retry)
-            if self.on_error is not None:
-                self.on_error(exc)
+            if not self._failing:       # report once per failure, not once per retry
+                self._failing = True
+                log.error("journal write failed: %s (retrying every %ss)", exc, self.retry)
+                if self.on_error is not None:
+                    self.on_error(exc)
             if self._write_timer is None and not self._stopped and not self.journal.broken:
                 self._write_timer = self.actor.call_later(self.retry, self._write)
             return
+        if self._failing:
+            self._failing = False
+            log.info("journal writes resumed (written up to %d)", seq)
         if self.on_written is not None:
             self.on_written(seq)
         self._release(self._wait_written, seq)

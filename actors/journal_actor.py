@@ -39,15 +39,16 @@ __all__ = ["JournalActor"]
 class JournalActor(Actor):
     """A journal directory served by an actor (see the module docstring).
 
-    ``fsync`` / ``interval``: the group-commit policy (:class:`GroupCommit`);
-    other keyword arguments go to :class:`Journal`.  The journal is opened in
+    ``fsync`` / ``interval`` / ``retry``: the group-commit policy
+    (:class:`GroupCommit`); other keyword arguments go to :class:`Journal`.  The journal is opened in
     ``setup`` (errors are raised in the parent) and closed in ``teardown``.
     """
 
-    def __init__(self, directory, *, fsync="interval", interval=0.1, **journal_options):
+    def __init__(self, directory, *, fsync="interval", interval=0.1, retry=1.0, **journal_options):
         self.directory = directory
         self._fsync = fsync
         self._interval = interval
+        self._retry = retry
         self._options = journal_options
         self.journal = None
         self.commit = None
@@ -55,7 +56,7 @@ class JournalActor(Actor):
     def setup(self):
         self.journal = Journal(self.directory, **self._options)
         self.commit = GroupCommit(self, self.journal, fsync=self._fsync, interval=self._interval,
-                                  on_error=self._on_error)
+                                  retry=self._retry, on_error=self._on_error)
         self.commit.start()
 
     def teardown(self):
