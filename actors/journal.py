@@ -1241,10 +1241,15 @@ class JournalReader:
 
     def seq_at_time(self, timestamp):
         """First sequence with timestamp >= ``timestamp`` (see :meth:`Journal.seq_at_time`)."""
-        self.refresh()
-        segments = [self._seg(i) for i in range(len(self._order))]
-        last = segments[-1]
-        return _time_to_seq(segments, timestamp, self._order[0], last.last_seq + 1)
+        for attempt in (0, 1):
+            self.refresh()
+            try:
+                last = self._seg(len(self._order) - 1)      # scanned to its tail
+                segments = [self._segments[base] for base in self._order]   # indexed when probed
+                return _time_to_seq(segments, timestamp, self._order[0], last.last_seq + 1)
+            except FileNotFoundError:       # retention removed a segment under us: list again
+                if attempt:
+                    raise JournalError("journal %s: segments keep vanishing" % self.directory) from None
 
     def segments(self):
         """[(base_seq, path, first_timestamp, last_timestamp, size)] of the
