@@ -108,7 +108,7 @@ from crc32c import crc32c as _crc
 __all__ = [
     "Journal", "JournalReader", "Record",
     "JournalError", "JournalFull", "SequenceGone",
-    "FORMAT_VERSION", "RECORD_OVERHEAD",
+    "FORMAT_VERSION", "RECORD_OVERHEAD", "segment_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -180,6 +180,7 @@ class SequenceGone(JournalError):
 
 
 def segment_name(base_seq):
+    """The file name of the segment whose first sequence is ``base_seq``."""
     return "%020d%s" % (base_seq, SEGMENT_SUFFIX)
 
 
@@ -187,7 +188,8 @@ def _list_segments(directory):
     """Sorted [(base_seq, path)] of the segment files in ``directory``."""
     found = []
     for name in os.listdir(directory):
-        if name.endswith(SEGMENT_SUFFIX) and len(name) == 20 + len(SEGMENT_SUFFIX) and name[:20].isdigit():
+        if name.endswith(SEGMENT_SUFFIX) and len(name) == 20 + len(SEGMENT_SUFFIX) \
+                and name[:20].isascii() and name[:20].isdigit():
             found.append((int(name[:20]), os.path.join(directory, name)))
     found.sort()
     return found
@@ -1268,7 +1270,7 @@ class JournalReader:
     def read_segment(self, path, from_seq=None, to_seq=None):
         """Iterate the records of one segment file (a path from :meth:`segments`)."""
         name = os.path.basename(path)
-        if not (name.endswith(SEGMENT_SUFFIX) and name[:20].isdigit()):
+        if not (name.endswith(SEGMENT_SUFFIX) and len(name) == 24 and name[:20].isascii() and name[:20].isdigit()):
             raise JournalError("not a journal segment: %s" % path)
         base = int(name[:20])
         seg = self._segments.get(base) or _Segment(base, os.path.join(self.directory, name))
