@@ -400,7 +400,7 @@ class _Segment:
         want = max_records - len(out)
         total = 0
         budget = (1 << 62) if max_bytes is None else max_bytes
-        chunk = 1 << 16
+        chunk = min(1 << 16, max(1 << 12, want << 9))   # small reads stay small; doubled as it goes
         append = out.append
         new = _tuple_new
         while pos < end and want > 0:
