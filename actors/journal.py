@@ -1051,7 +1051,15 @@ class Journal:
     # -- the rest -------------------------------------------------------
 
     def stats(self):
-        """A snapshot of the journal's state and counters (a new dict)."""
+        """A snapshot of the journal's state and counters (a new dict).
+
+        ``segments``, ``disk_bytes``, ``first_seq``/``last_seq``/``written_seq``/
+        ``synced_seq``, ``pending_bytes`` (appended, not yet written),
+        ``cache_records``/``cache_bytes``, ``truncated_bytes`` and ``crc_errors``
+        (recovery at open), ``written_bytes``, ``writes``, ``syncs``,
+        ``write_errors``, ``segments_removed``, ``error`` (why appends are
+        refused, or None), ``directory``.
+        """
         with self._lock:
             self._settle()
             segments = list(self._segments)
