@@ -4,8 +4,9 @@ from .errors import ActorDied, ActorError, ActorExited, ActorTimeout, CommandErr
 from .reactor import Reactor
 from .sockets import Socket, context
 from .pipe import Event
+from .events import Subscription
 
 __all__ = [
-    "Actor", "Reply", "command", "Event", "Reactor", "Socket", "context",
+    "Actor", "Reply", "command", "Event", "Subscription", "Reactor", "Socket", "context",
     "ActorError", "ActorDied", "ActorExited", "ActorTimeout", "CommandError", "PipeError",
 ]

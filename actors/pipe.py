@@ -360,6 +360,7 @@ class PipeEnd:
                 self._on_event(event)
             for sub in self._subscriptions:  # the last word is never dropped
                 sub._queue.put_nowait(event)
+                sub._shut(self._end)
             return
         if self.in_flight:
             self.in_flight -= 1
