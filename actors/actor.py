@@ -39,8 +39,8 @@ System commands, for every actor: ``$TERM`` (no reply: stop), ``$STATS``
 (reply: dict of counters, such as rejected commands).
 
 Events are bounded, and nothing is lost: at most ``events_size`` events
-(class attribute, or set in ``__init__``; default 1000) wait unread by a
-blocking reader (the default one behind :meth:`recv_event`, and each
+or ``events_bytes`` bytes (class attributes, or set in ``__init__``; 10000
+and 16 MiB by default) wait unread by a blocking reader (the default one behind :meth:`recv_event`, and each
 ``subscribe(policy="block")``).  When the window is full, :meth:`emit` parks
 the actor's greenlet until a reader catches up, so the actor stops reading
 its sockets, their high-water marks fill, and TCP pushes back on the remote
@@ -74,7 +74,7 @@ from .events import BLOCK, DROP, POLICIES
 from .reactor import Reactor
 from .sockets import NOBLOCK, Socket, context
 from .speedups import recv_message
-from .pipe import (DIED, ERROR, EVENTS_SIZE, EXIT, FAILED, READY, REPLY, RESERVED, TERM, PipeEnd, decode, encode,
+from .pipe import (DIED, ERROR, EVENTS_BYTES, EVENTS_SIZE, EXIT, FAILED, READY, REPLY, RESERVED, TERM, PipeEnd, decode, encode,
                    pipe_pair)
 
 __all__ = ["Actor", "command"]
@@ -169,6 +169,8 @@ class Actor(metaclass=_ActorType):
     term_timeout = 5.0
     #: events that may wait unread by a blocking reader before :meth:`emit` waits
     events_size = EVENTS_SIZE
+    #: bytes (encoded) of events that may wait so; whichever of the two fills first
+    events_bytes = EVENTS_BYTES
     #: what :meth:`emit` does when the window is full: ``"block"`` (wait) or ``"drop"``
     events_policy = BLOCK
 
@@ -187,7 +189,7 @@ class Actor(metaclass=_ActorType):
         self._commands_paused = False
         self._reactor = Reactor()
         parent, self._child = pipe_pair()
-        self._pipe = PipeEnd(parent, self.name, self.events_size)
+        self._pipe = PipeEnd(parent, self.name, self.events_size, self.events_bytes)
         self._greenlet = gevent.spawn(self._run)
         try:
             ok = self._pipe.wait_ready(self.ready_timeout)
@@ -220,16 +222,17 @@ class Actor(metaclass=_ActorType):
         """The next event from the actor (``None`` on timeout)."""
         return self._pipe.recv_event(timeout)
 
-    def subscribe(self, size=None, policy=BLOCK):
+    def subscribe(self, size=None, policy=BLOCK, max_bytes=None):
         """Another reader of this actor's events: a :class:`~zactors.actors.events.Subscription`.
 
         It gets every event that reaches the parent from now on, in order,
-        in a queue of ``size`` (default ``events_size``).  ``policy="block"``
+        in a queue of ``size`` events and ``max_bytes`` bytes (defaults:
+        ``events_size``, ``events_bytes``).  ``policy="block"``
         is lossless and holds the actor back while the queue is full;
         ``"drop"`` never does, and counts what it loses in ``dropped``.
         ``close()`` it when done.  Same thread as the actor's parent only.
         """
-        return self._pipe.subscribe(self.events_size if size is None else size, policy)
+        return self._pipe.subscribe(size, policy, max_bytes)
 
     def events(self, timeout=None):
         """Iterate over events until the actor ends or ``timeout`` passes with none."""
@@ -393,7 +396,7 @@ class Actor(metaclass=_ActorType):
                 return False
             if self._emit_mode is _STOP:
                 raise gevent.GreenletExit
-        self._to_parent(name, 0, args)
+        pipe.bytes_in_flight += self._to_parent(name, 0, args)
         pipe.in_flight += 1
         if pipe.full() and self._emit_mode is not _SEND and not (self._drops if drop is None else drop):
             self._wait_for_room(pipe)
@@ -415,11 +418,13 @@ class Actor(metaclass=_ActorType):
 
     # -- actor side: machinery ----------------------------------------------
     def _to_parent(self, verb, request_id, args):
+        """Send one message to the parent; returns its size in bytes."""
         frame = encode(verb, request_id, args)
         try:
             self._child.send(frame, NOBLOCK)
-        except zmq.Again:  # the parent is behind: wait for room (only this actor waits)
+        except zmq.Again:  # the pipe is at its HWM: wait for room (only this actor waits)
             self._child.send_multipart([frame])
+        return len(frame)
 
     def _wait_for_room(self, pipe):
         """Park until the event window has room, serving the pipe meanwhile (the event is sent already)."""

@@ -2,15 +2,17 @@
 
 Every reader of an actor's events is a :class:`Subscription`: the default
 one behind ``Actor.recv_event``/``Actor.events()``, and one more per
-``Actor.subscribe(size, policy)``.  Each event the actor emits goes to every
-subscription open when the event reaches the parent.
+``Actor.subscribe(size, policy, max_bytes)``.  Each event the actor emits
+goes to every subscription open when the event reaches the parent.  A queue
+is bounded twice: ``size`` events and ``max_bytes`` bytes (the events'
+encoded size on the pipe), whichever comes first.
 
 Policies:
 
 ``"block"`` (lossless)
     The subscription counts toward the actor's event window: while any
-    blocking subscription holds ``size`` events (counting those still in the
-    pipe), the actor's :meth:`~zactors.actors.Actor.emit` waits, the actor
+    blocking subscription holds ``size`` events or ``max_bytes`` bytes
+    (counting those still in the pipe), the actor's :meth:`~zactors.actors.Actor.emit` waits, the actor
     stops reading its sockets and the senders upstream are pushed back.  The
     slowest blocking reader sets the pace; nothing is lost.  The default
     subscription is always a blocking one.
@@ -45,18 +47,23 @@ class Subscription:
     construction.
     """
 
-    __slots__ = ("_pipe", "_queue", "_end", "size", "policy", "dropped", "received")
+    __slots__ = ("_pipe", "_queue", "_end", "_bytes", "size", "max_bytes", "policy", "dropped", "received")
 
-    def __init__(self, pipe, size, policy):
+    def __init__(self, pipe, size, policy, max_bytes):
         if policy not in POLICIES:
             raise ValueError("event policy must be one of %s, not %r" % (", ".join(POLICIES), policy))
-        if type(size) is not int or size < 1:
-            raise ValueError("event queue size must be a positive int, not %r" % (size,))
+        for what, value in (("size", size), ("max_bytes", max_bytes)):
+            if type(value) is not int or value < 1:
+                raise ValueError("event queue %s must be a positive int, not %r" % (what, value))
         self._pipe = pipe
-        self._queue = Queue()  # bounded by the pipe's window (block) or by _put (drop)
+        # (event, bytes) items, bounded by the pipe's window (block) or by _put (drop)
+        self._queue = Queue()
+        self._bytes = 0  # the encoded size of what is queued
         self._end = None  # the ActorError recv raises once the queue is empty for good
         #: events this queue holds at most (a blocking one may briefly hold one more per nested emit)
         self.size = size
+        #: bytes (encoded on the pipe) this queue holds at most; one event larger than that still passes alone
+        self.max_bytes = max_bytes
         #: ``"block"`` or ``"drop"`` (these very objects, so ``is`` compares)
         self.policy = BLOCK if policy == BLOCK else DROP
         #: events dropped because the queue was full (``"drop"`` policy only)
@@ -85,12 +92,14 @@ class Subscription:
         if self._end is not None and not queue.qsize():
             raise self._end
         try:
-            event = queue.get(timeout=timeout)
+            item = queue.get(timeout=timeout)
         except Empty:
             return None
-        if event is _CLOSED:  # wakes every waiter once closed
+        if item is _CLOSED:  # wakes every waiter once closed
             queue.put_nowait(_CLOSED)
             raise self._end
+        event, nbytes = item
+        self._bytes -= nbytes
         self.received += 1
         if self.policy is BLOCK:
             self._pipe.consumed()
@@ -110,6 +119,7 @@ class Subscription:
         if self._end is not None:
             return
         self._queue.queue.clear()
+        self._bytes = 0
         self._pipe.unsubscribe(self)
         self._shut(ActorError("subscription closed"))
 
@@ -124,11 +134,14 @@ class Subscription:
             self.policy, self.size, self.pending, self.dropped, " closed" if self.closed else "")
 
     # -- the pipe's side (hub or attached reactor; never blocks) -------------
-    def _put(self, event):
-        if self.policy is DROP and self._queue.qsize() >= self.size:
+    def _put(self, event, nbytes):
+        queue = self._queue
+        if self.policy is DROP and queue.qsize() and (
+                queue.qsize() >= self.size or self._bytes + nbytes > self.max_bytes):
             self.dropped += 1
             return
-        self._queue.put_nowait(event)
+        self._bytes += nbytes
+        queue.put_nowait((event, nbytes))
 
     def _shut(self, end):
         """No more events: readers get what is queued, then ``end`` is raised."""

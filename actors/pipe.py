@@ -49,7 +49,7 @@ from .events import BLOCK, Subscription
 from .sockets import NOBLOCK, POLLIN, POLLOUT, Socket, context
 from .speedups import recv_message
 
-__all__ = ["Event", "PipeEnd", "encode", "decode", "pack", "pipe_pair", "RESERVED", "EVENTS_SIZE"]
+__all__ = ["Event", "PipeEnd", "encode", "decode", "pack", "pipe_pair", "RESERVED", "EVENTS_SIZE", "EVENTS_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,10 @@ TERM = "$TERM"
 RESERVED = frozenset((READY, FAILED, REPLY, ERROR, EXIT, DIED))
 
 #: default event window: events an actor may have unread by a blocking reader
-EVENTS_SIZE = 1000
+#: (the pipe's own high-water mark, which held as many before events were bounded)
+EVENTS_SIZE = 10000
+#: default event window in bytes (the events' encoded size): whichever of the two fills first
+EVENTS_BYTES = 16 * 2**20
 
 _packer = msgpack.Packer(use_bin_type=True)
 pack = _packer.pack
@@ -107,6 +110,10 @@ def pipe_pair(hwm=10000):
     return parent, child
 
 
+def _low_mark(limit):
+    return limit - max(1, limit >> 2)
+
+
 class PipeEnd:
     """The parent's end of an actor pipe: commands out, replies and events in.
 
@@ -118,18 +125,18 @@ class PipeEnd:
     (:meth:`recv_event`) and those made by :meth:`subscribe`.
     """
 
-    def __init__(self, socket, name, size=EVENTS_SIZE):
-        if type(size) is not int or size < 1:
-            raise ValueError("%s: events_size must be a positive int, not %r" % (name, size))
+    def __init__(self, socket, name, size=EVENTS_SIZE, max_bytes=EVENTS_BYTES):
+        self._default = Subscription(self, size, BLOCK, max_bytes)  # checks size and max_bytes
         self.socket = socket
         self.name = name
-        #: the event window: events in the pipe never exceed it
+        #: the event window, in events and in bytes: the pipe never holds more
         self.size = size
-        #: events the actor emitted that the parent has not taken off the pipe yet
+        self.max_bytes = max_bytes
+        #: events the actor emitted that the parent has not taken off the pipe yet, and their bytes
         self.in_flight = 0
+        self.bytes_in_flight = 0
         self._ids = itertools.count(1)
         self._pending = {}  # request id -> Waiter, or a [done, value, error] box when attached
-        self._default = Subscription(self, size, BLOCK)
         self._subscriptions = [self._default]  # every open one, in order
         self._blocking = [self._default]  # those that hold the actor back
         self._parked = None  # the Waiter of an actor parked in park()
@@ -178,17 +185,30 @@ class PipeEnd:
             if self._reactor is not None:
                 box = self._pending[request_id] = [False, None, None]
                 self._send(frame)
-                return self._pump_until(box, timeout)
+                if not self._pump_until(box, timeout):
+                    raise self._timed_out(verb, timeout)
+                if box[2] is not None:
+                    raise box[2]
+                return box[1]
             waiter = self._pending[request_id] = Waiter()
             self._send(frame)
             if timeout is None:
                 return waiter.get()
-            with gevent.Timeout(timeout):
+            timer = gevent.Timeout(timeout)
+            timer.start()
+            try:
                 return waiter.get()
-        except gevent.Timeout:
-            raise ActorTimeout("%s: no reply to %s within %ss" % (self.name, verb, timeout)) from None
+            except gevent.Timeout as exc:
+                if exc is not timer:  # the caller's own timeout: not ours to turn into ActorTimeout
+                    raise
+                raise self._timed_out(verb, timeout) from None
+            finally:
+                timer.close()
         finally:
             self._pending.pop(request_id, None)
+
+    def _timed_out(self, verb, timeout):
+        return ActorTimeout("%s: no reply to %s within %ss" % (self.name, verb, timeout))
 
     def _check(self):
         if self._end is not None:
@@ -203,9 +223,13 @@ class PipeEnd:
         """
         return self._default.recv(timeout)
 
-    def subscribe(self, size=EVENTS_SIZE, policy=BLOCK):
-        """A new :class:`~zactors.actors.events.Subscription` to the events from now on."""
-        sub = Subscription(self, size, policy)
+    def subscribe(self, size=None, policy=BLOCK, max_bytes=None):
+        """A new :class:`~zactors.actors.events.Subscription` to the events from now on.
+
+        ``size`` and ``max_bytes`` default to the pipe's window.
+        """
+        sub = Subscription(self, self.size if size is None else size, policy,
+                           self.max_bytes if max_bytes is None else max_bytes)
         if self.socket.closed:
             sub._shut(self._end)
             return sub
@@ -227,24 +251,31 @@ class PipeEnd:
         """Events emitted and not yet read by the slowest blocking subscription."""
         return self.in_flight + max((sub._queue.qsize() for sub in self._blocking), default=0)
 
+    @property
+    def backlog_bytes(self):
+        """Bytes of :attr:`backlog` (the events' encoded size)."""
+        return self.bytes_in_flight + max((sub._bytes for sub in self._blocking), default=0)
+
     # -- the event window (called by the actor, same thread) ------------------
     def full(self):
         """True while one more event would overrun the window of a blocking subscription."""
         n = self.in_flight
-        if n >= self.size:
+        b = self.bytes_in_flight
+        if n >= self.size or b >= self.max_bytes:
             return True
         for sub in self._blocking:
-            if n + sub._queue.qsize() >= sub.size:
+            if n + sub._queue.qsize() >= sub.size or b + sub._bytes >= sub.max_bytes:
                 return True
         return False
 
     def _low(self):
-        """True once every blocking subscription is back under its low-water mark (3/4)."""
+        """True once every blocking subscription is back under its low-water marks (3/4)."""
         n = self.in_flight
-        if n > self.size - max(1, self.size >> 2):
+        b = self.bytes_in_flight
+        if n > _low_mark(self.size) or b > _low_mark(self.max_bytes):
             return False
         for sub in self._blocking:
-            if n + sub._queue.qsize() > sub.size - max(1, sub.size >> 2):
+            if n + sub._queue.qsize() > _low_mark(sub.size) or b + sub._bytes > _low_mark(sub.max_bytes):
                 return False
         return True
 
@@ -312,19 +343,18 @@ class PipeEnd:
             self._room.set()
 
     def _pump_until(self, box, timeout):
+        """Read the pipe in the attached reactor's greenlet until ``box`` is done; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not box[0]:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise gevent.Timeout(timeout)
+                return False
             try:
                 frames = self.socket.recv_multipart(timeout=remaining)
             except zmq.Again:
-                raise gevent.Timeout(timeout) from None
+                return False
             self.dispatch(frames[0])
-        if box[2] is not None:
-            raise box[2]
-        return box[1]
+        return True
 
     def dispatch(self, frame):
         """Route one message from the actor to a waiting call or the events.
@@ -359,15 +389,17 @@ class PipeEnd:
             if self._on_event is not None:
                 self._on_event(event)
             for sub in self._subscriptions:  # the last word is never dropped
-                sub._queue.put_nowait(event)
+                sub._queue.put_nowait((event, 0))
                 sub._shut(self._end)
             return
+        nbytes = len(frame)
         if self.in_flight:
             self.in_flight -= 1
+            self.bytes_in_flight -= nbytes
         if self._on_event is not None:
             self._on_event(event)
         for sub in self._subscriptions:
-            sub._put(event)
+            sub._put(event, nbytes)
         if self._parked is not None:  # in_flight fell, or a drop-only reader took it
             self.consumed()
 

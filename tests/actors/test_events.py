@@ -16,9 +16,11 @@ pytestmark = pytest.mark.timeout(120)
 class Emitter(Actor):
     """STREAM n [size]: emits TICK i (with ``size`` bytes); ADD n -> total; EMIT_DROP n: emit(drop=True)."""
 
-    def __init__(self, events_size=None, events_policy=None):
+    def __init__(self, events_size=None, events_policy=None, events_bytes=None):
         if events_size is not None:
             self.events_size = events_size
+        if events_bytes is not None:
+            self.events_bytes = events_bytes
         if events_policy is not None:
             self.events_policy = events_policy
         self.total = 0
@@ -98,6 +100,23 @@ def test_a_slow_reader_costs_bounded_memory_and_loses_nothing(make):
     # Unbounded, the 300k events held about 360 MB.
     assert peak_rss - base < 64 * 2**20, "RSS grew by %d MB" % ((peak_rss - base) >> 20)
     assert stats(actor)["emit_waits"] > 0
+
+
+def test_big_events_are_bounded_in_bytes_too(make):
+    actor = make(events_bytes=64 * 1024)
+    lossy = actor.subscribe(policy="drop", max_bytes=40 * 1024)  # two events
+    actor.send("STREAM", 40, 16 * 1024)
+    wait_for(lambda: stats(actor)["emit_waits"] >= 1, what="the byte window to fill")
+    assert actor._pipe.backlog == 4 and actor._pipe.backlog_bytes <= 4 * (16 * 1024 + 64)
+    assert ticks(actor, 40) == list(range(40))
+    assert lossy.pending == 2 and lossy.dropped == 38
+    lossy.close()
+
+
+def test_one_event_bigger_than_the_byte_window_still_passes(make):
+    actor = make(events_bytes=1024)
+    actor.send("STREAM", 3, 4096)
+    assert ticks(actor, 3) == [0, 1, 2]
 
 
 def test_calls_are_answered_while_the_events_go_unread(make):
@@ -367,3 +386,13 @@ def test_an_actor_parent_consumes_a_childs_events_without_stalling_it():
                  what="the parent to see all 5000 events")
     finally:
         parent.destroy()
+
+
+def test_a_callers_own_timeout_is_not_turned_into_actor_timeout(make):
+    actor = make()
+    outer = gevent.Timeout(0.05)
+    with pytest.raises(gevent.Timeout) as raised:
+        with outer:
+            while True:
+                actor.call("ADD", 0, timeout=60)  # the outer timeout fires while a call waits
+    assert raised.value is outer
