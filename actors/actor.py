@@ -40,8 +40,9 @@ System commands, for every actor: ``$TERM`` (no reply: stop), ``$STATS``
 
 Events are bounded, and nothing is lost: at most ``events_size`` events
 or ``events_bytes`` bytes (class attributes, or set in ``__init__``; 10000
-and 16 MiB by default) wait unread by a blocking reader (the default one behind :meth:`recv_event`, and each
-``subscribe(policy="block")``).  When the window is full, :meth:`emit` parks
+and 16 MiB by default) wait unread by a blocking reader (the default one
+behind :meth:`recv_event`, and each ``subscribe(policy="block")``).  When
+the window is full, :meth:`emit` parks
 the actor's greenlet until a reader catches up, so the actor stops reading
 its sockets, their high-water marks fill, and TCP pushes back on the remote
 senders.  While parked the actor still serves its pipe: ``$TERM`` ends it at
@@ -74,8 +75,8 @@ from .events import BLOCK, DROP, POLICIES
 from .reactor import Reactor
 from .sockets import NOBLOCK, Socket, context
 from .speedups import recv_message
-from .pipe import (DIED, ERROR, EVENTS_BYTES, EVENTS_SIZE, EXIT, FAILED, READY, REPLY, RESERVED, TERM, PipeEnd, decode, encode,
-                   pipe_pair)
+from .pipe import (DIED, ERROR, EVENTS_BYTES, EVENTS_SIZE, EXIT, FAILED, READY, REPLY, RESERVED, TERM, PipeEnd,
+                   decode, encode, pipe_pair)
 
 __all__ = ["Actor", "command"]
 
@@ -378,9 +379,9 @@ class Actor(metaclass=_ActorType):
     def emit(self, name, *args, drop=None):
         """Send the event ``name(*args)`` to the parent; False if it was dropped.
 
-        Blocks (parks the actor's greenlet) while ``events_size`` events wait
-        unread by a blocking reader, serving the pipe meanwhile: see the module
-        docstring.  ``drop=True`` drops the event instead when the window is
+        Blocks (parks the actor's greenlet) while the event window is full
+        (``events_size`` events or ``events_bytes`` bytes unread by a blocking
+        reader), serving the pipe meanwhile: see the module docstring.  ``drop=True`` drops the event instead when the window is
         full (counted in ``$STATS`` as ``events_dropped``); the default is the
         actor's ``events_policy``.  Once the actor is told to stop, an emit
         that would wait raises ``GreenletExit``.  Never waits in ``setup``,
