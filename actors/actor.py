@@ -73,7 +73,7 @@ from gevent import getcurrent
 from .errors import ActorError, PipeError
 from .events import BLOCK, DROP, POLICIES
 from .reactor import Reactor
-from .sockets import NOBLOCK, Socket, context
+from .sockets import NOBLOCK, Socket, context, raw_send
 from .speedups import recv_message
 from .pipe import (DIED, ERROR, EVENTS_BYTES, EVENTS_SIZE, EXIT, FAILED, READY, REPLY, RESERVED, TERM, PipeEnd,
                    decode, encode, pipe_pair)
@@ -391,15 +391,18 @@ class Actor(metaclass=_ActorType):
         if name in RESERVED:
             raise ValueError("%s: %r is a pipe verb, not an event name" % (self.name, name))
         pipe = self._pipe
-        if pipe.full() and self._emit_mode is not _SEND:
-            if self._drops if drop is None else drop:
+        mode = self._emit_mode
+        drops = self._drops if drop is None else drop
+        if mode is not _SEND and (drops or mode is _STOP) and pipe.full():
+            if drops:
                 self.stats["events_dropped"] += 1
                 return False
-            if self._emit_mode is _STOP:
-                raise gevent.GreenletExit
+            raise gevent.GreenletExit
+        # A blocking emit sends first and then waits, so events emitted by
+        # commands served while it waits follow it in order.
         pipe.bytes_in_flight += self._to_parent(name, 0, args)
         pipe.in_flight += 1
-        if pipe.full() and self._emit_mode is not _SEND and not (self._drops if drop is None else drop):
+        if mode is _WAIT and not drops and pipe.full():
             self._wait_for_room(pipe)
         return True
 
@@ -422,7 +425,7 @@ class Actor(metaclass=_ActorType):
         """Send one message to the parent; returns its size in bytes."""
         frame = encode(verb, request_id, args)
         try:
-            self._child.send(frame, NOBLOCK)
+            raw_send(self._child, frame, NOBLOCK, True)
         except zmq.Again:  # the pipe is at its HWM: wait for room (only this actor waits)
             self._child.send_multipart([frame])
         return len(frame)

@@ -29,13 +29,18 @@ from gevent.queue import Empty, Queue
 
 from .errors import ActorError
 
-__all__ = ["Subscription", "BLOCK", "DROP", "POLICIES"]
+__all__ = ["Subscription", "BLOCK", "DROP", "POLICIES", "low_mark"]
 
 BLOCK = "block"
 DROP = "drop"
 POLICIES = (BLOCK, DROP)
 
 _CLOSED = object()  # the last item of a closed subscription's queue
+
+
+def low_mark(limit):
+    """Where a parked actor is woken again: a quarter of the window free (at least one)."""
+    return limit - max(1, limit >> 2)
 
 
 class Subscription:
@@ -47,7 +52,8 @@ class Subscription:
     construction.
     """
 
-    __slots__ = ("_pipe", "_queue", "_end", "_bytes", "size", "max_bytes", "policy", "dropped", "received")
+    __slots__ = ("_pipe", "_queue", "_end", "_bytes", "_low_size", "_low_bytes", "size", "max_bytes", "policy",
+                 "dropped", "received")
 
     def __init__(self, pipe, size, policy, max_bytes):
         if policy not in POLICIES:
@@ -64,6 +70,8 @@ class Subscription:
         self.size = size
         #: bytes (encoded on the pipe) this queue holds at most; one event larger than that still passes alone
         self.max_bytes = max_bytes
+        self._low_size = low_mark(size)
+        self._low_bytes = low_mark(max_bytes)
         #: ``"block"`` or ``"drop"`` (these very objects, so ``is`` compares)
         self.policy = BLOCK if policy == BLOCK else DROP
         #: events dropped because the queue was full (``"drop"`` policy only)
@@ -101,7 +109,7 @@ class Subscription:
         event, nbytes = item
         self._bytes -= nbytes
         self.received += 1
-        if self.policy is BLOCK:
+        if self._pipe._parked is not None and self.policy is BLOCK:
             self._pipe.consumed()
         return event
 

@@ -45,7 +45,7 @@ from gevent.event import AsyncResult, Event as GeventEvent
 from gevent.hub import Waiter
 
 from .errors import ActorDied, ActorExited, ActorTimeout, CommandError, PipeError
-from .events import BLOCK, Subscription
+from .events import BLOCK, Subscription, low_mark
 from .sockets import NOBLOCK, POLLIN, POLLOUT, Socket, context
 from .speedups import recv_message
 
@@ -110,10 +110,6 @@ def pipe_pair(hwm=10000):
     return parent, child
 
 
-def _low_mark(limit):
-    return limit - max(1, limit >> 2)
-
-
 class PipeEnd:
     """The parent's end of an actor pipe: commands out, replies and events in.
 
@@ -132,6 +128,8 @@ class PipeEnd:
         #: the event window, in events and in bytes: the pipe never holds more
         self.size = size
         self.max_bytes = max_bytes
+        self._low_size = low_mark(size)
+        self._low_bytes = low_mark(max_bytes)
         #: events the actor emitted that the parent has not taken off the pipe yet, and their bytes
         self.in_flight = 0
         self.bytes_in_flight = 0
@@ -272,10 +270,10 @@ class PipeEnd:
         """True once every blocking subscription is back under its low-water marks (3/4)."""
         n = self.in_flight
         b = self.bytes_in_flight
-        if n > _low_mark(self.size) or b > _low_mark(self.max_bytes):
+        if n > self._low_size or b > self._low_bytes:
             return False
         for sub in self._blocking:
-            if n + sub._queue.qsize() > _low_mark(sub.size) or b + sub._bytes > _low_mark(sub.max_bytes):
+            if n + sub._queue.qsize() > sub._low_size or b + sub._bytes > sub._low_bytes:
                 return False
         return True
 
@@ -341,6 +339,8 @@ class PipeEnd:
             self.dispatch(frames[0])
         if not self._room.is_set() and not sock._closed and sock.events() & POLLOUT:
             self._room.set()
+        if self._parked is not None:  # in_flight fell, or a drop-only reader took events
+            self.consumed()
 
     def _pump_until(self, box, timeout):
         """Read the pipe in the attached reactor's greenlet until ``box`` is done; False on timeout."""
@@ -400,7 +400,7 @@ class PipeEnd:
             self._on_event(event)
         for sub in self._subscriptions:
             sub._put(event, nbytes)
-        if self._parked is not None:  # in_flight fell, or a drop-only reader took it
+        if self._reactor is not None and self._parked is not None:  # _drain checks once a batch
             self.consumed()
 
     def _resolve(self, entry, value, error):
