@@ -1,0 +1,1 @@
+"""ZEPS: journaled publish-subscribe with replay and credit flow control."""
