@@ -151,3 +151,6 @@ class Matcher:
 
     def __len__(self):
         return len(set().union(*self._prefixes.values(), self._regexes))
+
+    def __bool__(self):
+        return bool(self._prefixes or self._regexes)

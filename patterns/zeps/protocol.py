@@ -40,6 +40,11 @@ microseconds since the Unix epoch: replay from the first message journaled
 at or after that time (Redis ``XRANGE`` by time, JetStream
 ``by_start_time``), then live.  Only zactors clients send it, and only when
 asked for a time; a broker that does not know it answers INVALID.
+
+zactors extension for tools: **QUERY** (id 14, no fields) asks the broker
+for its introspection, answered by **QUERY-OK** (id 15) = ``signature %d15
+report``, ``report`` a chunk of JSON (streams, subscribers, counters).  A
+peering needs no ATTACH to QUERY.
 """
 import struct
 from collections import namedtuple
@@ -47,13 +52,13 @@ from collections import namedtuple
 __all__ = [
     "SIGNATURE", "VERSION", "PROTOCOL", "NEW", "MAX_STRING", "MAX_CHUNK",
     "ATTACH", "ATTACH_OK", "SUBSCRIBE", "SUBSCRIBE_OK", "CREDIT", "PUBLISH", "DELIVER",
-    "PING", "PING_OK", "DETACH", "DETACH_OK", "INVALID", "SUBSCRIBE_SINCE", "NAMES",
+    "PING", "PING_OK", "DETACH", "DETACH_OK", "INVALID", "SUBSCRIBE_SINCE", "QUERY", "QUERY_OK", "NAMES",
     "Attach", "AttachOk", "Subscribe", "SubscribeOk", "Credit", "Publish", "Deliver",
-    "Ping", "PingOk", "Detach", "DetachOk", "Invalid", "SubscribeSince",
+    "Ping", "PingOk", "Detach", "DetachOk", "Invalid", "SubscribeSince", "Query", "QueryOk",
     "ProtocolError", "decode", "encode", "deliver_cost",
-    "attach", "subscribe", "subscribe_since", "credit", "publish", "deliver", "invalid",
+    "attach", "subscribe", "subscribe_since", "credit", "publish", "deliver", "invalid", "query_ok",
     "ATTACH_OK_FRAME", "SUBSCRIBE_OK_FRAME", "PING_FRAME", "PING_OK_FRAME", "DETACH_FRAME",
-    "DETACH_OK_FRAME",
+    "DETACH_OK_FRAME", "QUERY_FRAME",
 ]
 
 SIGNATURE = b"\xaa\xa5"
@@ -66,11 +71,12 @@ MAX_CHUNK = 2 ** 32 - 1
 
 # Command ids (the ABNF's %dN), and SUBSCRIBE-SINCE, the zactors extension.
 ATTACH, ATTACH_OK, SUBSCRIBE, SUBSCRIBE_OK, CREDIT, PUBLISH, DELIVER = 1, 2, 3, 4, 5, 6, 7
-PING, PING_OK, DETACH, DETACH_OK, INVALID, SUBSCRIBE_SINCE = 8, 9, 10, 11, 12, 13
+PING, PING_OK, DETACH, DETACH_OK, INVALID, SUBSCRIBE_SINCE, QUERY, QUERY_OK = 8, 9, 10, 11, 12, 13, 14, 15
 
 NAMES = {ATTACH: "ATTACH", ATTACH_OK: "ATTACH-OK", SUBSCRIBE: "SUBSCRIBE", SUBSCRIBE_OK: "SUBSCRIBE-OK",
          CREDIT: "CREDIT", PUBLISH: "PUBLISH", DELIVER: "DELIVER", PING: "PING", PING_OK: "PING-OK",
-         DETACH: "DETACH", DETACH_OK: "DETACH-OK", INVALID: "INVALID", SUBSCRIBE_SINCE: "SUBSCRIBE-SINCE"}
+         DETACH: "DETACH", DETACH_OK: "DETACH-OK", INVALID: "INVALID", SUBSCRIBE_SINCE: "SUBSCRIBE-SINCE",
+         QUERY: "QUERY", QUERY_OK: "QUERY-OK"}
 
 Attach = namedtuple("Attach", "stream version")
 AttachOk = namedtuple("AttachOk", "")
@@ -85,16 +91,19 @@ Detach = namedtuple("Detach", "")
 DetachOk = namedtuple("DetachOk", "")
 Invalid = namedtuple("Invalid", "reason")
 SubscribeSince = namedtuple("SubscribeSince", "pattern since")
+Query = namedtuple("Query", "")
+QueryOk = namedtuple("QueryOk", "report")
 
 for _cls, _id in ((Attach, ATTACH), (AttachOk, ATTACH_OK), (Subscribe, SUBSCRIBE), (SubscribeOk, SUBSCRIBE_OK),
                   (Credit, CREDIT), (Publish, PUBLISH), (Deliver, DELIVER), (Ping, PING), (PingOk, PING_OK),
-                  (Detach, DETACH), (DetachOk, DETACH_OK), (Invalid, INVALID), (SubscribeSince, SUBSCRIBE_SINCE)):
+                  (Detach, DETACH), (DetachOk, DETACH_OK), (Invalid, INVALID), (SubscribeSince, SUBSCRIBE_SINCE),
+                  (Query, QUERY), (QueryOk, QUERY_OK)):
     _cls.id = _id
     _cls.__doc__ = "ZEPS %s (command %d)." % (NAMES[_id], _id)
 
 # The commands without fields are singletons: decode returns these very objects.
-_ATTACH_OK, _SUBSCRIBE_OK, _PING, _PING_OK, _DETACH, _DETACH_OK = (
-    AttachOk(), SubscribeOk(), Ping(), PingOk(), Detach(), DetachOk())
+_ATTACH_OK, _SUBSCRIBE_OK, _PING, _PING_OK, _DETACH, _DETACH_OK, _QUERY = (
+    AttachOk(), SubscribeOk(), Ping(), PingOk(), Detach(), DetachOk(), Query())
 
 
 class ProtocolError(ValueError):
@@ -116,6 +125,7 @@ PING_FRAME = SIGNATURE + b"\x08"
 PING_OK_FRAME = SIGNATURE + b"\x09"
 DETACH_FRAME = SIGNATURE + b"\x0a"
 DETACH_OK_FRAME = SIGNATURE + b"\x0b"
+QUERY_FRAME = SIGNATURE + b"\x0e"
 
 
 def _string(value, field):
@@ -183,8 +193,13 @@ def invalid(reason):
     return _HEAD(SIGNATURE, INVALID) + _u8(len(text)) + text
 
 
+def query_ok(report):
+    """S: QUERY-OK with ``report`` (JSON bytes)."""
+    return _HEAD(SIGNATURE, QUERY_OK) + _u32(len(report)) + report
+
+
 _CONSTANT = {AttachOk: ATTACH_OK_FRAME, SubscribeOk: SUBSCRIBE_OK_FRAME, Ping: PING_FRAME, PingOk: PING_OK_FRAME,
-             Detach: DETACH_FRAME, DetachOk: DETACH_OK_FRAME}
+             Detach: DETACH_FRAME, DetachOk: DETACH_OK_FRAME, Query: QUERY_FRAME}
 
 
 def encode(message):
@@ -210,6 +225,8 @@ def encode(message):
         return deliver(message.sequence, message.key, message.body)
     if kind is Invalid:
         return invalid(message.reason)
+    if kind is QueryOk:
+        return query_ok(message.report)
     raise TypeError("not a ZEPS message: %r" % (message,))
 
 
@@ -280,7 +297,7 @@ def decode(frame):
         amount, at = _read_number(_unpack_u64, 8, frame, 3, "CREDIT credit")
         _end(frame, at, "CREDIT")
         return Credit(amount)
-    if command in (ATTACH_OK, SUBSCRIBE_OK, PING, PING_OK, DETACH, DETACH_OK):
+    if command in _SINGLETONS:
         _end(frame, 3, NAMES[command])
         return _SINGLETONS[command]
     if command == ATTACH:
@@ -301,8 +318,13 @@ def decode(frame):
         reason, at = _read_string(frame, 3, "INVALID reason")
         _end(frame, at, "INVALID")
         return Invalid(_text(reason, "INVALID reason").decode("ascii"))
+    if command == QUERY_OK:
+        size, at = _read_number(_unpack_u32, 4, frame, 3, "QUERY-OK report length")
+        if at + size != len(frame):
+            raise ProtocolError("QUERY-OK report: length %d but %d byte(s) follow" % (size, len(frame) - at))
+        return QueryOk(frame[at:])
     raise ProtocolError("unknown command id %d" % command)
 
 
 _SINGLETONS = {ATTACH_OK: _ATTACH_OK, SUBSCRIBE_OK: _SUBSCRIBE_OK, PING: _PING, PING_OK: _PING_OK,
-               DETACH: _DETACH, DETACH_OK: _DETACH_OK}
+               DETACH: _DETACH, DETACH_OK: _DETACH_OK, QUERY: _QUERY}
