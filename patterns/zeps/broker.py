@@ -115,7 +115,7 @@ class _Stream:
 
 class _Peer:
     __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
-                 "key", "may_publish", "delivered")
+                 "key", "may_publish", "delivered", "held")
 
     def __init__(self, identity, stream, key):
         self.identity = identity
@@ -129,15 +129,16 @@ class _Peer:
         self.published = 0        # last sequence this peer published
         self.may_publish = None   # permission, decided on the first PUBLISH
         self.delivered = 0
+        self.held = False         # its transport backlog is full: no more sends until drained
 
 
 class Broker(Actor):
     """A ZEPS broker journaling under ``journal_dir``.  See the module docstring."""
 
-    #: replay: messages sent per subscriber per step, and records read per journal call
-    replay_batch = 512
-    #: replay: steps between yields to the loop
-    replay_budget = 2048
+    #: replay: records read per journal call (one task step)
+    replay_batch = 256
+    #: messages a subscriber's transport may hold before it is switched to replay
+    transport_high = 1000
 
     def __init__(self, journal_dir, endpoint="tcp://127.0.0.1:*", *, fsync=0.1, heartbeat=1.0, expiry=5.0,
                  max_message=1 << 20, max_streams=1024, max_peers=100000, max_patterns=64,
@@ -179,7 +180,8 @@ class Broker(Actor):
         self._alive = Liveness(self.heartbeat, self.expiry)
         self._alive_timer = None
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,
-                             on_overflow=self._on_overflow)
+                             on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
+                             high=self.transport_high, backlog=self.transport_high * 2)
         if self.curve is not None:
             curve_server(self.router.socket, self.curve, self.curve_domain)
         if self.permissions is not None:
@@ -197,13 +199,7 @@ class Broker(Actor):
         for identity in list(self._peers):
             self._send(identity, p.DETACH_FRAME)
         for stream in self._streams.values():
-            try:
-                stream.journal.write()
-                if self.fsync != "never":
-                    stream.journal.sync()
-            except (JournalError, OSError) as exc:
-                log.error("%s: stream %r: final write failed: %s", self.name, stream.name, exc)
-            stream.journal.close()
+            stream.journal.close(sync=self.fsync != "never")  # logs what it could not write
 
     # -- the hot path ---------------------------------------------------------------
     def _on_message(self, identity, frames):
@@ -294,7 +290,6 @@ class Broker(Actor):
             return True
         match = matcher.match
         send = self.router.send
-        peers = self._peers
         for seq, key, body in fresh:
             owners = match(key)
             if owners:
@@ -303,13 +298,10 @@ class Broker(Actor):
                 for sub in owners:
                     if seq < sub.floor or sub.mode is not _LIVE:
                         continue
-                    if sub.credit >= cost:
+                    if sub.credit >= cost and not sub.held:
                         sub.credit -= cost
                         sub.delivered += 1
-                        if not send(sub.identity, [frame]) and sub.identity in peers:
-                            sub.credit += cost
-                            sub.delivered -= 1
-                            self._to_replay(sub, seq)
+                        send(sub.identity, [frame])
                     else:
                         self._to_replay(sub, seq)
         return True
@@ -331,45 +323,40 @@ class Broker(Actor):
     def _pump(self):
         if not self._pumping and self._replaying:
             self._pumping = True
-            _start_task(self, self._replay(), self._replay_done)
+            self.start_task(self._replay(), self._replay_done)
 
     def _replay(self):
-        """The cooperative task serving every replaying subscriber in turn."""
+        """The cooperative task serving every replaying subscriber in turn, a batch per step."""
         replaying = self._replaying
-        budget = 0
         while replaying:
             for identity in list(replaying):
                 peer = replaying.get(identity)
                 if peer is None:
                     continue
-                sent, more = self._replay_step(peer)
-                if not more:
+                if not self._replay_step(peer):
                     replaying.pop(identity, None)
-                budget += sent + 1
-                if budget >= self.replay_budget:
-                    budget = 0
-                    yield
-        return None
+                yield
 
     def _replay_done(self, task):
         self._pumping = False
-        error = getattr(task, "error", None)
-        if error is not None:
-            log.error("%s: replay failed: %s", self.name, error)
+        if task.error is not None:
+            log.error("%s: replay failed: %s", self.name, task.error)
         self._pump()  # credit may have come in at the very end
 
     def _replay_step(self, peer):
-        """Deliver up to a batch from the journal; ``(sent, more)``.
+        """Deliver up to a batch from the journal; True if there is more to do now.
 
         Replay goes up to the last sequence the publish path has delivered
         live (``stream.delivered_seq``); past it the subscriber is live again
         and the next flush delivers the rest.
         """
         stream = peer.stream
+        if peer.held:
+            return False
         limit = stream.delivered_seq
         if peer.next > limit:
             self._go_live(peer)
-            return 0, False
+            return False
         try:
             records = stream.journal.read(peer.next, max_records=self.replay_batch, max_bytes=4 << 20)
         except SequenceGone as gone:
@@ -377,11 +364,11 @@ class Broker(Actor):
             log.info("%s: %r asked for %d, retention kept from %d", self.name, peer.identity, peer.next,
                      gone.first_available)
             peer.next = gone.first_available
-            return 0, True
+            return True
         except JournalError as exc:
             log.error("%s: replay of %s failed: %s", self.name, stream.name, exc)
             self.stats["replay_errors"] += 1
-            return 0, False
+            return False
         match = peer.filter
         send = self.router.send
         identity = peer.identity
@@ -397,26 +384,28 @@ class Broker(Actor):
                     more = False
                     break
                 peer.credit -= cost
-                if not send(identity, [frame]):
-                    if identity in self._peers:  # overflowing: back to where it was
-                        peer.credit += cost
+                if not send(identity, [frame]):  # gone (dropped by on_unroutable)
                     more = False
                     break
                 sent += 1
+                if peer.held:  # the transport is full: sent, but go no further now
+                    peer.next = seq + 1
+                    more = False
+                    break
             peer.next = seq + 1
         peer.delivered += sent
         self.stats["replayed"] += sent
         if not more:
-            return sent, False
+            return False
         if peer.next > limit:
             self._go_live(peer)
-            return sent, False
+            return False
         if not records:
             self.stats["replay_errors"] += 1
             log.error("%s: stream %s: journal returned nothing at %d (written up to %d)", self.name,
                       stream.name, peer.next, limit)
-            return sent, False
-        return sent, True
+            return False
+        return True
 
     def _go_live(self, peer):
         peer.mode = _LIVE
@@ -452,7 +441,7 @@ class Broker(Actor):
                 self.stats["journal_sync_errors"] += 1
                 log.error("%s: stream %s: fsync failed: %s", self.name, stream.name, error)
 
-        _run_in_thread(self, stream.journal.sync, done)
+        self.run_in_thread(stream.journal.sync, on_done=done)
 
     def _retain(self):
         for stream in self._streams.values():
@@ -623,7 +612,21 @@ class Broker(Actor):
             self.stats["unroutable"] += 1
 
     def _on_overflow(self, identity, frames):
-        self.stats["overflow"] += 1
+        self.stats["overflow"] += 1  # never for subscribers: held at transport_high, limit is twice that
+
+    def _on_held(self, identity):
+        peer = self._peers.get(identity)
+        if peer is not None:
+            peer.held = True
+            self.stats["held"] += 1
+
+    def _on_drained(self, identity):
+        peer = self._peers.get(identity)
+        if peer is not None:
+            peer.held = False
+            if peer.mode is _REPLAY and peer.credit and identity not in self._replaying:
+                self._replaying[identity] = peer
+                self._pump()
 
     def _arm_liveness(self):
         deadline = self._alive.next_deadline()
@@ -666,60 +669,15 @@ class Broker(Actor):
                     continue
                 lag = journal.last_seq - (peer.next - 1) if peer.mode is _REPLAY else \
                     self.router.backlog_of(peer.identity)
-                subscribers.append({"peer": peer.identity.hex(), "patterns": [x.decode("utf-8", "replace")
-                                                                            for x in peer.filter.patterns],
-                                    "mode": peer.mode, "lag": lag, "credit": peer.credit,
-                                    "delivered": peer.delivered})
+                patterns = [x.decode("utf-8", "replace") for x in peer.filter.patterns]
+                subscribers.append({"peer": peer.identity.hex(), "patterns": patterns, "mode": peer.mode,
+                                    "lag": lag, "credit": peer.credit, "delivered": peer.delivered})
             streams[stream.name.decode()] = {
                 "first_seq": journal.first_seq, "last_seq": journal.last_seq,
                 "written_seq": journal.written_seq, "synced_seq": journal.synced_seq,
                 "rate": round((s1 - s0) / (t1 - t0), 1) if t1 > t0 else 0.0,
-                "bytes": stats.get("bytes", stats.get("bytes_on_disk", 0)),
+                "bytes": stats["disk_bytes"],
                 "peers": len(stream.peers), "subscribers": subscribers,
             }
         return {"endpoint": self.endpoint, "journal": self.journal_dir, "streams": streams,
                 "peers": len(self._peers), "counters": dict(self.stats)}
-
-
-# -- kernel services (cooperative tasks, background work) -------------------------------
-# Until Actor.start_task / Actor.run_in_thread land in the kernel, these do the same with
-# a short timer and the hub's threadpool.
-def _start_task(actor, work, on_done):
-    starter = getattr(actor, "start_task", None)
-    if starter is not None:
-        return starter(work, on_done=on_done)
-
-    class _Task:
-        error = None
-
-    task = _Task()
-
-    def step():
-        try:
-            next(work)
-        except StopIteration:
-            on_done(task)
-            return
-        except Exception as exc:  # noqa: BLE001 - reported through on_done, as the kernel's tasks do
-            task.error = exc
-            on_done(task)
-            return
-        actor.call_later(0.0002, step)
-
-    actor.call_later(0, step)
-    return task
-
-
-def _run_in_thread(actor, func, on_done):
-    runner = getattr(actor, "run_in_thread", None)
-    if runner is not None:
-        return runner(func, on_done=on_done)
-    from gevent import get_hub
-
-    result = get_hub().threadpool.spawn(func)
-
-    def finished(source):
-        on_done(source.value, source.exception)
-
-    result.rawlink(finished)
-    return result

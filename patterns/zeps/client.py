@@ -295,7 +295,7 @@ class Subscriber(Actor):
         self._consumed += cost
         if self._consumed >= self.window >> 2 and not self._credit_posted:
             self._credit_posted = True
-            self._post(self._give_credit)
+            self.post(self._give_credit)
         return message
 
     def __iter__(self):
@@ -304,13 +304,6 @@ class Subscriber(Actor):
             if message is None:  # closed
                 return
             yield message
-
-    def _post(self, func):
-        post = getattr(self, "post", None)
-        if post is not None:
-            post(func)
-        else:  # until Actor.post lands in the kernel: same thread, the reactor wakes itself
-            self._reactor.call_later(0, func)
 
     # -- actor side -----------------------------------------------------------------
     def setup(self):

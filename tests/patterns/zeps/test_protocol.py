@@ -27,7 +27,8 @@ TABLE = [
     (p.Detach(), SIG + b"\x0a"),
     (p.DetachOk(), SIG + b"\x0b"),
     (p.Invalid("no such thing"), SIG + b"\x0c" + b"\x0dno such thing"),
-    (p.SubscribeSince(b"x", 1_700_000_000_000_000), SIG + b"\x0d" + b"\x01x" + struct.pack(">Q", 1_700_000_000_000_000)),
+    (p.SubscribeSince(b"x", 1_700_000_000_000_000),
+     SIG + b"\x0d" + b"\x01x" + struct.pack(">Q", 1_700_000_000_000_000)),
     (p.Query(), SIG + b"\x0e"),
     (p.QueryOk(b'{"a":1}'), SIG + b"\x0f" + b"\x00\x00\x00\x07" + b'{"a":1}'),
 ]
