@@ -298,6 +298,11 @@ class Subscriber(Actor):
             self.post(self._give_credit)
         return message
 
+    @property
+    def pending(self):
+        """Messages received and not yet taken."""
+        return len(self._queue)
+
     def __iter__(self):
         while True:
             message = self.get(None)
