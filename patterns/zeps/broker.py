@@ -55,6 +55,7 @@ the network with the QUERY extension command (see :mod:`.protocol`).
 import json
 import logging
 import os
+import struct
 import time
 
 from zactors.actors.actor import Actor, command
@@ -72,6 +73,7 @@ log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
 _deliver = p.deliver
+_unpack_u32 = struct.Struct(">I").unpack_from
 _LIVE, _REPLAY = "live", "replay"
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _MAX_CREDIT = 2 ** 62
@@ -179,15 +181,18 @@ class Broker(Actor):
         self._syncing = set()
         self._alive = Liveness(self.heartbeat, self.expiry)
         self._alive_timer = None
+        self._heard = set()         # identities heard from since the last liveness sweep
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
                              high=self.transport_high, backlog=self.transport_high * 2)
+        self._outbox_send = self.router.outbox.send
+        self.add_reader(self.router.socket, self._on_frames)  # ours: the PUBLISH fast path
         if self.curve is not None:
             curve_server(self.router.socket, self.curve, self.curve_domain)
         if self.permissions is not None:
             self._keys = {}
             from .permissions import key_reader
-            key_reader(self, self.router, self._keys)
+            key_reader(self, self.router.socket, self._on_frames, self._keys)
         self.endpoint = self.router.bind(self.endpoint)
         if isinstance(self.fsync, (int, float)):
             self.call_every(self.fsync, self._sync_all)
@@ -202,6 +207,25 @@ class Broker(Actor):
             stream.journal.close(sync=self.fsync != "never")  # logs what it could not write
 
     # -- the hot path ---------------------------------------------------------------
+    def _on_frames(self, frames):
+        """Every message on the ROUTER: a PUBLISH from an attached peer is parsed inline."""
+        if len(frames) == 2:
+            identity, frame = frames
+            peer = self._peers.get(identity)
+            if peer is not None:
+                self._heard.add(identity)
+                size = len(frame)
+                if size > 7 and frame[2] == 6 and frame[0] == 0xAA and frame[1] == 0xA5:
+                    end = 4 + frame[3]
+                    if size >= end + 4 and _unpack_u32(frame, end)[0] == size - end - 4:
+                        self._publish(peer, frame[4:end], frame[end + 4:])
+                        return
+            self._on_message(identity, [frame])
+        elif len(frames) > 2:
+            self._on_message(frames[0], frames[1:])
+        else:
+            self.stats["router_malformed"] += 1
+
     def _on_message(self, identity, frames):
         if len(frames) != 1:
             self._invalid(identity, "one ZEPS command per message, got %d frames" % len(frames))
@@ -213,8 +237,6 @@ class Broker(Actor):
             self._invalid(identity, str(exc))
             return
         peer = self._peers.get(identity)
-        if peer is not None:
-            self._alive.touch(identity)
         kind = type(message)
         if kind is p.Publish:
             if peer is None:
@@ -289,7 +311,7 @@ class Broker(Actor):
         if not matcher:
             return True
         match = matcher.match
-        send = self.router.send
+        send = self._outbox_send
         for seq, key, body in fresh:
             owners = match(key)
             if owners:
@@ -634,6 +656,11 @@ class Broker(Actor):
             max(0.0, deadline - _monotonic()), self._check_liveness)
 
     def _check_liveness(self):
+        heard, self._heard = self._heard, set()
+        touch, peers = self._alive.touch, self._peers
+        for identity in heard:  # touched here, not per message: the hot path only adds to a set
+            if identity in peers:
+                touch(identity)
         evasive, expired = self._alive.check()
         for identity in evasive:
             self._send(identity, p.PING_FRAME)

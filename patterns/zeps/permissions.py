@@ -1,6 +1,7 @@
 """Per-stream permissions for a CURVE broker: which client keys may publish or subscribe where.
 
-A permissions file has one grant per line; ``#`` starts a comment::
+A permissions file has one grant per line; ``#`` at the start of a line or
+after a space starts a comment (z85 keys may contain ``#``)::
 
     # KEY                                       ACTIONS            STREAMS
     rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7     publish            orders.*
@@ -38,6 +39,7 @@ __all__ = ["Permissions", "PermissionsError", "key_reader", "ACTIONS"]
 log = logging.getLogger(__name__)
 
 ACTIONS = ("publish", "subscribe")
+_COMMENT = re.compile(r"(^|\s)#.*")
 _Z85 = re.compile(r"[0-9a-zA-Z.\-:+=^!/*?&<>()\[\]{}@%$#]{40}\Z")
 
 
@@ -78,7 +80,7 @@ class Permissions:
         perms = cls()
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
-                line = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+                line = _COMMENT.sub("", line).strip()  # a z85 key may hold '#': comments follow a space
                 if not line:
                     continue
                 fields = line.split()
@@ -118,8 +120,9 @@ _ATTACH = 1
 _MAX_PENDING_KEYS = 10000
 
 
-def key_reader(actor, router, keys):
-    """Read ``router``'s socket with message properties; ``keys[identity] = User-Id`` for each ATTACH.
+def key_reader(actor, sock, deliver, keys):
+    """Read the ROUTER ``sock`` with message properties: ``deliver(frames)`` each message, and
+    ``keys[identity] = User-Id`` for each ATTACH.
 
     Replaces the reactor's reader of that socket with a descriptor watch,
     draining up to the reactor's cap per wake-up and then again in the next
@@ -128,8 +131,6 @@ def key_reader(actor, router, keys):
     against only for its readers: a guard timer re-checks ``EVENTS`` every
     ``guard`` seconds, so no message waits longer than that.
     """
-    sock = router.socket
-    deliver = router._on_frames
     recv = sock.recv
     state = {"again": None}
 
