@@ -132,6 +132,11 @@ class Clone(Actor):
     def items(self):
         return list(self.map.items())
 
+    @property
+    def server(self):
+        """The snapshot endpoint of the server this client follows now."""
+        return self.servers[self.current][0]
+
     def wait_synced(self, timeout=None):
         """Block this greenlet until the first snapshot is in; False on timeout."""
         return self.synced.wait(timeout)
@@ -270,10 +275,10 @@ class Clone(Actor):
             self._update(frames)
 
     def _on_update(self, frames):
-        self._heard = _monotonic()
-        if self._building is not None:
+        if self._building is not None:  # only the snapshot itself shows a request was accepted
             self._buffer.append(frames)
             return
+        self._heard = _monotonic()
         self._update(frames)
 
     def _update(self, frames):

@@ -43,7 +43,8 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   socket CURVE; peers use ``peer_public`` (default: our own public key).
 
 Commands: ``INFO`` (reply: dict), ``GET key`` (reply: value or None),
-``KEYS prefix limit`` (reply: sorted keys), ``PEER snapshot publisher state``
+``KEYS prefix limit`` (reply: sorted keys),
+``DUMP prefix limit`` (reply: {key: value}), ``PEER snapshot publisher state``
 (connect to the peer's endpoints, for pairs on ephemeral ports), ``$STATS``,
 ``$TERM``.  The handle is an actor handle: safe from many greenlets of its
 thread, not across OS threads.
@@ -216,6 +217,7 @@ class CloneServer(Actor):
             "pending": len(self._pending),
             "syncing": self._syncing is not None,
             "peer_state": bstar.STATES.get(fsm.peer_state) if fsm else None,
+            "peer_silent": fsm.peer_silent(_monotonic()) if fsm else None,
             "endpoints": list(self.endpoints),
             "dialect": self.dialect.name,
             "counters": dict(self.stats),
@@ -232,7 +234,19 @@ class CloneServer(Actor):
         return sorted(k for k in self.map if k.startswith(prefix))[:limit]
 
     @command(reply=True)
-    def peer(self, snapshot, publisher, state):
+    def dump(self, prefix=b"", limit=100000):
+        """``{key: value}`` for keys starting with ``prefix`` (at most ``limit``)."""
+        prefix = prefix if isinstance(prefix, bytes) else prefix.encode()
+        out = {}
+        for key, entry in self.map.items():
+            if key.startswith(prefix):
+                out[key] = entry.value
+                if len(out) >= limit:
+                    break
+        return out
+
+    @command("PEER", reply=True)
+    def _set_peer(self, snapshot, publisher, state):
         if self.fsm is None:
             raise ValueError("a server without a role has no peer")
         if self.state_sub is not None:
