@@ -1,4 +1,7 @@
 """Clone test helpers: servers and clients on ephemeral loopback ports, raw peers."""
+import random
+import socket
+
 import pytest
 import zmq
 
@@ -54,6 +57,27 @@ def pair(make, **options):
     snapshot, publisher, _collector, state = backup.endpoints
     primary.call("PEER", snapshot, publisher, state)
     return primary, backup
+
+
+
+def free_base_port():
+    """A base port P with P..P+3 free on loopback (the servers bind them a moment later)."""
+    rnd = random.Random()
+    for _ in range(200):
+        base = rnd.randrange(20000, 60000)
+        held = []
+        try:
+            for port in range(base, base + 4):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    pytest.skip("no four consecutive free ports")
 
 
 __all__ = ["client_of", "pair", "Clone", "CloneServer", "zmq"]

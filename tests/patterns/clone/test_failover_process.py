@@ -1,6 +1,4 @@
 """A primary server PROCESS killed with SIGKILL while clients update at 1,000 updates/s."""
-import random
-import socket
 import sys
 import time
 
@@ -9,6 +7,7 @@ import pytest
 
 from zactors.patterns.clone.client import Clone
 from tests.conftest import wait_for
+from tests.patterns.clone.conftest import free_base_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -16,28 +15,8 @@ CLIENTS = 3
 RATE = 1000  # updates per second, all clients together
 
 
-def _free_base_port():
-    """A base port P with P..P+3 free on loopback (the servers bind them a moment later)."""
-    rnd = random.Random()
-    for _ in range(200):
-        base = rnd.randrange(20000, 60000)
-        held = []
-        try:
-            for port in range(base, base + 4):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    pytest.skip("no four consecutive free ports")
-
-
 def test_sigkill_primary_under_load(processes, make):
-    p, b = _free_base_port(), _free_base_port()
+    p, b = free_base_port(), free_base_port()
     cli = [sys.executable, "-m", "zactors.apps.cli", "-q", "clone", "server"]
     primary = processes(cli + ["--port", str(p), "--primary", "--peer", "tcp://127.0.0.1:%d" % b])
     processes(cli + ["--port", str(b), "--backup", "--peer", "tcp://127.0.0.1:%d" % p])
