@@ -89,7 +89,7 @@ def _bytes(x):
 class Clone(Actor):
     """A live copy of a Clone map; see the module docstring."""
 
-    def __init__(self, servers, *, subtree=b"", timeout=1.0, max_events=10000, curve=None, server_public=None,
+    def __init__(self, servers, *, subtree=b"", timeout=1.0, sub_wait=0.3, max_events=10000, curve=None, server_public=None,
                  name=None):
         if isinstance(servers, str):
             servers = [servers]
@@ -98,6 +98,7 @@ class Clone(Actor):
             raise ValueError("at least one server")
         self.subtree = check_subtree(subtree)
         self.timeout = timeout
+        self.sub_wait = sub_wait
         self.max_events = max_events
         self.curve = curve
         self.server_public = server_public
@@ -201,10 +202,9 @@ class Clone(Actor):
         self._secure(self.pub)
         for _snapshot, _publisher, collector in self.servers:
             self.pub.connect(collector)
-        self.snapshot = self.sub = None
+        self.snapshot = self.sub = self._ask_timer = None
         self._building = None
         self._buffer = []
-        self._heard = _monotonic()
         self._connect(0)
         self.call_every(max(self.timeout / 5, 0.01), self._check_silence)
 
@@ -214,10 +214,12 @@ class Clone(Actor):
         return sock
 
     def _connect(self, index):
-        """Ask server ``index`` for a snapshot (SUB first, so nothing falls between)."""
+        """Subscribe to server ``index``, then ask it for a snapshot (see :meth:`_ask`)."""
         for sock in (self.snapshot, self.sub):
             if sock is not None:
                 self.close_socket(sock)
+        if self._ask_timer is not None:
+            self._ask_timer.cancel()
         self.current = index
         snapshot, publisher, _collector = self.servers[index]
         sub = self.sub = self._secure(self.socket(zmq.SUB, rcvhwm=0))
@@ -225,15 +227,51 @@ class Clone(Actor):
         if self.subtree:
             sub.setsockopt(zmq.SUBSCRIBE, HUGZ)
         sub.connect(publisher)
-        dealer = self.snapshot = self._secure(self.socket(zmq.DEALER, rcvhwm=0))
-        dealer.connect(snapshot)
+        self.snapshot = self._secure(self.socket(zmq.DEALER, rcvhwm=0))
+        self.snapshot.connect(snapshot)
+        self._live = False
+        self._unproven = False
         self._building = {}
         self._buffer = []
         self._heard = _monotonic()
-        dealer.send_multipart(encode_icanhaz(self.subtree))
-        self.add_reader(dealer, self._on_snapshot)
+        self.add_reader(self.snapshot, self._on_snapshot)
         self.add_reader(sub, self._on_update)
+        # A SUB receives only what is published after its subscription reached the server.  Wait
+        # (briefly: a passive server sends nothing until our request makes it take over) for a
+        # first message, which proves the subscription live, before asking for the snapshot.
+        self._asked = False
+        self._ask_timer = self.call_later(self.sub_wait, self._ask)
+
+    def _ask(self, buffered=()):
+        """Send ICANHAZ? (a Binary Star vote too).  Updates published meanwhile are buffered."""
+        if self._asked:
+            return
+        self._asked = True
+        if self._ask_timer is not None:
+            self._ask_timer.cancel()
+            self._ask_timer = None
+        self._building = {}
+        self._buffer = list(buffered)
+        self._unproven = not self._live
+        self._heard = _monotonic()
+        self.snapshot.send_multipart(encode_icanhaz(self.subtree))
         self.stats["snapshot_requests"] += 1
+
+    def _proven(self, frames):
+        """After a snapshot asked before the SUB was live: does this first update prove nothing fell between?"""
+        try:
+            msg = decode_kvmsg(frames)
+        except ProtocolError:
+            return False
+        if msg.key == HUGZ:
+            return False  # the spec's HUGZ carry no sequence: it cannot tell
+        return msg.sequence <= self.sequence or (not self.subtree and msg.sequence == self.sequence + 1)
+
+    def _reask(self, buffered=()):
+        log.debug("%s: subscription was not live when we asked; asking again", self.name)
+        self.stats["snapshot_reasks"] += 1
+        self._asked = False
+        self._ask(buffered)
 
     def _check_silence(self):
         if _monotonic() - self._heard > self.timeout:
@@ -269,12 +307,26 @@ class Clone(Actor):
                 if key not in built:
                     self._changed(key, b"", seq)
         self.synced.set()
+        if self._unproven and buffered:
+            self._unproven = False
+            if not self._proven(buffered[0]):
+                self._reask(buffered)
+                return
         for frames in buffered:
             if self._building is not None:
                 break  # a gap: we asked again
             self._update(frames)
 
     def _on_update(self, frames):
+        if not self._live:
+            self._live = True
+            if not self._asked:
+                self._ask()
+            elif self._building is None and self._unproven:
+                self._unproven = False
+                if not self._proven(frames):
+                    self._reask((frames,))
+                    return
         if self._building is not None:  # only the snapshot itself shows a request was accepted
             self._buffer.append(frames)
             return

@@ -104,7 +104,7 @@ class CloneServer(Actor):
     """A Clone server actor; see the module docstring."""
 
     def __init__(self, port=None, *, host="127.0.0.1", snapshot=None, publisher=None, collector=None, state=None,
-                 role=None, peer=None, hugz=0.2, heartbeat=0.2, dialect=SPEC, window=2000, chunk=500,
+                 role=None, peer=None, hugz=0.2, heartbeat=0.2, dialect=SPEC, window=2000, chunk=100,
                  snapshot_timeout=30.0, snapshot_hwm=10000, expire_batch=10000, max_pending=1000000, curve=None, peer_public=None,
                  name=None):
         if role not in (None, "primary", "backup"):
@@ -145,7 +145,9 @@ class CloneServer(Actor):
         self._peer_seq = self._peer_seq_prev = 0
         self._feed_progress = False
         curve = self.curve
-        self.router = Router(self, self._on_snapshot, backlog=self.window + self.chunk + 16,
+        self._stalled = {}        # identity -> when its snapshot was held by backpressure
+        self.router = Router(self, self._on_snapshot, backlog=self.window + self.chunk + 16, high=self.window,
+                             on_held=self._on_held, on_drained=self._on_drained,
                              on_unroutable=self._on_unroutable, router_handover=1, sndhwm=self.snapshot_hwm,
                              heartbeat_ivl=1000, heartbeat_timeout=5000)
         self.pub = self.socket(zmq.PUB, sndhwm=100000)
@@ -177,7 +179,7 @@ class CloneServer(Actor):
                 self._connect_peer(self.peer)
         self.call_every(self.hugz, self._send_hugz)
         self.call_every(0.05, self._expire)
-        self.call_every(1.0, self._housekeeping)
+        self.call_every(min(1.0, self.snapshot_timeout / 2), self._housekeeping)
 
     def _peer_socket(self, kind, **options):
         sock = self.socket(kind, **options)
@@ -317,6 +319,13 @@ class CloneServer(Actor):
             self.pub.send_multipart(self.dialect.hugz(self.sequence, _uuid.uuid4().bytes))
 
     def _housekeeping(self):
+        if self._stalled:
+            horizon = _monotonic() - self.snapshot_timeout
+            for identity, since in list(self._stalled.items()):
+                if since < horizon:
+                    log.info("%s: client %r stopped reading its snapshot; dropped", self.name, identity)
+                    self.stats["snapshots_abandoned"] += 1
+                    self._end_snapshot(identity)
         # Pending updates older than this were lost by the active, or never reached it: applying them
         # on a takeover much later would re-order the map.  The active's stream had 10 s to show them.
         if self.active or not self._pending:
@@ -350,75 +359,71 @@ class CloneServer(Actor):
         self._start_snapshot(identity, subtree)
 
     def _start_snapshot(self, identity, subtree, peer=False):
-        old = self._snapshots.pop(identity, None)
-        if old is not None:
-            old.cancel()
-            self.router.drop(identity)
-        task = self._task(self._snapshot(identity, subtree, peer))
+        self._end_snapshot(identity)
+        task = self.start_task(self._snapshot(identity, subtree, peer),
+                               on_done=lambda task, identity=identity: self._snapshot_done(identity, task))
         self._snapshots[identity] = task
         self.stats["snapshots"] += 1
 
     def _snapshot(self, identity, subtree, peer):
-        """Send a consistent cut of the map: chunks while the client's backlog has room."""
+        """Send a consistent cut of the map, a chunk per step; backpressure pauses the task."""
         cut, sequence = self.map.copy(), self.sequence
-        router, window, chunk = self.router, self.window, self.chunk
+        send, chunk = self.router.send, self.chunk
         details = peer or self.dialect.sync_details
         seq_frame = pack_sequence(sequence)
-        stalled_since = None
-        items = iter(cut.items())
-        done = False
-        while not done:
-            if router.backlog_of(identity) >= window:
-                now = _monotonic()
-                if stalled_since is None:
-                    stalled_since = now
-                elif now - stalled_since > self.snapshot_timeout:
-                    log.info("%s: client %r stopped reading its snapshot; dropped", self.name, identity)
-                    self.stats["snapshots_abandoned"] += 1
-                    router.drop(identity)
-                    return
-                yield 0.002
+        n = 0
+        now = _monotonic()
+        for key, entry in cut.items():
+            if subtree and not key.startswith(subtree):
                 continue
-            stalled_since = None
-            now = _monotonic()
-            for _ in range(chunk):
-                item = next(items, None)
-                if item is None:
-                    done = True
-                    break
-                key, entry = item
-                if subtree and not key.startswith(subtree):
-                    continue
-                if details:
-                    props = entry.properties
-                    if entry.deadline is not None:
-                        remaining = max(entry.deadline - now, 0.001)
-                        props = _with_ttl(props, "%.3f" % remaining if peer else "%f" % (time.time() + remaining))
-                    frames = [key, pack_sequence(entry.sequence), entry.uuid, props, entry.value]
-                else:
-                    frames = [key, seq_frame, b"", b"", entry.value]
-                if not router.send(identity, frames):
-                    return  # gone: on_unroutable counted it
-            yield 0
-        router.send(identity, encode_kthxbai(sequence, subtree))
+            if details:
+                props = entry.properties
+                if entry.deadline is not None:
+                    remaining = max(entry.deadline - now, 0.001)
+                    props = _with_ttl(props, "%.3f" % remaining if peer else "%f" % (time.time() + remaining))
+                frames = [key, pack_sequence(entry.sequence), entry.uuid, props, entry.value]
+            else:
+                frames = [key, seq_frame, b"", b"", entry.value]
+            if not send(identity, frames):
+                return  # gone: on_unroutable counted it
+            n += 1
+            if n % chunk == 0:
+                yield  # while the client's backlog is full, on_held has paused us
+                now = _monotonic()
+        send(identity, encode_kthxbai(sequence, subtree))
         self.stats["snapshots_sent"] += 1
+
+    def _snapshot_done(self, identity, task):
+        if self._snapshots.get(identity) is task:
+            del self._snapshots[identity]
+            self._stalled.pop(identity, None)
+
+    def _end_snapshot(self, identity):
+        """Cancel a snapshot in progress and forget its backlog."""
+        task = self._snapshots.pop(identity, None)
+        self._stalled.pop(identity, None)
+        if task is not None:
+            task.cancel()
+            self.router.drop(identity)
+
+    def _on_held(self, identity):
+        task = self._snapshots.get(identity)
+        if task is not None:
+            task.pause()
+            self._stalled[identity] = _monotonic()
+
+    def _on_drained(self, identity):
+        self._stalled.pop(identity, None)
+        task = self._snapshots.get(identity)
+        if task is not None:
+            task.resume()
 
     def _on_unroutable(self, identity, frames):
         self.stats["unroutable"] += 1
         task = self._snapshots.pop(identity, None)
+        self._stalled.pop(identity, None)
         if task is not None:  # its backlog is being cleared by the router itself
             task.cancel()
-
-    def _task(self, work):
-        start = getattr(self, "start_task", None)
-        if start is not None:
-            return start(work, on_done=lambda task, self=self, work=work: self._snapshot_done(work))
-        return _TimerTask(self, work, self._snapshot_done)
-
-    def _snapshot_done(self, work):
-        for identity, task in list(self._snapshots.items()):
-            if getattr(task, "work", None) is work:
-                del self._snapshots[identity]
 
     # -- Binary Star ------------------------------------------------------------
     def _send_state(self):
@@ -466,10 +471,8 @@ class CloneServer(Actor):
                  self.name, self.sequence, reason, len(pending))
 
     def _cancel_snapshots(self):
-        for identity, task in self._snapshots.items():
-            task.cancel()
-            self.router.drop(identity)
-        self._snapshots.clear()
+        for identity in list(self._snapshots):
+            self._end_snapshot(identity)
 
     def _on_feed(self, frames):
         if self.active:
@@ -481,12 +484,13 @@ class CloneServer(Actor):
             return
         if msg.key == HUGZ:
             return
+        uid = msg.uuid
+        if uid and self._pending.pop(uid, None) is None:
+            self._seen[uid] = None  # published before its KVSET reached us
         if self._syncing is not None:
             self._sync_buffer.append(msg)
-            return
-        if self.fsm.state != bstar.PASSIVE:
-            return
-        self._follow(msg)
+        elif self.fsm.state == bstar.PASSIVE:
+            self._follow(msg)
 
     def _follow(self, msg):
         """Passive: apply one KVPUB of the active, checking the sequence."""
@@ -502,8 +506,6 @@ class CloneServer(Actor):
             ttl = None
         self.sequence = msg.sequence
         self._store(msg.key, msg.value, msg.sequence, msg.uuid, msg.properties, ttl, _monotonic())
-        if msg.uuid and self._pending.pop(msg.uuid, None) is None:
-            self._seen[msg.uuid] = None
         self.stats["followed"] += 1
 
     def _resync(self, reason):
@@ -561,37 +563,3 @@ class CloneServer(Actor):
                 self._sync_buffer.append(msg)
             else:
                 self._follow(msg)
-
-
-class _TimerTask:
-    """Drives a snapshot generator from reactor timers until ``Actor.start_task`` is on main.
-
-    The generator yields the delay (seconds) before its next step.
-    """
-
-    __slots__ = ("work", "timer", "on_done")
-
-    def __init__(self, actor, work, on_done):
-        self.work = work
-        self.on_done = on_done
-        self.timer = None
-        self._step_later(actor, 0.0005)
-
-    def _step_later(self, actor, delay):
-        self.timer = actor.call_later(delay, self._step, actor)
-
-    def _step(self, actor):
-        try:
-            delay = next(self.work)
-        except StopIteration:
-            self.timer = None
-            self.on_done(self.work)
-            return
-        # Never 0: a timer due at once would fire again in the same round, starving the sockets.
-        self._step_later(actor, delay or 0.0005)
-
-    def cancel(self):
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        self.work.close()
