@@ -36,7 +36,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from .sockets import POLLIN, Socket, context
 
-__all__ = ["Monitor", "MonitorEvent", "HandshakeFailed", "Peers", "describe", "probe", "HANDSHAKE_FAILED", "HANDSHAKE"]
+__all__ = ["Monitor", "MonitorEvent", "HandshakeFailed", "Peers", "describe", "describe_accepted", "probe", "HANDSHAKE_FAILED", "HANDSHAKE"]
 
 MonitorEvent = namedtuple("MonitorEvent", "event value endpoint")
 MonitorEvent.__doc__ = "One monitor event: ``event`` (a ``zmq.EVENT_*`` int), ``value`` (int), ``endpoint`` (str)."
@@ -81,6 +81,22 @@ def describe(event, peer="the peer", curve=False):
             return "%s closed the CURVE handshake: the server public key we use is not its key" % peer
         return "%s closed the connection during the ZeroMQ handshake (%s)" % (
             peer, errno.errorcode.get(value, value) if value else "no detail")
+    return None
+
+
+def describe_accepted(event):
+    """Words for a failed-handshake ``event`` seen by a bound (server) socket; None if not a failure."""
+    kind, value = event.event, event.value
+    if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return "a peer's key was refused (ZAP %d)" % value
+    if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        if value == _MECHANISM_MISMATCH:
+            return "a peer uses another security mechanism (CURVE on one side only)"
+        if value == _CRYPTOGRAPHIC:
+            return "a peer's CURVE handshake did not decrypt (it uses another server public key)"
+        return "a peer broke the ZeroMQ protocol (error 0x%x)" % value
+    if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        return "a connection closed during the ZeroMQ handshake"
     return None
 
 

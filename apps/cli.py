@@ -29,6 +29,10 @@ except PackageNotFoundError:  # running from a source tree
 class Parser(argparse.ArgumentParser):
     """argparse, with errors on one line (``zactors mdp broker: error: ...``) and a bare group printing help."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.set_defaults(command_prog=self.prog)  # the deepest parser's wins: errors name the full command
+
     def error(self, message):
         self.exit(exitstatus.USAGE, "%s: error: %s (see '%s --help')\n" % (self.prog, message, self.prog))
 
@@ -91,7 +95,7 @@ def main(argv=None):
         print("zactors: error: %s" % exc, file=sys.stderr)
         return exitstatus.REFUSED
     except UsageError as exc:
-        print("zactors %s: error: %s" % (args.command, exc), file=sys.stderr)
+        print("%s: error: %s" % (args.command_prog, exc), file=sys.stderr)
         return exitstatus.USAGE
     except Exception as exc:  # a person reads this: one clear line, details with -v
         logging.getLogger("zactors").debug("failed", exc_info=True)

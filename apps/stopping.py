@@ -75,15 +75,16 @@ def handle_signals():
         _state.target = None
 
 
-def wait_until_stopped(timeout=None):
-    """Park until SIGINT or SIGTERM (or ``timeout`` s); return the signal number, or None.
+def wait_until_stopped(event=None, timeout=None):
+    """Park until SIGINT or SIGTERM, ``event`` (a gevent Event) is set, or ``timeout`` s pass.
 
-    For servers: the signal is how they are asked to stop, so it ends this
-    wait normally instead of raising :class:`Interrupted`.
+    Returns the signal number, or None when the event or the timeout ended
+    the wait.  For servers: the signal is how they are asked to stop, so it
+    ends this wait normally instead of raising :class:`Interrupted`.
     """
     if _state.signum is not None:
         return _state.signum
-    _state.parked = Event()
+    _state.parked = event if event is not None else Event()
     try:
         _state.parked.wait(timeout)
     finally:
