@@ -98,6 +98,7 @@ class Client:
         self.pool_size = pool_size
         self._slots = BoundedSemaphore(pool_size)
         self._watches = {}      # socket -> Monitor, until its first handshake ends
+        self._handshakes = 0    # handshakes seen to succeed
         self._closed = False
 
     def request(self, service, *frames, timeout=None, retries=None):
@@ -123,13 +124,14 @@ class Client:
         stats = self.stats
         stats["requests"] += 1
         deadline = time.monotonic() + timeout * attempts  # the whole call, pool wait included
+        handshakes = self._handshakes
         if not self._slots.acquire(timeout=timeout * attempts):
             stats["failed"] += 1
             raise RequestTimeout("no reply from service %r at %s within %gs: all %d pooled sockets stayed busy"
                                  % (service.decode("ascii", "replace"), self.endpoint, timeout * attempts,
-                                    self.pool_size), connected=True)
+                                    self.pool_size), connected=self._handshakes > handshakes)
         sock = self._idle.pop() if self._idle else self._socket()
-        connected = sock not in self._watches
+        connected = sock not in self._watches  # a pooled socket has answered before
         done = False
         try:
             for attempt in range(attempts):
@@ -165,8 +167,8 @@ class Client:
                     # progress: this attempt's clock starts again, and the call's bound moves with it
                     wait = timeout
                     deadline = max(deadline, time.monotonic() + timeout * (attempts - attempt))
-                connected = connected or sock not in self._watches
             stats["failed"] += 1
+            connected = connected or self._handshakes > handshakes
             raise RequestTimeout("no reply from service %r at %s after %d attempt(s) of %gs"
                                  % (service.decode("ascii", "replace"), self.endpoint, attempts, timeout),
                                  connected=connected)
@@ -190,10 +192,12 @@ class Client:
         while True:
             remaining = deadline - time.monotonic()
             if sock.wait(POLLIN, max(0.0, min(_HANDSHAKE_SLICE, remaining))):
+                self._handshakes += 1
                 self._unwatch(sock)  # a reply proves the handshake
                 return True
             for event in watch.events():
                 if event.event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self._handshakes += 1
                     self._unwatch(sock)
                     return sock.wait(POLLIN, max(0.0, deadline - time.monotonic()))
                 if event.event != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL or self.curve:
