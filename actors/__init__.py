@@ -1,11 +1,35 @@
-"""The zactors actor kernel: greenlet actors that own ZeroMQ sockets."""
-from .actor import Actor, Reply, command
-from .errors import ActorDied, ActorError, ActorExited, ActorTimeout, CommandError, PipeError
-from .reactor import Reactor
-from .sockets import Socket, context
-from .pipe import Event
+"""The zactors actor kernel: greenlet actors that own ZeroMQ sockets.
+
+The re-exports below are lazy (PEP 562): ``from zactors.actors import Actor``
+works as before, but importing a submodule that needs no gevent (for example
+``zactors.actors.journal``, which Spark workers read segments with) does not
+import the actor machinery, gevent or zmq.
+"""
+import importlib
+
+_EXPORTS = {
+    "Actor": ".actor", "Reply": ".actor", "command": ".actor",
+    "Event": ".pipe",
+    "Reactor": ".reactor",
+    "Socket": ".sockets", "context": ".sockets",
+    "ActorError": ".errors", "ActorDied": ".errors", "ActorExited": ".errors",
+    "ActorTimeout": ".errors", "CommandError": ".errors", "PipeError": ".errors",
+}
 
 __all__ = [
     "Actor", "Reply", "command", "Event", "Reactor", "Socket", "context",
     "ActorError", "ActorDied", "ActorExited", "ActorTimeout", "CommandError", "PipeError",
 ]
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value         # resolve once; later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -288,6 +288,33 @@ class Actor(metaclass=_ActorType):
         """Run ``handler(*args)`` every ``interval`` seconds; returns a Timer."""
         return self._reactor.call_every(interval, handler, *args)
 
+    def start_task(self, work, on_done=None):
+        """Run the generator ``work`` as a cooperative task in this actor's loop.
+
+        The loop advances it a bounded slice per round, after the sockets,
+        the pipe and the timers, so they keep flowing during long work.
+        ``on_done(task)`` runs in the loop when it ends (``task.error``,
+        ``task.result``, ``task.cancelled``); an exception in a task without
+        ``on_done`` kills the actor, as in a handler.  Returns the
+        :class:`~zactors.actors.task.Task` (``cancel``, ``pause``, ``resume``, ``done``).
+        """
+        return self._reactor.start_task(work, on_done)
+
+    def post(self, func, *args):
+        """Run ``func(*args)`` in this actor's loop.  Safe from any thread; never blocks.
+
+        An exception from ``func`` kills the actor, as in a handler.
+        """
+        self._reactor.post(func, *args)
+
+    def run_in_thread(self, func, *args, on_done=None):
+        """Run a blocking call (a file write, ``fsync``, a cold read) on the hub's threadpool.
+
+        ``on_done(result, error)`` runs back in this actor's loop.  Without
+        ``on_done`` an exception kills the actor.  Call it from the actor's loop.
+        """
+        self._reactor.run_in_thread(func, *args, on_done=on_done)
+
     def emit(self, name, *args):
         """Send an event to the parent."""
         self._to_parent(name, 0, args)

@@ -1,31 +1,48 @@
-"""The reactor: an actor's sockets, file descriptors and timers in one greenlet.
+"""The reactor: an actor's sockets, descriptors, timers, posts and tasks in one greenlet.
 
-Each round drains every ready socket until no message waits (at most
-``DRAIN_CAP`` messages each, then it yields), serves readable plain file
-descriptors, fires due timers, and parks until a ``ZMQ_FD`` edge, an fd or
-the nearest timer deadline (monotonic clock) wakes it.
+The round contract (see :meth:`Reactor.run`): one clock reading per round;
+every ready socket drained until no message waits (at most ``DRAIN_CAP``
+each); readable plain descriptors served; only the timers due at the
+round's reading fired (one armed or re-armed during the round waits for the
+next, so no handler can keep the loop from the hub); posted calls run;
+cooperative tasks advanced ``TASK_SLICE`` seconds.  Before it parks until a
+``ZMQ_FD`` edge, a descriptor, a post or the nearest timer deadline
+(monotonic clock), every reader's ``EVENTS`` is checked as ``zmq_poll``
+does, so a send that ate an edge loses no wake-up.
 
-Nothing in this module is safe across OS threads: a reactor belongs to the
-greenlet (and so the thread) that runs it.
+Only :meth:`Reactor.post` is safe across OS threads: everything else belongs
+to the greenlet (and so the thread) that runs the reactor.
 """
 import heapq
-import itertools
+import logging
 import time
+from collections import deque
 
-import gevent
 import zmq
 from gevent import getcurrent
 from gevent.hub import Waiter, get_hub
 
-from .sockets import Socket
-from .speedups import recv_message
+from .sockets import POLLIN, Socket
+from .speedups import events, recv_message
+from .task import Task
 
-__all__ = ["Reactor", "Timer", "DRAIN_CAP"]
+__all__ = ["Reactor", "Timer", "Task", "DRAIN_CAP", "TASK_SLICE"]
 
 #: messages drained from one socket before the reactor yields to other greenlets
 DRAIN_CAP = 64
+#: seconds of task steps per round, shared by the running tasks (each gets one step at least)
+TASK_SLICE = 0.001
 
 _monotonic = time.monotonic
+
+log = logging.getLogger(__name__)
+
+
+def _thread_done(on_done, result, error):
+    if on_done is not None:
+        on_done(result, error)
+    elif error is not None:
+        raise error
 
 
 class Timer:
@@ -74,15 +91,21 @@ class Reactor:
     :meth:`run`.
     """
 
-    def __init__(self, drain_cap=DRAIN_CAP):
+    def __init__(self, drain_cap=DRAIN_CAP, task_slice=TASK_SLICE):
         self._readers = []
         self._fds = []
         self._timers = []  # heap of (deadline, seq, Timer)
-        self._seq = itertools.count()
+        self._seq = 0  # arming order: breaks deadline ties, and tells this round's timers from the next
         self._waiter = None
         self._running = False
         self._fresh = False
+        self._tasks = deque()  # running (not paused) tasks, in turn order
+        self._posted = deque()  # (func, args) from post(), any thread
+        # ref=False: a reactor waiting for posts alone must not keep the hub alive
+        self._async = get_hub().loop.async_(ref=False)
+        self._async.start(self._wake)
         self.drain_cap = drain_cap
+        self.task_slice = task_slice
 
     # -- registration -------------------------------------------------------
     def add_reader(self, socket, handler):
@@ -142,9 +165,129 @@ class Reactor:
         return self._push(Timer(_monotonic() + interval, interval, handler, args))
 
     def _push(self, timer):
-        heapq.heappush(self._timers, (timer.deadline, next(self._seq), timer))
+        self._seq += 1
+        heapq.heappush(self._timers, (timer.deadline, self._seq, timer))
         self._wake()
         return timer
+
+    # -- tasks --------------------------------------------------------------
+    def start_task(self, work, on_done=None):
+        """Advance the generator ``work`` a bounded slice per round; returns its :class:`Task`.
+
+        Steps run after the round's sockets, descriptors and timers, round
+        robin across tasks, ``task_slice`` seconds a round in all (one step
+        per task at least); while a task can run, the reactor does not park.
+        ``on_done(task)`` runs in this loop when the task ends.  A task that
+        raises with no ``on_done`` stops :meth:`run` with its exception.
+        """
+        task = Task(self, work, on_done)
+        self._schedule(task)
+        return task
+
+    def _schedule(self, task):
+        if not task._active:
+            task._active = True
+            self._tasks.append(task)
+            self._wake()
+
+    def _unschedule(self, task):
+        if task._active:
+            task._active = False
+            self._tasks.remove(task)
+
+    def _run_tasks(self):
+        """One turn of the task queue: each task steps until its share of the slice is spent."""
+        tasks = self._tasks
+        n = len(tasks)
+        clock = _monotonic
+        end = clock() + self.task_slice
+        share = self.task_slice / n
+        for _ in range(n):
+            if not tasks:
+                return
+            task = tasks[0]
+            step = task._next
+            turn_end = min(end, clock() + share)
+            try:
+                while True:
+                    step()
+                    if tasks and tasks[0] is task:
+                        if clock() >= turn_end or not self._running:
+                            tasks.rotate(-1)
+                            break
+                        continue
+                    # it paused or cancelled itself (or another task did it)
+                    if task.done:
+                        task._close()  # cancelled inside its own step: close it now
+                    break
+            except StopIteration as stop:
+                self._task_ended(task, stop.value, None)
+            except Exception as exc:
+                if task.done:  # cancelled itself, then raised
+                    log.error("task %r raised after it was cancelled: %r", task, exc)
+                elif task.on_done is None:
+                    self._task_ended(task, None, exc)
+                    raise
+                else:
+                    self._task_ended(task, None, exc)
+            if not self._running or clock() >= end:
+                return
+
+    def _task_ended(self, task, result, error):
+        self._unschedule(task)
+        if task.done:  # cancelled during the step that then finished
+            return
+        task.done = True
+        task.result = result
+        task.error = error
+        task._ended()
+
+    # -- background work ----------------------------------------------------
+    def post(self, func, *args):
+        """Run ``func(*args)`` in this reactor's loop, in its next round.
+
+        Safe from any OS thread and any greenlet: it never blocks, and wakes
+        the reactor if it parked.  Posted calls run in order, after the
+        round's timers; one that raises stops :meth:`run`, as a handler
+        would.  Calls posted after :meth:`close` are dropped.
+        """
+        self._posted.append((func, args))  # deque.append is atomic
+        watcher = self._async
+        if watcher is not None:
+            try:
+                watcher.send()  # libev's ev_async_send: safe from any thread
+            except (AttributeError, ValueError):  # closed under us by the loop's thread
+                pass
+
+    def run_in_thread(self, func, *args, on_done=None):
+        """Run the blocking ``func(*args)`` on the hub's threadpool.
+
+        ``on_done(result, error)`` then runs in this loop (``error`` is the
+        exception ``func`` raised, or None).  Without ``on_done`` an error
+        stops :meth:`run`, as a handler's would.  Parks the calling greenlet
+        only while every thread of the pool is busy (``get_hub().threadpool``,
+        ``maxsize`` threads).  Call it from this reactor's thread.
+        """
+        post = self.post
+
+        def call():
+            try:
+                result = func(*args)
+            except Exception as exc:
+                post(_thread_done, on_done, None, exc)
+            else:
+                post(_thread_done, on_done, result, None)
+
+        get_hub().threadpool.spawn(call)
+
+    def _run_posted(self):
+        """Run the calls posted before this round (later ones wait for the next)."""
+        posted = self._posted
+        for _ in range(len(posted)):
+            func, args = posted.popleft()
+            func(*args)
+            if not self._running:
+                return
 
     # -- running ------------------------------------------------------------
     def stop(self):
@@ -164,15 +307,34 @@ class Reactor:
             waiter.switch(None)
 
     def run(self):
-        """Serve sockets and timers until :meth:`stop`."""
+        """Serve sockets, timers, posts and tasks until :meth:`stop`.
+
+        One round: read the clock once; drain each ready socket (``drain_cap``
+        messages at most); serve ready descriptors; fire the timers due at
+        that reading (a timer armed or re-armed during the round waits for
+        the next); run the calls posted before the round; advance the tasks
+        a slice.  Then park until a wake-up, unless work is left or a
+        reader's ``EVENTS`` already says readable (a send in a handler can
+        eat a ``ZMQ_FD`` edge); if it does not park, it lets the hub run
+        one full loop iteration (I/O and every due gevent timer) first.
+        """
         self._running = True
         cap = self.drain_cap
-        hub = get_hub()
+        loop = get_hub().loop
+        readers = self._readers
+        fds = self._fds
+        timers = self._timers
+        posted = self._posted
+        tasks = self._tasks
+        # a zero timer yields one full libev iteration (gevent.sleep(0) may
+        # not poll for 50 callbacks: a busy reactor would starve the hub)
+        tick = loop.timer(0)
         try:
             while self._running:
+                now = _monotonic()
                 busy = False
                 self._fresh = False
-                for reader in tuple(self._readers):
+                for reader in tuple(readers):
                     if reader.removed:
                         continue
                     # Drain to "none waiting" (that also re-reads the FD edge a
@@ -194,62 +356,104 @@ class Reactor:
                         if n >= cap:
                             busy = True
                             break
-                for entry in tuple(self._fds):
-                    if entry.ready:
-                        entry.ready = False
-                        entry.handler()
-                        if not self._running:
-                            return
-                timeout = self._run_timers()
-                if not self._running:
-                    return
-                if busy or self._fresh:
-                    gevent.sleep(0)
-                    continue
-                if timeout is not None and timeout <= 0:
-                    continue
-                waiter = self._waiter = Waiter()
-                timer = None
-                if timeout is not None:
-                    timer = hub.loop.timer(timeout)
-                    timer.start(self._wake, update=True)
+                if fds:
+                    for entry in tuple(fds):
+                        if entry.ready:
+                            entry.ready = False
+                            entry.handler()
+                            if not self._running:
+                                return
+                if timers and timers[0][0] <= now:
+                    self._run_timers(now)
+                    if not self._running:
+                        return
+                if posted:
+                    self._run_posted()
+                    if not self._running:
+                        return
+                if tasks:
+                    self._run_tasks()
+                    if not self._running:
+                        return
+                if not (busy or tasks or posted or self._fresh):
+                    timeout = None
+                    if timers:
+                        timeout = timers[0][0] - _monotonic()
+                    if (timeout is None or timeout > 0) and not self._readable():
+                        self._park(loop, timeout)
+                        continue
+                waiter = Waiter()
+                tick.start(waiter.switch, None)
                 try:
                     waiter.get()
                 finally:
-                    self._waiter = None
-                    if timer is not None:
-                        timer.close()
+                    tick.stop()
         finally:
             self._running = False
+            tick.close()
 
-    def _run_timers(self):
-        """Fire due timers; return seconds until the next one (None if none)."""
+    def _readable(self):
+        """True if a reader has a message waiting (its FD edge may be gone)."""
+        for reader in self._readers:
+            sock = reader.socket
+            if events(sock, sock.handle) & POLLIN:
+                return True
+        return False
+
+    def _park(self, loop, timeout):
+        waiter = self._waiter = Waiter()
+        timer = None
+        if timeout is not None:
+            timer = loop.timer(timeout)
+            # update: libev's cached "now" may be stale after a long round
+            timer.start(self._wake, update=True)
+        try:
+            waiter.get()
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.close()
+
+    def _run_timers(self, now):
+        """Fire the timers due at ``now`` that were armed before this round."""
         timers = self._timers
-        now = _monotonic()
+        limit = self._seq  # timers (re-)armed from here on have a greater seq
         while timers:
-            deadline, _, timer = timers[0]
-            if timer.cancelled:
-                heapq.heappop(timers)
-                continue
-            if deadline > now:
-                return deadline - now
+            deadline, seq, timer = timers[0]
+            if deadline > now or seq > limit:
+                return
             heapq.heappop(timers)
+            if timer.cancelled:
+                continue
             if timer.interval is not None:
                 # Skip missed ticks rather than bursting to catch up.
                 timer.deadline = max(deadline + timer.interval, now)
-                heapq.heappush(timers, (timer.deadline, next(self._seq), timer))
+                self._seq += 1
+                heapq.heappush(timers, (timer.deadline, self._seq, timer))
             else:
                 timer.cancelled = True
             timer.handler(*timer.args)
             if not self._running:
-                return None
-            now = _monotonic()
-        return None
+                return
 
     def close(self):
-        """Release the io watchers (sockets stay open: their owner closes them)."""
+        """Release the io watchers and close unfinished tasks' generators (their
+        ``finally`` runs; ``on_done`` does not).  Sockets stay open: their owner closes them.
+        """
         for reader in self._readers + self._fds:
             reader.watcher.close()
         self._readers.clear()
         self._fds.clear()
         self._timers.clear()
+        if self._async is not None:
+            self._async.close()
+            self._async = None
+        self._posted.clear()
+        tasks, self._tasks = self._tasks, deque()
+        for task in tasks:
+            task._active = False
+            task.done = task.cancelled = True
+            try:
+                task._close()
+            except Exception:
+                log.exception("a task failed while closing")

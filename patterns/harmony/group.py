@@ -1,5 +1,7 @@
 """A group of peers, as a Harmony node sees it: who is in it."""
 
+from .protocol import shout_head
+
 __all__ = ["Group"]
 
 
@@ -8,10 +10,13 @@ class Group:
 
     __slots__ = ("name", "peers", "field")
 
-    def __init__(self, name, field):
+    def __init__(self, name):
         self.name = name
         self.peers = {}      # uuid -> Peer
-        self.field = field   # the encoded group string of a SHOUT
+        try:                 # the encoded group string of a SHOUT
+            self.field = shout_head(name)
+        except ValueError:   # longer than a ZRE string (legal in a HELLO): no SHOUT can name it
+            self.field = None
 
     def join(self, peer):
         self.peers[peer.uuid] = peer

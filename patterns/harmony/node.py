@@ -24,18 +24,30 @@ Liveness
     (and a gossip goodbye) so peers see it leave at once.
 
 Backpressure
-    A peer that reads slowly fills its DEALER (``hwm`` messages), then a
-    backlog kept in order inside the node.  When one peer's backlog reaches
-    ``backlog`` messages, the node stops taking commands from its
-    application until that backlog is half empty: ``whisper``/``shout``
-    then block the calling greenlet.  Nothing is dropped, except the backlog
-    of a peer that leaves or expires (counted in ``stats()["dropped_on_exit"]``
-    and logged).
+    A peer that reads slowly fills its DEALER (``hwm`` messages), then its
+    queue in the node's :class:`~zactors.actors.outbox.Outbox`, kept in
+    order.  When one peer's queue reaches ``backlog`` messages (it is held),
+    the node stops taking commands from its application until every held
+    queue is half empty: ``whisper``/``shout`` then block the calling
+    greenlet.  Nothing is dropped, except the queue of a peer that leaves or
+    expires (counted in ``stats()["dropped_on_exit"]`` and logged).  While
+    commands are paused only protocol replies (PING-OK, gossip) still queue;
+    a peer that is twice ``backlog`` behind is dropped (``overflow``).
 
 Bad input (malformed frames, unknown ids, a HELLO-less peer, an unexpected
 status counter, a sequence gap) is logged and counted, never fatal.  A
 sequence gap makes the peer invalid: EXIT, and ENTER again when it says
 HELLO anew.
+
+Hostile but well-formed input is survived too, each case counted in
+``stats()``: an endpoint learned from the network (HELLO, gossip, beacon)
+must be ``tcp://host:port`` (see :mod:`.endpoints`; ``bad_endpoint``); a
+DEALER that cannot be made or connected drops that peer alone
+(``connect_failed``).  Limits: at most ``max_peers`` peers and probes
+(1000; ``peer_limit``), ``GOSSIP_LIMIT`` entries read from one gossip
+message (256; ``gossip_limit``), ``PEER_GROUPS_LIMIT`` groups per peer
+(1000; ``group_limit``).  A group name longer than 255 bytes (legal in a
+HELLO) is kept, but cannot be shouted to: SHOUT names are short strings.
 """
 import logging
 import time
@@ -49,12 +61,14 @@ from zactors.actors.actor import Actor, command
 from zactors.actors.errors import ActorError
 from zactors.actors.beacon import Beacon, BeaconError
 from zactors.actors.heartbeat import Liveness
+from zactors.actors.outbox import Outbox, send_now
 
 from . import protocol as zre
+from .endpoints import peer_endpoint
 from .group import Group
 from .peer import Peer
 
-__all__ = ["Node", "NodeActor", "NodeEvent", "GOSSIP_HEADER"]
+__all__ = ["Node", "NodeActor", "NodeEvent", "GOSSIP_HEADER", "GOSSIP_LIMIT", "PEER_GROUPS_LIMIT"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +76,10 @@ log = logging.getLogger(__name__)
 GOSSIP_HEADER = "X-ZACTORS-GOSSIP"
 _GOSSIP_PEERS = b"\x00zactors/gossip/peers"
 _GOSSIP_BYE = b"\x00zactors/gossip/bye"
+#: gossip entries read from one message (more are counted and ignored); also what one carries
+GOSSIP_LIMIT = 256
+#: groups one peer may be in, as this node sees it (more are counted and ignored)
+PEER_GROUPS_LIMIT = 1000
 
 _Hello, _Whisper, _Shout, _Join, _Leave, _Ping, _PingOk = (
     zre.Hello, zre.Whisper, zre.Shout, zre.Join, zre.Leave, zre.Ping, zre.PingOk)
@@ -110,9 +128,11 @@ class NodeActor(Actor):
             self.headers[GOSSIP_HEADER] = "1"
         self.liveness = Liveness(cfg["evasive"], cfg["expired"])
         self._deadline = None
-        self._backlogged = set()
-        self._flush_timer = None
-        self._flush_delay = 0.001
+        backlog = cfg["backlog"]
+        self.outbox = Outbox(self, self._transmit, limit=2 * backlog, high=backlog, on_held=self._on_held,
+                             on_drained=self._on_drained, on_overflow=self._on_overflow,
+                             on_unroutable=self._on_unroutable, retry_max=0.005)
+        self._send = self.outbox.send
         self._paused = False
         self._stopping = False
         host = cfg["host"]
@@ -152,7 +172,7 @@ class NodeActor(Actor):
             self.beacon.destroy()
         for peer in list(self.peers.values()) + list(self.probes.values()):
             if peer.gossip and peer.ready:
-                peer.send(zre.whisper_frames(peer.sequence(), [_GOSSIP_BYE]))
+                self._send(peer, zre.whisper_frames(peer.sequence(), [_GOSSIP_BYE]))
             # Let queued messages (the goodbye among them) leave before the socket dies.
             self.close_socket(peer.dealer, linger=0.5)
 
@@ -161,15 +181,49 @@ class NodeActor(Actor):
         return zre.encode(_Hello(peer.sequence(), self.endpoint, sorted(self.own_groups), self.status,
                                  self.node_name, self.headers))
 
+    def _valid(self, endpoint, source):
+        """True if a DEALER may be pointed at ``endpoint`` (learned from ``source``)."""
+        try:
+            peer_endpoint(endpoint)
+        except ValueError as exc:
+            self._bad("bad_endpoint", "%s from %s" % (exc, source))
+            return False
+        if endpoint == self.endpoint:
+            self._bad("bad_endpoint", "our own endpoint from %s" % source)
+            return False
+        return True
+
+    def _room(self):
+        """True if one more peer fits under ``max_peers``."""
+        if len(self.peers) + len(self.probes) < self.config["max_peers"]:
+            return True
+        self._bad("peer_limit", "%d peers and probes already" % (len(self.peers) + len(self.probes)))
+        return False
+
+    def _connect(self, peer):
+        """Open ``peer``'s DEALER; False (counted, nothing left open) if that fails."""
+        try:
+            peer.connect(self, self.uuid, self.config["hwm"])
+        except zmq.ZMQError as exc:
+            if peer.dealer is not None:
+                self.close_socket(peer.dealer)
+                peer.dealer = None
+            self._bad("connect_failed", "%s: %s" % (peer.endpoint, exc))
+            return False
+        return True
+
     def _probe(self, endpoint):
         """Say HELLO to an endpoint whose node we do not know yet."""
         if endpoint == self.endpoint or endpoint in self.probes:
             return
         if any(p.endpoint == endpoint for p in self.peers.values()):
             return
+        if not self._valid(endpoint, "probe") or not self._room():
+            return
         peer = Peer(None, endpoint)
         peer.probe = True
-        peer.connect(self, self.uuid, self.config["hwm"])
+        if not self._connect(peer):
+            return
         self.probes[endpoint] = peer
         self._send(peer, self._hello(peer))
 
@@ -194,20 +248,29 @@ class NodeActor(Actor):
         self.liveness.touch(peer.identity)
         self._arm()
 
-    def _require(self, uuid, endpoint):
-        """The peer with ``uuid``; new ones get a DEALER to ``endpoint`` and our HELLO."""
+    def _require(self, uuid, endpoint, source):
+        """The peer with ``uuid``; new ones get a DEALER to ``endpoint`` and our HELLO.
+
+        None (counted) when ``endpoint`` is not one to connect to, there is no
+        room for another peer, or its DEALER cannot be made.
+        """
         identity = zre.identity_of(uuid)
         peer = self.peers.get(identity)
         if peer is not None:
             return peer
+        if not self._valid(endpoint, source):
+            return None
         for other in list(self.peers.values()):
             if other.endpoint == endpoint:  # a new node took over that endpoint
                 self._remove(other, "replaced by a new node on %s" % endpoint)
         peer = self._adopt(uuid, endpoint) if endpoint in self.probes else None
         if peer is not None:
             return peer
+        if not self._room():
+            return None
         peer = Peer(uuid, endpoint)
-        peer.connect(self, self.uuid, self.config["hwm"])
+        if not self._connect(peer):
+            return None
         self._add(peer)
         self._send(peer, self._hello(peer))
         return peer
@@ -218,15 +281,11 @@ class NodeActor(Actor):
         self.by_id.pop(peer.id, None)
         self.liveness.forget(peer.identity)
         for name in peer.groups:
-            group = self.peer_groups.get(name)
-            if group is not None:
-                group.leave(peer)
-        if peer.backlog:
-            self.stats["dropped_on_exit"] += len(peer.backlog)
-            log.warning("%s: %d message(s) to %s dropped: peer %s", self.name, len(peer.backlog), peer.name, reason)
-            peer.backlog.clear()
-        self._backlogged.discard(peer)
-        self._maybe_resume()
+            self._forget_member(name, peer)
+        dropped = len(self.outbox.drop(peer))
+        if dropped:
+            self.stats["dropped_on_exit"] += dropped
+            log.warning("%s: %d message(s) to %s dropped: peer %s", self.name, dropped, peer.name, reason)
         self.close_socket(peer.dealer)
         if peer.ready:
             log.debug("%s: EXIT %s (%s)", self.name, peer.name, reason)
@@ -234,39 +293,31 @@ class NodeActor(Actor):
         if peer.probe and not self._stopping:
             self._probe(peer.endpoint)
 
-    # -- sending ------------------------------------------------------------
-    def _send(self, peer, frames):
-        if peer.send(frames):
-            self._backlogged.add(peer)
-            if len(peer.backlog) >= self.config["backlog"] and not self._paused:
-                self._paused = True
-                self.stats["paused"] += 1
-                self.pause_commands()  # the application now blocks on the pipe
-                log.debug("%s: %s is %d messages behind; commands paused", self.name, peer.name, len(peer.backlog))
-            if self._flush_timer is None:
-                self._flush_timer = self.call_later(self._flush_delay, self._flush)
+    # -- sending (through the outbox: self._send is its bound send) --------
+    @staticmethod
+    def _transmit(peer, frames):
+        return send_now(peer.dealer, frames)
 
-    def _flush(self):
-        self._flush_timer = None
-        progressed = False
-        for peer in list(self._backlogged):
-            if peer.flush():
-                progressed = True
-            if not peer.backlog:
-                self._backlogged.discard(peer)
-        self._maybe_resume()
-        if self._backlogged:
-            self._flush_delay = 0.001 if progressed else min(self._flush_delay * 2, 0.005)
-            self._flush_timer = self.call_later(self._flush_delay, self._flush)
-        else:
-            self._flush_delay = 0.001
+    def _on_held(self, peer):
+        if not self._paused:
+            self._paused = True
+            self.stats["paused"] += 1
+            self.pause_commands()  # the application now blocks on the pipe
+            log.debug("%s: %s is %d messages behind; commands paused", self.name, peer.name,
+                      self.outbox.pending(peer))
 
-    def _maybe_resume(self):
-        if self._paused:
-            low = self.config["backlog"] // 2
-            if all(len(p.backlog) <= low for p in self._backlogged):
-                self._paused = False
-                self.resume_commands()
+    def _on_drained(self, peer):
+        if self._paused and not self.outbox.held:
+            self._paused = False
+            self.resume_commands()
+
+    def _on_overflow(self, peer, frames):
+        self.stats["overflow"] += 1
+        # Not from inside the send: a SHOUT may be walking the group's peers.
+        self.call_later(0, self._remove, peer, "%d messages behind" % self.outbox.limit)
+
+    def _on_unroutable(self, peer, frames):
+        self.stats["unroutable"] += 1
 
     # -- liveness -----------------------------------------------------------
     def _arm(self):
@@ -323,8 +374,8 @@ class NodeActor(Actor):
             if peer is not None:
                 self._remove(peer, "left")
             return
-        peer = self._require(uuid, "tcp://%s:%d" % (address, port))
-        if peer.ready:
+        peer = self._require(uuid, "tcp://%s:%d" % (address, port), "a beacon")
+        if peer is not None and peer.ready:
             if self.config["beacon_refresh"]:
                 self._touch(peer)
             elif peer.evasive == 1:
@@ -378,22 +429,39 @@ class NodeActor(Actor):
             self.emit("WHISPER", peer.id, peer.name, content)
         elif kind is _Shout:
             self.emit("SHOUT", peer.id, peer.name, message.group, message.content)
-        elif kind is _Join or kind is _Leave:
+        elif kind is _Join:
             self._peer_status(peer, message.status)
-            group = self.peer_groups.get(message.group)
-            if kind is _Join:
-                if group is None:
-                    group = self.peer_groups[message.group] = Group(message.group, zre.shout_head(message.group))
-                group.join(peer)
-                peer.groups.add(message.group)
-                self.emit("JOIN", peer.id, peer.name, message.group)
-            else:
-                if group is not None:
-                    group.leave(peer)
+            self._join(peer, message.group)
+        elif kind is _Leave:
+            self._peer_status(peer, message.status)
+            if message.group in peer.groups:
                 peer.groups.discard(message.group)
-                self.emit("LEAVE", peer.id, peer.name, message.group)
+                self._forget_member(message.group, peer)
+            self.emit("LEAVE", peer.id, peer.name, message.group)
         elif kind is _Ping:
             self._send(peer, zre.encode(_PingOk(peer.sequence())))
+
+    def _join(self, peer, name):
+        """``peer`` joined group ``name``: JOIN event (unless it was in it, or in too many)."""
+        if name in peer.groups:
+            return
+        if len(peer.groups) >= PEER_GROUPS_LIMIT:
+            self._bad("group_limit", "%s is in %d groups already" % (peer.name, len(peer.groups)))
+            return
+        group = self.peer_groups.get(name)
+        if group is None:
+            group = self.peer_groups[name] = Group(name)
+        group.join(peer)
+        peer.groups.add(name)
+        self.emit("JOIN", peer.id, peer.name, name)
+
+    def _forget_member(self, name, peer):
+        """Take ``peer`` out of group ``name``; a group nobody is in is forgotten."""
+        group = self.peer_groups.get(name)
+        if group is not None:
+            group.leave(peer)
+            if not group.peers:
+                del self.peer_groups[name]
 
     def _peer_status(self, peer, status):
         expected = (peer.status + 1) & 0xFF
@@ -406,6 +474,8 @@ class NodeActor(Actor):
             uuid = zre.uuid_of(identity)
         except zre.ProtocolError as exc:
             self._bad("malformed", exc)
+            return
+        if not self._valid(hello.endpoint, "a HELLO"):
             return
         if uuid == self.uuid:  # a probe of ours reached ourselves
             probe = self.probes.pop(hello.endpoint, None)
@@ -421,7 +491,9 @@ class NodeActor(Actor):
             self._remove(peer, "restarted")  # a second HELLO: it is a new incarnation
             peer = None
         if peer is None:
-            peer = self._adopt(uuid, hello.endpoint) or self._require(uuid, hello.endpoint)
+            peer = self._adopt(uuid, hello.endpoint) or self._require(uuid, hello.endpoint, "a HELLO")
+            if peer is None:
+                return
         peer.want_sequence = 1
         peer.ready = True
         peer.evasive = 0
@@ -432,12 +504,7 @@ class NodeActor(Actor):
         self.liveness.touch(identity)
         self.emit("ENTER", peer.id, peer.name, peer.headers, peer.endpoint)
         for name in hello.groups:
-            group = self.peer_groups.get(name)
-            if group is None:
-                group = self.peer_groups[name] = Group(name, zre.shout_head(name))
-            group.join(peer)
-            peer.groups.add(name)
-            self.emit("JOIN", peer.id, peer.name, name)
+            self._join(peer, name)
         peer.status = hello.status
         if self.config["gossip"]:
             self._gossip_about(peer)
@@ -447,7 +514,9 @@ class NodeActor(Actor):
         others = [p for p in self.peers.values() if p.ready and p is not new]
         if new.gossip and others:
             entries = [("%s %s" % (p.id, p.endpoint)).encode() for p in others]
-            self._send(new, zre.whisper_frames(new.sequence(), [_GOSSIP_PEERS] + entries))
+            for start in range(0, len(entries), GOSSIP_LIMIT):
+                chunk = entries[start:start + GOSSIP_LIMIT]
+                self._send(new, zre.whisper_frames(new.sequence(), [_GOSSIP_PEERS] + chunk))
         entry = ("%s %s" % (new.id, new.endpoint)).encode()
         for peer in others:
             if peer.gossip:
@@ -463,17 +532,21 @@ class NodeActor(Actor):
             return False
         if not self.config["gossip"]:
             return True
-        for entry in content[1:]:
+        entries = content[1:]
+        if len(entries) > GOSSIP_LIMIT:
+            self._bad("gossip_limit", "%s sent %d entries" % (peer.name, len(entries)))
+            entries = entries[:GOSSIP_LIMIT]
+        for entry in entries:
             try:
                 hexid, endpoint = entry.decode().split(" ", 1)
                 uuid = bytes.fromhex(hexid)
-                if len(uuid) != 16 or not endpoint.startswith("tcp://"):
+                if len(uuid) != 16:
                     raise ValueError(entry)
             except ValueError:
                 self._bad("malformed_gossip", entry[:60])
                 continue
             if uuid != self.uuid and zre.identity_of(uuid) not in self.peers:
-                self._require(uuid, endpoint)
+                self._require(uuid, endpoint, "gossip")
         return True
 
     # -- commands -----------------------------------------------------------
@@ -491,6 +564,8 @@ class NodeActor(Actor):
         if group is None:
             return
         field = group.field
+        if field is None:
+            raise ValueError("group name longer than 255 bytes")
         for peer in group.peers.values():
             self._send(peer, zre.shout_frames(peer.sequence(), field, frames))
 
@@ -530,7 +605,7 @@ class NodeActor(Actor):
         if peer is None or not peer.ready:
             return None
         return {"id": peer.id, "name": peer.name, "headers": peer.headers, "address": peer.endpoint,
-                "groups": sorted(peer.groups), "backlog": len(peer.backlog)}
+                "groups": sorted(peer.groups), "backlog": self.outbox.pending(peer)}
 
     @command("OWN_GROUPS", reply=True)
     def own_groups_(self):
@@ -561,7 +636,9 @@ class Node:
     ``host`` (the address peers reach us at; default the beacon interface's
     address, else 127.0.0.1), ``interval`` (beacon seconds), ``evasive`` and
     ``expired`` (seconds: 5 and 30 as Zyre), ``gossip`` (True),
-    ``beacon_refresh`` (False), ``hwm`` and ``backlog`` (per-peer queues).
+    ``beacon_refresh`` (False), ``hwm`` and ``backlog`` (per-peer queues),
+    ``max_peers`` (1000: peers and probes at once).  ``endpoints`` must be
+    ``tcp://host:port`` (ValueError otherwise).
 
     Every method may be called from many greenlets of the thread that
     started the node (as web handlers do), not from other OS threads.
@@ -573,16 +650,21 @@ class Node:
 
     def __init__(self, name=None, headers=None, interface=None, port=5670, *, beacon=True, endpoints=(),
                  host=None, interval=1.0, evasive=5.0, expired=30.0, gossip=True, beacon_refresh=False,
-                 hwm=10000, backlog=100000):
+                 hwm=10000, backlog=100000, max_peers=1000):
         self.uuid = _uuid.uuid4().bytes
         self.id = self.uuid.hex().upper()
         self.name = name or self.id[:6]
         if len(self.name.encode()) > 255:
             raise ValueError("node name longer than 255 bytes")
+        for endpoint in endpoints:
+            peer_endpoint(endpoint)
+        if backlog < 1 or max_peers < 1:
+            raise ValueError("backlog and max_peers must be at least 1")
         self._config = dict(
             uuid=self.uuid, name=self.name, headers=dict(headers or {}), interface=interface, port=port,
             beacon=beacon, endpoints=list(endpoints), host=host, interval=interval, evasive=evasive,
-            expired=expired, gossip=gossip, beacon_refresh=beacon_refresh, hwm=hwm, backlog=backlog)
+            expired=expired, gossip=gossip, beacon_refresh=beacon_refresh, hwm=hwm, backlog=backlog,
+            max_peers=max_peers)
         Liveness(evasive, expired)  # validates the timeouts now
         self.actor = None
         self.endpoint = None
@@ -648,8 +730,8 @@ class Node:
         self._send("SHOUT", group, [_frame(f) for f in frames])
 
     def connect(self, endpoint):
-        """Say HELLO to the node at ``endpoint`` (discovery without broadcast)."""
-        self._send("CONNECT", endpoint)
+        """Say HELLO to the node at ``endpoint``, ``tcp://host:port`` (discovery without broadcast)."""
+        self._send("CONNECT", peer_endpoint(endpoint))
 
     # -- events -------------------------------------------------------------
     def recv(self, timeout=None):

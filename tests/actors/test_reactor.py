@@ -4,6 +4,7 @@ import time
 import gevent
 import pytest
 import zmq
+from gevent.event import Event
 
 from zactors.actors.reactor import Reactor
 from zactors.actors.sockets import POLLIN, POLLOUT, Socket, context
@@ -255,3 +256,122 @@ def test_reader_added_while_messages_wait_is_drained():
     assert got == [b"0", b"1", b"2"]
     r.close()
     a.close(); b.close()
+
+
+# -- the round contract -------------------------------------------------------
+def test_a_slow_periodic_timer_does_not_starve_other_greenlets():
+    """A 2 ms handler on a 1 ms call_every: each round fires it once, then the hub runs."""
+    r = Reactor()
+    started = time.monotonic()
+    fired = []
+
+    def slow():
+        fired.append(1)
+        _busy(0.002)
+        if time.monotonic() - started > 1.0:  # bounded, so the old reactor's starvation shows as a failure
+            r.stop()
+
+    r.call_every(0.001, slow)
+    runner = gevent.spawn(r.run)
+    gevent.sleep(0)  # the reactor is now firing its timer back to back
+    slept = []
+    for _ in range(5):
+        t = time.monotonic()
+        gevent.sleep(0.01)
+        slept.append(time.monotonic() - t)
+    r.stop()
+    runner.get(timeout=5)
+    r.close()
+    assert len(fired) >= 3
+    # ~a round (2 ms) late at most; generous for a loaded machine, far below the old 1 s
+    assert max(slept) < 0.1, slept
+
+
+def test_call_later_zero_chains_wait_for_the_next_round():
+    """A call_later(0) made by a timer fires in the next round, after the hub has run."""
+    r = Reactor()
+    hops = []
+    other = []
+
+    def hop():
+        hops.append(len(other))
+        if len(hops) < 50:
+            r.call_later(0, hop)
+        else:
+            r.stop()
+
+    def bystander():
+        while True:
+            other.append(1)
+            gevent.sleep(0)
+
+    g = gevent.spawn(bystander)
+    r.call_later(0, hop)
+    gevent.spawn(r.run).get(timeout=5)
+    g.kill()
+    r.close()
+    # the bystander ran between hops: the chain never held the loop
+    assert hops[-1] >= 25, hops
+
+
+def _busy(seconds):
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def _drained_pair(name):
+    x = context().socket(zmq.PAIR, socket_class=Socket)
+    p = context().socket(zmq.PAIR, socket_class=Socket)
+    x.linger = p.linger = 0
+    x.bind("inproc://%s" % name)
+    p.connect("inproc://%s" % name)
+    return x, p
+
+
+def test_a_timer_send_on_a_drained_reader_loses_no_wakeup():
+    """A message arrives, then a timer sends on the drained reader (eating its FD edge): read it this round."""
+    r = Reactor()
+    x, p = _drained_pair("lost-wakeup-timer")
+    got = Event()
+    r.add_reader(x, lambda frames: got.set())
+
+    def arrive_then_send():
+        p.send(b"arrived")        # X's ZMQ_FD signals...
+        _busy(0.005)              # (libzmq skips command processing within ~1 ms of the last)
+        x.send(b"from a timer")   # ...and this send processes X's mailbox: the edge is gone
+
+    r.call_later(0.02, arrive_then_send)
+    r.call_later(3, lambda: None)  # an unrelated timer, as in the bug report
+    runner = gevent.spawn(r.run)
+    assert got.wait(1.02), "the message waited for an unrelated timer"
+    r.stop()
+    runner.get(timeout=5)
+    r.close()
+    x.close(); p.close()
+
+
+def test_a_handler_send_on_another_drained_reader_loses_no_wakeup():
+    """x is drained before y in a round; y's handler sends on x just after a message reached x."""
+    r = Reactor()
+    x, p = _drained_pair("lost-wakeup-handler")
+    y, q = _drained_pair("lost-wakeup-trigger")
+    got = Event()
+    r.add_reader(x, lambda frames: got.set())  # readers are drained in the order added
+
+    def on_y(frames):
+        p.send(b"arrived")
+        _busy(0.005)
+        x.send(b"reply from y's handler")
+
+    r.add_reader(y, on_y)
+    r.call_later(3, lambda: None)  # an unrelated timer
+    runner = gevent.spawn(r.run)
+    gevent.sleep(0)
+    q.send(b"go")
+    assert got.wait(1), "the message waited for an unrelated wake-up"
+    r.stop()
+    runner.get(timeout=5)
+    r.close()
+    for s in (x, p, y, q):
+        s.close()

@@ -1,0 +1,1187 @@
+"""Journal: a crash-safe, segmented, append-only log of (key, body) records.
+
+:class:`Journal` is the writer, a plain object its owner (a ZEPS broker, a
+Clone server) consults per message; :class:`JournalReader` reads a journal
+that this or another process writes.  Nothing here imports gevent or zmq:
+Spark workers import this module to read segments.
+
+Durability is in three steps, each visible as a sequence number:
+
+- :meth:`Journal.append` frames the record into a memory buffer and returns
+  its sequence (``last_seq``).  It never touches the disk.
+- :meth:`Journal.write` hands the buffer to the OS (``written_seq``): those
+  records survive a ``kill -9`` of the process.
+- :meth:`Journal.sync` fsyncs what was written (``synced_seq``): those records
+  survive a power loss.  It blocks for about a millisecond, so an actor calls
+  it through ``Actor.run_in_thread``; the group-commit policy (every batch,
+  every N ms, never) belongs to the owner.
+
+Threads: ``append``, ``read``, ``seq_at_time``, ``stats`` and the sequence
+properties are meant for the owner's loop; :meth:`write` and :meth:`sync` may
+run in another thread while the loop keeps appending (appends go to a fresh
+buffer; the buffer swap is the only thing they share with ``append``, under a
+short lock that is never held across I/O).  Call ``write`` from one place at a
+time (a loop, or one thread); ``sync`` may overlap ``write``.  ``read`` and
+``seq_at_time`` are also safe from a thread (cold reads); ``close`` must not
+race anything.
+
+Failure: an I/O error while writing (ENOSPC, EIO...) makes ``write`` raise
+:class:`JournalFull` (no space: ENOSPC, EDQUOT) or :class:`JournalError` (any
+other), naming the errno; the file is cut back to its last complete record and
+the unwritten records stay in memory.  From then on ``append`` refuses new
+records with that error, until a later ``write`` succeeds (call it again once
+space is freed: it retries the held records) or the journal is reopened
+(held records are then lost, but they were never reported written).  A
+failed ``fsync`` is final: the journal refuses everything until reopened.
+
+File format, version 1 (public and stable; all integers little-endian)
+-----------------------------------------------------------------------
+
+One directory per stream, holding:
+
+``NNNNNNNNNNNNNNNNNNNN.seg``
+    A segment: its first sequence, zero-padded to 20 digits (Kafka style).
+    Header (16 bytes): magic ``ZJSG``, u16 version (1), u16 flags (0),
+    u64 base sequence (equal to the file name).  Then records, back to back::
+
+        u32 length      bytes after the crc field (20 + key_len + 4 + body_len)
+        u32 crc         CRC-32C (Castagnoli) of those ``length`` bytes
+        u64 sequence    base sequence + record index: consecutive, from 1
+        f64 timestamp   seconds since the epoch (time.time), non-decreasing
+        u32 key_len, key bytes
+        u32 body_len, body bytes
+
+``NNNNNNNNNNNNNNNNNNNN.idx``
+    The sparse index of a sealed segment, written when the segment rolls
+    over (derived data: rebuilt by a scan when missing or damaged).  Header
+    (44 bytes): magic ``ZJIX``, u16 version, u16 flags, u64 base sequence,
+    u64 last sequence, f64 last timestamp, u64 segment size in bytes,
+    u32 entry count; then entries of (u64 sequence, f64 timestamp,
+    u64 file offset) for the first record and one about every 4 KiB of
+    segment; then a u32 CRC-32C of everything before it.
+
+``LOCK``
+    Held with ``flock`` by the one writer (a second writer is refused).
+
+The newest segment is the active one; it is never removed, so the next
+sequence survives a journal whose records retention removed entirely (an
+empty segment named by the next sequence).
+
+Recovery on open scans the active segment and cuts it at the first torn or
+corrupt record (bad length, CRC or sequence): a warning is logged, the cut is
+counted in ``stats()`` (``truncated_bytes``, ``crc_errors``) and the sequence
+continues after the last good record.  Records after a corrupt one in the
+middle of the active segment are lost (the log says how many bytes).  Sealed
+segments are checked when read: a bad record there raises
+:class:`JournalError` (never a silent skip).
+
+Retention (:meth:`Journal.apply_retention`, also run when a segment rolls
+over) removes whole sealed segments, oldest first, while the journal is
+larger than ``retain_bytes`` or the segment's newest record is older than
+``retain_seconds``.  A read before the first retained sequence raises
+:class:`SequenceGone` carrying ``first_seq``.
+"""
+import bisect
+import errno as _errno
+import fcntl
+import logging
+import os
+import struct
+import threading
+import time
+from collections import namedtuple
+from operator import attrgetter
+
+from crc32c import crc32c as _crc
+
+__all__ = [
+    "Journal", "JournalReader", "Record",
+    "JournalError", "JournalFull", "SequenceGone",
+    "FORMAT_VERSION", "RECORD_OVERHEAD",
+]
+
+log = logging.getLogger(__name__)
+
+Record = namedtuple("Record", "seq timestamp key body")
+Record.__doc__ = "One journal record: seq (int >= 1), timestamp (float seconds), key and body (bytes)."
+
+FORMAT_VERSION = 1
+SEGMENT_MAGIC = b"ZJSG"
+INDEX_MAGIC = b"ZJIX"
+SEGMENT_SUFFIX = ".seg"
+INDEX_SUFFIX = ".idx"
+INDEX_INTERVAL = 4096               # bytes of segment between sparse index entries
+
+_SEG_HEADER = struct.Struct("<4sHHQ")
+_IDX_HEADER = struct.Struct("<4sHHQQdQI")
+_IDX_ENTRY = struct.Struct("<QdQ")
+_PREFIX = struct.Struct("<II")      # length, crc
+_HEAD = struct.Struct("<QdI")       # seq, timestamp, key_len
+_U32 = struct.Struct("<I")
+HEADER_SIZE = _SEG_HEADER.size
+RECORD_OVERHEAD = _PREFIX.size + _HEAD.size + _U32.size    # 32 bytes of framing per record
+MAX_RECORD = 1 << 30                # key + body bound: a bad length never makes us allocate GiBs
+_MEM_OVERHEAD = 160                 # rough bytes of Python objects per cached Record
+_NO_SPACE = (_errno.ENOSPC, _errno.EDQUOT)
+
+_pack_prefix = _PREFIX.pack
+_pack_head = _HEAD.pack
+_pack_u32 = _U32.pack
+_unpack_prefix = _PREFIX.unpack_from
+_unpack_head = _HEAD.unpack_from
+_unpack_u32 = _U32.unpack_from
+_timestamp = attrgetter("timestamp")
+
+
+class JournalError(Exception):
+    """An I/O error, a corrupt sealed segment, or a misuse of the journal.
+
+    ``errno`` is the OS error number when an OS error caused it, else None.
+    """
+
+    def __init__(self, message, errno=None):
+        super().__init__(message)
+        self.errno = errno
+
+
+class JournalFull(JournalError):
+    """No room: the disk is full (``errno`` ENOSPC/EDQUOT), or the memory buffer
+    of unwritten records is full (``errno`` None: call :meth:`Journal.write`)."""
+
+
+class SequenceGone(JournalError):
+    """The sequence asked for was removed by retention; ``first_seq`` is the
+    first one still available."""
+
+    def __init__(self, first_seq):
+        super().__init__("sequence removed by retention; first available is %d" % first_seq)
+        self.first_seq = first_seq
+
+    def __reduce__(self):
+        return (SequenceGone, (self.first_seq,))
+
+
+def segment_name(base_seq):
+    return "%020d%s" % (base_seq, SEGMENT_SUFFIX)
+
+
+def _list_segments(directory):
+    """Sorted [(base_seq, path)] of the segment files in ``directory``."""
+    found = []
+    for name in os.listdir(directory):
+        if name.endswith(SEGMENT_SUFFIX) and len(name) == 20 + len(SEGMENT_SUFFIX) and name[:20].isdigit():
+            found.append((int(name[:20]), os.path.join(directory, name)))
+    found.sort()
+    return found
+
+
+def _oserror(action, path, exc):
+    """A JournalError (JournalFull for no space) naming the errno of ``exc``."""
+    code = exc.errno
+    name = _errno.errorcode.get(code, str(code))
+    cls = JournalFull if code in _NO_SPACE else JournalError
+    return cls("journal %s %s failed: %s (%s)" % (action, path, name, exc.strerror), code)
+
+
+class _Segment:
+    """One segment file: its sparse index and the end of its complete records.
+
+    ``end`` is the byte size of complete, valid records (what readers may
+    read); ``last_seq`` the last sequence in it (``base - 1`` when empty).
+    """
+
+    __slots__ = ("base", "path", "end", "last_seq", "last_ts", "idx_seq", "idx_ts", "idx_off",
+                 "indexed", "_next_index", "_rfile")
+
+    def __init__(self, base, path):
+        self.base = base
+        self.path = path
+        self.end = HEADER_SIZE
+        self.last_seq = base - 1
+        self.last_ts = None
+        self.idx_seq = []
+        self.idx_ts = []
+        self.idx_off = []
+        self.indexed = False
+        self._next_index = 0        # offset at or past which the next record gets an index entry
+        self._rfile = None
+
+    @property
+    def first_ts(self):
+        return self.idx_ts[0] if self.idx_ts else None
+
+    @property
+    def empty(self):
+        return self.last_seq < self.base
+
+    def note(self, seq, ts, offset, size):
+        """Account a record of ``size`` bytes at ``offset`` (appended or scanned)."""
+        if offset >= self._next_index:
+            self.idx_seq.append(seq)
+            self.idx_ts.append(ts)
+            self.idx_off.append(offset)
+            self._next_index = offset + INDEX_INTERVAL
+        self.last_seq = seq
+        self.last_ts = ts
+
+    def fileno(self):
+        """A read-only descriptor, opened on first use (kept while the object lives)."""
+        f = self._rfile
+        if f is None:
+            f = self._rfile = open(self.path, "rb", buffering=0)
+        return f.fileno()
+
+    def close(self):
+        f, self._rfile = self._rfile, None
+        if f is not None:
+            f.close()
+
+    # -- scanning -------------------------------------------------------
+
+    def scan(self, limit=None):
+        """Extend the index over the complete, valid records after ``end``.
+
+        Stops at the first torn or invalid record, or at ``limit`` bytes.
+        Returns None when it stopped at the end of the data, else a reason
+        string for the invalid record at ``self.end``.
+        """
+        fd = self.fileno()
+        if self.end == HEADER_SIZE and not self.indexed:
+            head = os.pread(fd, HEADER_SIZE, 0)
+            if len(head) < HEADER_SIZE:
+                return None if not head else "torn segment header"
+            magic, version, _flags, base = _SEG_HEADER.unpack(head)
+            if magic != SEGMENT_MAGIC or base != self.base:
+                return "bad segment header"
+            if version != FORMAT_VERSION:
+                raise JournalError("%s: unsupported journal format version %d" % (self.path, version))
+        size = os.fstat(fd).st_size if limit is None else limit
+        pos = self.end
+        expect = self.last_seq + 1
+        last_ts = self.last_ts
+        chunk = 1 << 20
+        note = self.note
+        while pos < size:
+            buf = os.pread(fd, min(chunk, size - pos), pos)
+            n = len(buf)
+            if n == 0:
+                break
+            mv = memoryview(buf)
+            at = 0
+            while at + 8 <= n:
+                length, crc = _unpack_prefix(buf, at)
+                stop = at + 8 + length
+                if length < _HEAD.size + 4 or length > MAX_RECORD + _HEAD.size + 4:
+                    self.end = pos + at
+                    return "bad record length %d" % length
+                if stop > n:
+                    break
+                if _crc(mv[at + 8:stop]) != crc:
+                    self.end = pos + at
+                    return "bad CRC"
+                seq, ts, klen = _unpack_head(buf, at + 8)
+                if seq != expect:
+                    self.end = pos + at
+                    return "sequence %d where %d was due" % (seq, expect)
+                if 8 + _HEAD.size + klen + 4 > stop - at or \
+                        _unpack_u32(buf, at + 8 + _HEAD.size + klen)[0] != length - _HEAD.size - 4 - klen:
+                    self.end = pos + at
+                    return "bad key/body lengths"
+                if last_ts is not None and ts < last_ts:
+                    self.end = pos + at
+                    return "timestamp going backwards"
+                note(seq, ts, pos + at, stop - at)
+                last_ts = ts
+                expect = seq + 1
+                at = stop
+            if at == 0:
+                if n >= 8:
+                    need = 8 + _unpack_prefix(buf, 0)[0]
+                    if need > n and pos + need <= size:
+                        chunk = need            # a record bigger than the chunk: read it whole
+                        continue
+                break                           # torn: the record runs past the end of the file
+            pos += at
+            self.end = pos
+        return None
+
+    def load_index(self):
+        """Load the ``.idx`` file of a sealed segment; False if missing or stale."""
+        path = self.path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            size = os.stat(self.path).st_size
+        except OSError:
+            return False
+        if len(data) < _IDX_HEADER.size + 4 or _crc(memoryview(data)[:-4]) != _unpack_u32(data, len(data) - 4)[0]:
+            return False
+        magic, version, _flags, base, last_seq, last_ts, end, count = _IDX_HEADER.unpack_from(data)
+        if magic != INDEX_MAGIC or version != FORMAT_VERSION or base != self.base or end != size \
+                or len(data) != _IDX_HEADER.size + count * _IDX_ENTRY.size + 4:
+            return False
+        seqs, tss, offs = [], [], []
+        for seq, ts, off in _IDX_ENTRY.iter_unpack(memoryview(data)[_IDX_HEADER.size:-4]):
+            seqs.append(seq)
+            tss.append(ts)
+            offs.append(off)
+        self.idx_seq, self.idx_ts, self.idx_off = seqs, tss, offs
+        self.last_seq, self.last_ts, self.end = last_seq, last_ts, end
+        self._next_index = (offs[-1] + INDEX_INTERVAL) if offs else 0
+        self.indexed = True
+        return True
+
+    def index_bytes(self):
+        parts = [_IDX_HEADER.pack(INDEX_MAGIC, FORMAT_VERSION, 0, self.base, self.last_seq,
+                                  self.last_ts or 0.0, self.end, len(self.idx_seq))]
+        pack = _IDX_ENTRY.pack
+        parts.extend(pack(s, t, o) for s, t, o in zip(self.idx_seq, self.idx_ts, self.idx_off))
+        data = b"".join(parts)
+        return data + _pack_u32(_crc(data))
+
+    def ensure_index(self, expect_last=None):
+        """Index a sealed segment (from its .idx, else by a full scan)."""
+        if self.indexed:
+            return
+        if not self.load_index():
+            if not self.idx_seq:
+                self.end = HEADER_SIZE          # ``end`` held the file size: scan from the start
+            reason = self.scan()
+            if reason is not None:
+                raise JournalError("%s: corrupt record at offset %d (%s)" % (self.path, self.end, reason))
+            self.indexed = True
+        if expect_last is not None and self.last_seq != expect_last:
+            raise JournalError("%s: ends at sequence %d but the next segment starts at %d: records lost"
+                               % (self.path, self.last_seq, expect_last + 1))
+
+    # -- reading --------------------------------------------------------
+
+    def offset_for(self, seq):
+        i = bisect.bisect_right(self.idx_seq, seq) - 1
+        return self.idx_off[i] if i >= 0 else HEADER_SIZE
+
+    def offset_for_time(self, ts):
+        i = bisect.bisect_left(self.idx_ts, ts) - 1
+        return (self.idx_off[i], self.idx_seq[i]) if i >= 0 else (HEADER_SIZE, self.base)
+
+    def read(self, from_seq, to_seq, out, max_records, max_bytes, end=None, offset=None):
+        """Append records ``from_seq..to_seq`` to ``out`` (bounded by the counts).
+
+        Returns the payload bytes added.  Reads at most up to ``end`` bytes
+        (default: the segment's known end), in large ``pread`` chunks.
+        """
+        fd = self.fileno()
+        end = self.end if end is None else end
+        pos = self.offset_for(from_seq) if offset is None else offset
+        want = max_records - len(out)
+        total = 0
+        chunk = 1 << 16
+        while pos < end and want > 0:
+            buf = os.pread(fd, min(chunk, end - pos), pos)
+            n = len(buf)
+            mv = memoryview(buf)
+            at = 0
+            while at + 8 <= n:
+                length, crc = _unpack_prefix(buf, at)
+                stop = at + 8 + length
+                if stop > n:
+                    break
+                h = at + 8
+                seq, ts, klen = _unpack_head(buf, h)
+                if seq >= from_seq:
+                    if seq > to_seq:
+                        return total
+                    if _crc(mv[h:stop]) != crc:
+                        raise JournalError("%s: corrupt record at offset %d (bad CRC)" % (self.path, pos + at))
+                    k = h + _HEAD.size
+                    key = buf[k:k + klen]
+                    body = buf[k + klen + 4:stop]
+                    size = stop - k - 4
+                    if max_bytes is not None and out and total + size > max_bytes:
+                        return total
+                    out.append(Record(seq, ts, key, body))
+                    total += size
+                    want -= 1
+                    if want == 0:
+                        return total
+                at = stop
+            if at == 0:
+                need = 8 + _unpack_prefix(buf, 0)[0] if n >= 8 else end
+                if need > n and pos + need <= end:
+                    chunk = need                # a record bigger than the chunk: read it whole
+                    continue
+                raise JournalError("%s: record at offset %d runs past the end of the data" % (self.path, pos))
+            pos += at
+            chunk = min(chunk * 2, 1 << 20)
+        return total
+
+    def time_to_seq(self, ts, end=None):
+        """First sequence in this segment with timestamp >= ts (last_seq + 1 if none)."""
+        if self.last_ts is None or self.last_ts < ts:
+            return self.last_seq + 1
+        off, seq = self.offset_for_time(ts)
+        out = []
+        while True:
+            out.clear()
+            self.read(seq, self.last_seq, out, 1024, None, end=end, offset=off)
+            if not out:
+                return self.last_seq + 1
+            for rec in out:
+                if rec.timestamp >= ts:
+                    return rec.seq
+            seq = out[-1].seq + 1
+            off = self.offset_for(seq)
+
+
+def _check_bytes(value, what):
+    if type(value) is bytes:
+        return value
+    try:
+        return bytes(memoryview(value))
+    except TypeError:
+        raise TypeError("journal %s must be bytes-like, not %s" % (what, type(value).__name__)) from None
+
+
+class Journal:
+    """The writer of one journal directory (see the module docstring).
+
+    ``segment_bytes``: roll to a new segment past this size.
+    ``retain_bytes`` / ``retain_seconds``: retention (None: keep everything).
+    ``tail_cache_bytes``: recent records kept in memory for :meth:`read`.
+    ``buffer_bytes``: unwritten bytes at which :meth:`append` raises
+    :class:`JournalFull` (the owner is not calling :meth:`write`).
+    """
+
+    __slots__ = ("directory", "segment_bytes", "retain_bytes", "retain_seconds", "tail_cache_bytes",
+                 "buffer_bytes", "_lock", "_io_lock", "_sync_lock", "_lockfd", "_segments", "_bases",
+                 "_first_seq", "_next_seq", "_last_ts", "_tail_end", "_pending", "_pending_bytes",
+                 "_written_seq", "_synced_seq", "_wfd", "_wseg", "_cache", "_cache_bytes", "_error",
+                 "_fatal", "_stats", "closed")
+
+    def __init__(self, directory, *, segment_bytes=64 << 20, retain_bytes=None, retain_seconds=None,
+                 tail_cache_bytes=32 << 20, buffer_bytes=256 << 20):
+        if segment_bytes < HEADER_SIZE + RECORD_OVERHEAD:
+            raise ValueError("segment_bytes too small: %r" % segment_bytes)
+        self.directory = os.fspath(directory)
+        self.segment_bytes = segment_bytes
+        self.retain_bytes = retain_bytes
+        self.retain_seconds = retain_seconds
+        self.tail_cache_bytes = tail_cache_bytes
+        self.buffer_bytes = buffer_bytes
+        self._lock = threading.Lock()       # appends vs the buffer swap and segment list changes
+        self._io_lock = threading.Lock()    # the write descriptor: write(), roll, the sync snapshot
+        self._sync_lock = threading.Lock()  # one fsync at a time
+        self._stats = dict(truncated_bytes=0, crc_errors=0, written_bytes=0, writes=0,
+                           syncs=0, segments_removed=0, write_errors=0)
+        self._error = None
+        self._fatal = None
+        self._wfd = None
+        self._lockfd = None
+        self.closed = True
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            self._lockfd = os.open(os.path.join(self.directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _oserror("open", self.directory, exc) from None
+        try:
+            fcntl.flock(self._lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lockfd)
+            self._lockfd = None
+            raise JournalError("journal %s is open by another writer" % self.directory) from None
+        try:
+            self._open()
+        except BaseException:
+            self._release()
+            raise
+        self.closed = False
+
+    def _release(self):
+        for seg in getattr(self, "_segments", ()):
+            seg.close()
+        if self._wfd is not None:
+            os.close(self._wfd)
+            self._wfd = None
+        if self._lockfd is not None:
+            os.close(self._lockfd)
+            self._lockfd = None
+
+    def _open(self):
+        for name in os.listdir(self.directory):
+            if name.endswith(".tmp"):
+                os.unlink(os.path.join(self.directory, name))
+        found = _list_segments(self.directory)
+        if not found:
+            self._create_segment_file(1)
+            found = [(1, os.path.join(self.directory, segment_name(1)))]
+        segments = [_Segment(base, path) for base, path in found]
+        for seg in segments[:-1]:
+            seg.end = os.stat(seg.path).st_size
+        active = segments[-1]
+        self._recover(active)
+        self._segments = segments
+        self._bases = [seg.base for seg in segments]
+        self._first_seq = segments[0].base
+        self._next_seq = active.last_seq + 1
+        self._last_ts = active.last_ts
+        if self._last_ts is None and len(segments) > 1:
+            prev = segments[-2]
+            try:
+                prev.ensure_index()
+                self._last_ts = prev.last_ts
+            except JournalError as exc:
+                log.warning("%s", exc)
+        if self._last_ts is None:
+            self._last_ts = 0.0
+        self._tail_end = active.end
+        self._pending = [[active, bytearray(), active.last_seq]]
+        self._pending_bytes = 0
+        self._written_seq = self._synced_seq = active.last_seq
+        self._wseg = active
+        self._wfd = os.open(active.path, os.O_WRONLY | os.O_APPEND)
+        self._cache = []
+        self._cache_bytes = 0
+
+    def _recover(self, seg):
+        """Scan the active segment; cut it at the first torn or corrupt record."""
+        size = os.stat(seg.path).st_size
+        reason = seg.scan()
+        seg.indexed = True
+        if size < HEADER_SIZE:
+            # torn header of a segment created just before a crash: it holds no record
+            log.warning("journal %s: rewriting the torn header of %s", self.directory, seg.path)
+            self._create_segment_file(seg.base)
+            seg.close()
+            return
+        if seg.end < size:
+            cut = size - seg.end
+            self._stats["truncated_bytes"] += cut
+            if reason is not None and reason != "bad segment header":
+                self._stats["crc_errors"] += 1
+            log.warning("journal %s: cut %d bytes after sequence %d in %s at offset %d (%s); "
+                        "the records in them are lost", self.directory, cut, seg.last_seq,
+                        os.path.basename(seg.path), seg.end, reason or "torn record")
+            if reason == "bad segment header":
+                raise JournalError("%s: bad segment header (not a version %d journal segment?)"
+                                   % (seg.path, FORMAT_VERSION))
+            fd = os.open(seg.path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, seg.end)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            seg.close()
+
+    def _create_segment_file(self, base):
+        """Create the segment file of ``base`` (header written, directory synced); its fd."""
+        path = os.path.join(self.directory, segment_name(base))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, _SEG_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, 0, base))
+            os.fsync(fd)
+            dfd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            raise
+        os.close(fd)
+        return path
+
+    # -- sequences ------------------------------------------------------
+
+    @property
+    def first_seq(self):
+        """First retained sequence (``last_seq + 1`` when the journal is empty)."""
+        return self._first_seq
+
+    @property
+    def last_seq(self):
+        """Last appended sequence (0 for a new journal)."""
+        return self._next_seq - 1
+
+    @property
+    def written_seq(self):
+        """Last sequence handed to the OS: survives a kill -9 of the process."""
+        return self._written_seq
+
+    @property
+    def synced_seq(self):
+        """Last sequence fsynced: survives a power loss."""
+        return self._synced_seq
+
+    @property
+    def error(self):
+        """The error that makes the journal refuse appends, or None."""
+        return self._fatal or self._error
+
+    # -- writing --------------------------------------------------------
+
+    def append(self, key, body, timestamp=None):
+        """Buffer a record and return its sequence.  O(1), no I/O.
+
+        ``timestamp`` defaults to ``time.time()``; one lower than the previous
+        record's is raised to it (timestamps never go backwards, so seeking by
+        time works).  Raises :class:`JournalFull` or :class:`JournalError`
+        while the journal refuses appends (see the module docstring).
+        """
+        if type(key) is not bytes:
+            key = _check_bytes(key, "key")
+        if type(body) is not bytes:
+            body = _check_bytes(body, "body")
+        klen = len(key)
+        blen = len(body)
+        if klen + blen > MAX_RECORD:
+            raise ValueError("journal record too large: %d bytes (limit %d)" % (klen + blen, MAX_RECORD))
+        if timestamp is None:
+            timestamp = time.time()
+        with self._lock:
+            if self._error is not None or self._fatal is not None or self.closed:
+                raise self._refusal()
+            if timestamp < self._last_ts:
+                timestamp = self._last_ts
+            seq = self._next_seq
+            payload = b"".join((_pack_head(seq, timestamp, klen), key, _pack_u32(blen), body))
+            size = len(payload) + 8
+            if self._pending_bytes + size > self.buffer_bytes and self._pending_bytes:
+                raise JournalFull("journal %s: %d bytes not yet written (buffer_bytes): call write()"
+                                  % (self.directory, self._pending_bytes))
+            chunk = self._pending[-1]
+            pos = self._tail_end
+            if pos + size > self.segment_bytes and pos > HEADER_SIZE:
+                seg = _Segment(seq, os.path.join(self.directory, segment_name(seq)))
+                seg.indexed = True
+                self._segments.append(seg)
+                self._bases.append(seq)
+                chunk = [seg, bytearray(), seq]
+                self._pending.append(chunk)
+                pos = HEADER_SIZE
+            chunk[0].note(seq, timestamp, pos, size)
+            buf = chunk[1]
+            buf += _pack_prefix(len(payload), _crc(payload))
+            buf += payload
+            chunk[2] = seq
+            self._tail_end = pos + size
+            self._pending_bytes += size
+            self._next_seq = seq + 1
+            self._last_ts = timestamp
+            self._cache.append(Record(seq, timestamp, key, body))
+            self._cache_bytes += klen + blen + _MEM_OVERHEAD
+            if self._cache_bytes > self.tail_cache_bytes:
+                self._evict()
+        return seq
+
+    def _refusal(self):
+        if self.closed:
+            return JournalError("journal %s is closed" % self.directory)
+        cause = self._fatal or self._error
+        return type(cause)("journal %s refuses appends: %s" % (self.directory, cause), cause.errno)
+
+    def _evict(self):
+        """Drop the oldest written records until the cache is 3/4 of its bound."""
+        cache = self._cache
+        target = self._cache_bytes - (self.tail_cache_bytes * 3 >> 2)
+        written = self._written_seq
+        dropped = 0
+        n = 0
+        for rec in cache:
+            if dropped >= target or rec.seq > written:
+                break
+            dropped += len(rec.key) + len(rec.body) + _MEM_OVERHEAD
+            n += 1
+        if n:
+            del cache[:n]
+            self._cache_bytes -= dropped
+
+    def write(self):
+        """Hand the buffered records to the OS; return ``written_seq``.
+
+        Fast (a write per segment touched; a segment roll also fsyncs the
+        full segment and the directory).  May run in a thread while the loop
+        appends.  On an I/O error raises :class:`JournalFull` /
+        :class:`JournalError` and keeps the records for a retry.
+        """
+        with self._io_lock:
+            if self._fatal is not None:
+                raise self._fatal
+            if self.closed:
+                raise JournalError("journal %s is closed" % self.directory)
+            with self._lock:
+                pending = self._pending
+                if len(pending) == 1 and not pending[0][1]:
+                    self._error = None
+                    return self._written_seq
+                last = pending[-1]
+                self._pending = [[last[0], bytearray(), last[2]]]
+                self._pending_bytes = 0
+            rolled = False
+            for i, (seg, data, last_seq) in enumerate(pending):
+                try:
+                    if seg is not self._wseg:
+                        self._roll_file(seg)
+                        rolled = True
+                    if data:
+                        view = memoryview(data)
+                        while view:
+                            view = view[os.write(self._wfd, view):]
+                except OSError as exc:
+                    self._write_failed(exc, pending[i:])
+                    raise self._error from None
+                seg.end += len(data)
+                self._written_seq = last_seq
+                self._stats["written_bytes"] += len(data)
+            self._stats["writes"] += 1
+            self._error = None
+        if rolled and (self.retain_bytes is not None or self.retain_seconds is not None):
+            self.apply_retention()
+        return self._written_seq
+
+    def _write_failed(self, exc, unwritten):
+        """Cut the file back to its last complete record and requeue ``unwritten``."""
+        self._stats["write_errors"] += 1
+        seg = self._wseg
+        self._error = _oserror("write", seg.path, exc)
+        log.error("%s; %d records held in memory, appends refused until a write succeeds",
+                  self._error, unwritten[-1][2] - self._written_seq)
+        try:
+            os.ftruncate(self._wfd, seg.end)
+        except OSError as exc2:
+            self._fatal = _oserror("truncate", seg.path, exc2)
+            log.error("%s: the journal must be reopened", self._fatal)
+        with self._lock:
+            head = self._pending[0]
+            tail = unwritten[-1]
+            if head[0] is tail[0]:
+                tail[1] += head[1]
+                tail[2] = head[2]
+                self._pending[0] = tail
+                unwritten = unwritten[:-1]
+            self._pending[:0] = unwritten
+            self._pending_bytes = sum(len(c[1]) for c in self._pending)
+
+    def _roll_file(self, seg):
+        """Seal the segment being written and start writing ``seg``."""
+        old = self._wseg
+        try:
+            os.fsync(self._wfd)
+        except OSError as exc:
+            self._fatal = _oserror("fsync", old.path, exc)
+            raise self._fatal from None
+        self._synced_seq = max(self._synced_seq, self._written_seq)
+        self._create_segment_file(seg.base)
+        fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
+        os.close(self._wfd)
+        self._wfd = fd
+        self._wseg = seg
+        seg.end = HEADER_SIZE
+        old.indexed = True
+        ipath = old.path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX
+        try:
+            with open(ipath + ".tmp", "wb") as f:
+                f.write(old.index_bytes())
+            os.replace(ipath + ".tmp", ipath)
+        except OSError as exc:
+            log.warning("journal %s: could not write the index %s (%s); it will be rebuilt by a scan",
+                        self.directory, ipath, exc)
+            try:
+                os.unlink(ipath + ".tmp")
+            except OSError:
+                pass
+
+    def sync(self):
+        """fsync what was written; return ``synced_seq``.  Blocks ~1 ms: run it in a thread."""
+        with self._sync_lock:
+            with self._io_lock:
+                if self._fatal is not None:
+                    raise self._fatal
+                if self.closed:
+                    raise JournalError("journal %s is closed" % self.directory)
+                seq = self._written_seq
+                if seq <= self._synced_seq:
+                    return self._synced_seq
+                fd = os.dup(self._wfd)
+                path = self._wseg.path
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                self._fatal = _oserror("fsync", path, exc)
+                log.error("%s: the journal refuses appends until reopened", self._fatal)
+                raise self._fatal from None
+            finally:
+                os.close(fd)
+            self._stats["syncs"] += 1
+            with self._io_lock:
+                if seq > self._synced_seq:
+                    self._synced_seq = seq
+                return self._synced_seq
+
+    # -- retention ------------------------------------------------------
+
+    def apply_retention(self, now=None):
+        """Remove whole sealed segments past ``retain_bytes`` / ``retain_seconds``.
+
+        Never removes the segment being written.  Returns the number of
+        segments removed.
+        """
+        if self.retain_bytes is None and self.retain_seconds is None:
+            return 0
+        now = time.time() if now is None else now
+        with self._io_lock:
+            segments = list(self._segments)
+            active = segments.index(self._wseg)
+            total = sum(seg.end for seg in segments[:active + 1])
+            victims = []
+            for i in range(active):
+                seg = segments[i]
+                too_big = self.retain_bytes is not None and total > self.retain_bytes
+                too_old = False
+                if not too_big and self.retain_seconds is not None:
+                    try:
+                        seg.ensure_index()
+                    except JournalError as exc:
+                        log.warning("%s", exc)
+                    too_old = seg.last_ts is not None and seg.last_ts < now - self.retain_seconds
+                if not (too_big or too_old):
+                    break
+                victims.append(seg)
+                total -= seg.end
+            if not victims:
+                return 0
+            with self._lock:
+                del self._segments[:len(victims)]
+                del self._bases[:len(victims)]
+                self._first_seq = self._segments[0].base
+            for seg in victims:
+                seg.close()
+                for path in (seg.path, seg.path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX):
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
+                    except OSError as exc:
+                        log.warning("journal %s: could not remove %s (%s)", self.directory, path, exc)
+            self._stats["segments_removed"] += len(victims)
+            log.info("journal %s: retention removed %d segments; first sequence now %d",
+                     self.directory, len(victims), self._first_seq)
+            return len(victims)
+
+    # -- reading --------------------------------------------------------
+
+    def read(self, from_seq, max_records=1024, max_bytes=1 << 20):
+        """Records from ``from_seq`` on, at most ``max_records`` and about
+        ``max_bytes`` of key + body (always at least one record when one exists).
+
+        Served from the tail cache when it holds ``from_seq``, else from the
+        segment files (blocking on a cold disk: call it in a thread for
+        that).  Returns [] past ``last_seq``; raises :class:`SequenceGone`
+        before ``first_seq``.
+        """
+        if from_seq < 1:
+            raise ValueError("journal sequences start at 1, got %r" % (from_seq,))
+        with self._lock:
+            if from_seq < self._first_seq:
+                raise SequenceGone(self._first_seq)
+            if from_seq >= self._next_seq or max_records <= 0:
+                return []
+            cache = self._cache
+            if cache and from_seq >= cache[0].seq:
+                i = from_seq - cache[0].seq
+                out = cache[i:i + max_records]
+            else:
+                out = None
+                cache_first = cache[0].seq if cache else self._next_seq
+                segments = list(self._segments)
+                bases = list(self._bases)
+        if out is not None:
+            if max_bytes is not None:
+                total = 0
+                for n, rec in enumerate(out):
+                    total += len(rec.key) + len(rec.body)
+                    if total > max_bytes and n:
+                        del out[n:]
+                        break
+            return out
+        to_seq = min(cache_first - 1, self._written_seq)
+        out = []
+        i = bisect.bisect_right(bases, from_seq) - 1
+        seq = from_seq
+        budget = max_bytes
+        while i < len(segments) and seq <= to_seq and len(out) < max_records:
+            seg = segments[i]
+            if not seg.indexed:
+                seg.ensure_index(bases[i + 1] - 1 if i + 1 < len(bases) else None)
+            got = seg.read(seq, to_seq, out, max_records, budget)
+            if budget is not None:
+                budget -= got
+                if budget <= 0:
+                    break
+            seq = out[-1].seq + 1 if out else seq
+            if seq <= seg.last_seq:
+                break
+            i += 1
+        if out and out[0].seq != from_seq:
+            raise JournalError("journal %s: sequence %d missing from its segment" % (self.directory, from_seq))
+        if out and out[-1].seq == to_seq and len(out) < max_records and (budget is None or budget > 0):
+            out.extend(self.read(to_seq + 1, max_records - len(out), budget and max(budget, 1)))
+        return out
+
+    def seq_at_time(self, timestamp):
+        """First sequence whose record's timestamp is >= ``timestamp``
+        (``last_seq + 1`` if none; ``first_seq`` if all are)."""
+        with self._lock:
+            cache = self._cache
+            if cache and timestamp > cache[0].timestamp:
+                i = bisect.bisect_left(cache, timestamp, key=_timestamp)
+                return cache[0].seq + i
+            segments = list(self._segments)
+            first = self._first_seq
+            end_seq = cache[0].seq if cache else self._next_seq
+        return _time_to_seq(segments, timestamp, first, end_seq, self._wseg, self._wseg.end)
+
+    # -- the rest -------------------------------------------------------
+
+    def stats(self):
+        """A snapshot of the journal's state and counters (a new dict)."""
+        with self._lock:
+            segments = list(self._segments)
+            out = dict(self._stats)
+            out.update(
+                directory=self.directory, segments=len(segments),
+                disk_bytes=sum(seg.end for seg in segments),
+                first_seq=self._first_seq, last_seq=self._next_seq - 1,
+                written_seq=self._written_seq, synced_seq=self._synced_seq,
+                pending_bytes=self._pending_bytes, cache_records=len(self._cache),
+                cache_bytes=self._cache_bytes,
+                error=None if self.error is None else str(self.error))
+        return out
+
+    def close(self, sync=True):
+        """Write (and by default fsync) what is buffered, then release the directory.
+
+        Records that cannot be written are lost (an error is logged)."""
+        if self.closed:
+            return
+        try:
+            if self._fatal is None:
+                self.write()
+                if sync:
+                    self.sync()
+        except JournalError as exc:
+            log.error("journal %s closed with records unwritten: %s", self.directory, exc)
+        finally:
+            with self._io_lock:
+                self.closed = True
+                self._release()
+                self._cache = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "<Journal %s seq %d..%d written %d synced %d>" % (
+            self.directory, self._first_seq, self._next_seq - 1, self._written_seq, self._synced_seq)
+
+
+def _time_to_seq(segments, timestamp, first, end_seq, active=None, active_end=None):
+    """Seek by time over sealed-then-active segments, below ``end_seq``."""
+    # the last segment whose first record is at or before ``timestamp``
+    lo, hi = 0, len(segments)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        seg = segments[mid]
+        if not seg.indexed:
+            seg.ensure_index()
+        if seg.first_ts is not None and seg.first_ts < timestamp:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo == 0:
+        return first
+    seg = segments[lo - 1]
+    seq = seg.time_to_seq(timestamp, end=active_end if seg is active else None)
+    return min(seq, end_seq)
+
+
+class JournalReader:
+    """Read-only access to a journal directory, which another process may be
+    writing.  Imports no gevent; not thread-safe (one per thread).
+
+    It sees records once the writer has written them (``written_seq``), and
+    notices new segments and retention as it reads.
+    """
+
+    def __init__(self, directory):
+        self.directory = os.fspath(directory)
+        if not os.path.isdir(self.directory):
+            raise JournalError("no journal directory %s" % self.directory)
+        self._segments = {}
+        self._order = []
+        self.refresh()
+
+    def refresh(self):
+        """Re-list the segment files (new segments, retention)."""
+        found = _list_segments(self.directory)
+        old = self._segments
+        self._segments = {}
+        for base, path in found:
+            seg = old.get(base)
+            if seg is None:
+                seg = _Segment(base, path)
+            self._segments[base] = seg
+        for base, seg in old.items():
+            if base not in self._segments:
+                seg.close()
+        self._order = [base for base, _ in found]
+        if not self._order:
+            raise JournalError("no journal segments in %s" % self.directory)
+
+    def _seg(self, i):
+        """Segment ``i`` of the listing, indexed (the last one scanned to its tail)."""
+        base = self._order[i]
+        seg = self._segments[base]
+        if i + 1 < len(self._order):
+            if not seg.indexed:
+                seg.ensure_index(self._order[i + 1] - 1)
+        else:
+            seg.scan()          # follow the writer: complete records only
+        return seg
+
+    @property
+    def first_seq(self):
+        self.refresh()
+        return self._order[0]
+
+    @property
+    def last_seq(self):
+        self.refresh()
+        for i in range(len(self._order) - 1, -1, -1):
+            try:
+                seg = self._seg(i)
+            except FileNotFoundError:
+                continue
+            if not seg.empty or i == 0:
+                return seg.last_seq
+        return self._order[0] - 1
+
+    def _locate(self, from_seq):
+        i = bisect.bisect_right(self._order, from_seq) - 1
+        if i < 0:
+            raise SequenceGone(self._order[0])
+        return i
+
+    def read(self, from_seq, max_records=1024, max_bytes=1 << 20):
+        """Like :meth:`Journal.read`, for written records."""
+        if from_seq < 1:
+            raise ValueError("journal sequences start at 1, got %r" % (from_seq,))
+        for attempt in (0, 1):
+            if attempt or from_seq < self._order[0] or \
+                    from_seq > self._segments[self._order[-1]].last_seq:
+                self.refresh()
+            try:
+                i = self._locate(from_seq)
+                out = []
+                seq = from_seq
+                budget = max_bytes
+                while i < len(self._order) and len(out) < max_records:
+                    seg = self._seg(i)
+                    got = seg.read(seq, seg.last_seq, out, max_records, budget)
+                    if budget is not None:
+                        budget -= got
+                        if budget <= 0:
+                            break
+                    if out:
+                        seq = out[-1].seq + 1
+                    if seq <= seg.last_seq:
+                        break
+                    i += 1
+                return out
+            except FileNotFoundError:
+                if attempt:
+                    raise SequenceGone(self.first_seq) from None
+        raise AssertionError("unreachable")
+
+    def records(self, from_seq=None, to_seq=None, since=None, until=None):
+        """Iterate records from ``from_seq`` (or the first at or after time
+        ``since``) to ``to_seq`` / time ``until`` inclusive, or to the last
+        record written when the iteration reaches it."""
+        if since is not None:
+            start = self.seq_at_time(since)
+            from_seq = start if from_seq is None else max(from_seq, start)
+        seq = self.first_seq if from_seq is None else from_seq
+        while to_seq is None or seq <= to_seq:
+            batch = self.read(seq, 4096, None)
+            if not batch:
+                return
+            for rec in batch:
+                if (to_seq is not None and rec.seq > to_seq) or (until is not None and rec.timestamp > until):
+                    return
+                yield rec
+            seq = batch[-1].seq + 1
+
+    def seq_at_time(self, timestamp):
+        """First sequence with timestamp >= ``timestamp`` (see :meth:`Journal.seq_at_time`)."""
+        self.refresh()
+        segments = [self._seg(i) for i in range(len(self._order))]
+        last = segments[-1]
+        return _time_to_seq(segments, timestamp, self._order[0], last.last_seq + 1)
+
+    def segments(self):
+        """[(base_seq, path, first_timestamp, last_timestamp, size)] of the
+        non-empty segments, oldest first (for partitioning, e.g. in Spark)."""
+        self.refresh()
+        out = []
+        for i in range(len(self._order)):
+            try:
+                seg = self._seg(i)
+            except FileNotFoundError:
+                continue
+            if not seg.empty:
+                out.append((seg.base, seg.path, seg.first_ts, seg.last_ts, seg.end))
+        return out
+
+    def read_segment(self, path, from_seq=None, to_seq=None):
+        """Iterate the records of one segment file (a path from :meth:`segments`)."""
+        name = os.path.basename(path)
+        if not (name.endswith(SEGMENT_SUFFIX) and name[:20].isdigit()):
+            raise JournalError("not a journal segment: %s" % path)
+        base = int(name[:20])
+        seg = self._segments.get(base) or _Segment(base, os.path.join(self.directory, name))
+        try:
+            seg.fileno()
+        except FileNotFoundError:
+            raise SequenceGone(self.first_seq) from None
+        if not seg.indexed:
+            later = [b for b in _list_segments(self.directory) if b[0] > base]
+            if later:
+                seg.ensure_index(later[0][0] - 1)
+            else:
+                seg.scan()
+        seq = base if from_seq is None else max(from_seq, base)
+        end = seg.last_seq if to_seq is None else min(to_seq, seg.last_seq)
+        while seq <= end:
+            out = []
+            seg.read(seq, end, out, 4096, None)
+            if not out:
+                return
+            yield from out
+            seq = out[-1].seq + 1
+
+    def close(self):
+        for seg in self._segments.values():
+            seg.close()
+        self._segments = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
