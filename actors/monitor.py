@@ -27,12 +27,12 @@ A :class:`Monitor` belongs to the greenlet (and thread) that created it,
 like the kernel's sockets.
 """
 import errno
+import struct
 import time
 import uuid
 from collections import namedtuple
 
 import zmq
-from zmq.utils.monitor import parse_monitor_message
 
 from .sockets import POLLIN, Socket, context
 
@@ -40,6 +40,8 @@ __all__ = ["Monitor", "MonitorEvent", "HandshakeFailed", "Peers", "describe", "d
 
 MonitorEvent = namedtuple("MonitorEvent", "event value endpoint")
 MonitorEvent.__doc__ = "One monitor event: ``event`` (a ``zmq.EVENT_*`` int), ``value`` (int), ``endpoint`` (str)."
+
+_EVENT = struct.Struct("=HI")
 
 #: every "handshake failed" event
 HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -120,11 +122,15 @@ class Monitor:
 
     @staticmethod
     def decode(frames):
-        """The :class:`MonitorEvent` of one monitor message."""
-        parsed = parse_monitor_message(frames)
-        endpoint = parsed["endpoint"]
-        return MonitorEvent(int(parsed["event"]), int(parsed["value"]),
-                            endpoint.decode(errors="replace") if isinstance(endpoint, bytes) else endpoint)
+        """The :class:`MonitorEvent` of one monitor message.
+
+        libzmq's v1 format: ``uint16 event, uint32 value`` (native order),
+        then the endpoint.  (pyzmq's ``parse_monitor_message`` says the same,
+        but importing it imports asyncio: 30 ms on every command's start.)
+        """
+        event, value = _EVENT.unpack(frames[0])
+        endpoint = frames[1] if len(frames) > 1 else b""
+        return MonitorEvent(event, value, bytes(endpoint).decode(errors="replace"))
 
     def events(self):
         """Every event waiting now (never blocks)."""
