@@ -263,6 +263,9 @@ def run_mmi(args):
     with Client(args.connect, timeout=args.timeout, retries=1, curve=options.client_curve(args)) as client:
         try:
             code = client.request("mmi.service", args.service)[-1][0]
+        except Interrupted:
+            print("zactors mdp mmi: interrupted before the broker answered", file=sys.stderr)
+            raise
         except RequestTimeout as exc:
             if exc.connected:
                 log.error("the broker at %s did not answer mmi.service within %gs", args.connect, args.timeout)
