@@ -26,10 +26,10 @@ def register(sub):
     broker = cmds.add_parser("broker", help="run a broker until Ctrl-C",
                              description="Run a Majordomo broker; clients and workers connect to --bind. "
                                          "Ctrl-C or SIGTERM stops it (exit status 0).")
-    broker.add_argument("--bind", default=DEFAULT_ENDPOINT, type=options.bind_endpoint,
+    broker.add_argument("--bind", default=DEFAULT_ENDPOINT, type=options.bind_endpoint, metavar="ENDPOINT",
                         help="endpoint for clients and workers, e.g. tcp://*:5555 for every interface "
                              "(default: %(default)s)")
-    broker.add_argument("--worker-bind", type=options.bind_endpoint, help="a second endpoint, for workers only")
+    broker.add_argument("--worker-bind", type=options.bind_endpoint, metavar="ENDPOINT", help="a second endpoint, for workers only")
     broker.add_argument("--heartbeat", type=options.positive_float, default=2.5,
                         help="seconds between heartbeats (default: %(default)s)")
     broker.add_argument("--liveness", type=options.positive_int, default=3,
@@ -90,7 +90,7 @@ def register(sub):
 
 
 def _connect(parser):
-    parser.add_argument("--connect", default=DEFAULT_ENDPOINT, type=options.connect_endpoint,
+    parser.add_argument("--connect", default=DEFAULT_ENDPOINT, type=options.connect_endpoint, metavar="ENDPOINT",
                         help="broker endpoint (default: %(default)s)")
     options.curve_options(parser, "client")
 

@@ -63,7 +63,7 @@ def register(subparsers):
     v = sub.add_parser("ventilate", help="send tasks to the workers that connect",
                        description="Wait for --workers workers (a worker counts once its ZeroMQ handshake "
                                    "succeeds), then send --tasks tasks: %s." % DISTRIBUTION)
-    v.add_argument("--bind", default="tcp://127.0.0.1:5557", type=options.bind_endpoint,
+    v.add_argument("--bind", default="tcp://127.0.0.1:5557", type=options.bind_endpoint, metavar="ENDPOINT",
                    help="endpoint workers connect to (default %(default)s)")
     v.add_argument("--tasks", type=options.positive_int, default=1000, help="tasks to send (default %(default)s)")
     v.add_argument("--workers", type=options.positive_int, default=1,
@@ -77,9 +77,9 @@ def register(subparsers):
                        description="Take tasks from the ventilator, square them, send the results to the sink; "
                                    "until Ctrl-C or SIGTERM (exit status 0), or until the ventilator or "
                                    "sink refuses our key (exit status 4).")
-    w.add_argument("--ventilator", default="tcp://127.0.0.1:5557", type=options.connect_endpoint,
+    w.add_argument("--ventilator", default="tcp://127.0.0.1:5557", type=options.connect_endpoint, metavar="ENDPOINT",
                    help="the ventilator's endpoint, where tasks come from (default %(default)s)")
-    w.add_argument("--sink", default="tcp://127.0.0.1:5558", type=options.connect_endpoint,
+    w.add_argument("--sink", default="tcp://127.0.0.1:5558", type=options.connect_endpoint, metavar="ENDPOINT",
                    help="the sink's endpoint, where results go (default %(default)s)")
     options.curve_options(w, "client")
     _worker_options(w)
@@ -88,7 +88,7 @@ def register(subparsers):
     s = sub.add_parser("sink", help="collect results and report who did what",
                        description="Collect --tasks results and report each worker's share and the "
                                    "throughput (timed from the first result to the last).")
-    s.add_argument("--bind", default="tcp://127.0.0.1:5558", type=options.bind_endpoint,
+    s.add_argument("--bind", default="tcp://127.0.0.1:5558", type=options.bind_endpoint, metavar="ENDPOINT",
                    help="endpoint workers send results to (default %(default)s)")
     s.add_argument("--tasks", type=options.positive_int, default=1000,
                    help="results to wait for (default %(default)s)")
