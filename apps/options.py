@@ -181,12 +181,15 @@ def connect_endpoint(text):
     return text
 
 
-def bind_error(endpoint, exc):
-    """A :class:`UsageError` (or a RuntimeError) with words for a failed bind of ``endpoint``."""
+def bind_error(endpoint, exc, any_port=":* for any free one"):
+    """A :class:`UsageError` (or a RuntimeError) with words for a failed bind of ``endpoint``.
+
+    ``any_port`` says how this command asks for any free port.
+    """
     number = getattr(exc, "errno", None)
     if number == errno.EADDRINUSE:
         return UsageError("cannot bind %s: the address is in use (another program listens there); choose "
-                          "another port, or :* for any free one" % endpoint)
+                          "another port, or %s" % (endpoint, any_port))
     if number == errno.EADDRNOTAVAIL:
         return UsageError("cannot bind %s: that address is not one of this machine's; use 127.0.0.1 "
                           "or * (every interface)" % endpoint)

@@ -36,7 +36,7 @@ def run_web(args):
     try:
         server, tally = serve(args.host, args.port)
     except OSError as exc:
-        raise options.bind_error("%s:%d" % (args.host, args.port), exc) from None
+        raise options.bind_error("%s:%d" % (args.host, args.port), exc, "--port 0 for any free one") from None
     log.info("serving on http://%s:%d/  (try /hit/home and /top; Ctrl-C stops)", args.host, server.server_port)
     try:
         wait_until_stopped()
