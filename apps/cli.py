@@ -7,6 +7,7 @@ SIGTERM and a closed stdout.
 """
 import argparse
 import logging
+import signal
 import sys
 
 import zmq
@@ -89,6 +90,8 @@ def main(argv=None):
             return args.func(args) or exitstatus.OK
     except Interrupted as stop:
         return stop.exit_status
+    except KeyboardInterrupt:  # Ctrl-C before the command's signal handling was in place
+        return 128 + signal.SIGINT
     except BrokenPipeError:
         return quiet_broken_pipe()
     except HandshakeFailed as exc:

@@ -66,12 +66,17 @@ def _on_signal(signum):
 def handle_signals():
     """Route SIGINT and SIGTERM to the calling (main) greenlet for the ``with`` block."""
     _state.target, _state.signum = gevent.getcurrent(), None
+    saved = {sig: signal.getsignal(sig) for sig in SIGNALS}
     handlers = [gevent.signal_handler(sig, _on_signal, sig) for sig in SIGNALS]
     try:
         yield
     finally:
         for handler in handlers:
             handler.cancel()
+        # libev leaves SIG_DFL behind: give Python its handlers back (Ctrl-C raises KeyboardInterrupt again)
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
         _state.target = None
 
 

@@ -47,6 +47,41 @@ def test_unknown_command_is_a_one_line_error():
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def _commands(parser=None, path=()):
+    """Every (sub)command the CLI registers, found by walking the parser: new groups are covered too."""
+    import argparse
+    from zactors.apps.cli import build_parser
+    parser = parser or build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield path + (name,), sub
+                yield from _commands(sub, path + (name,))
+
+
+def test_every_registered_command_follows_the_conventions(capsys):
+    commands = list(_commands())
+    assert {c[0] for c, _ in commands} >= {"demo", "web", "mdp", "peer", "pipeline", "keygen"}
+    for path, parser in commands:
+        assert parser.description, "zactors %s has no --help description" % " ".join(path)
+        groups = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+        if groups:  # a bare group prints its help and exits 2
+            assert main(list(path)) == 2, path
+            assert capsys.readouterr().out.startswith("usage: zactors %s" % " ".join(path))
+        for action in parser._actions:  # one vocabulary: these options mean the same everywhere
+            names = set(action.option_strings)
+            if names & {"--bind", "--worker-bind"}:
+                assert action.type.__name__ == "bind_endpoint", (path, names)
+            if names & {"--connect", "--endpoint", "--ventilator", "--sink"}:
+                assert action.type.__name__ == "connect_endpoint", (path, names)
+            if "--curve" in names:
+                assert action.type.__name__ == "secret_key_file", (path, names)
+            if names & {"--tasks", "--workers", "--retries", "--threads", "--partials"}:
+                assert action.type.__name__ in ("positive_int", "count"), (path, names)
+            if names & {"--timeout", "--wait", "--heartbeat", "--expiry"}:
+                assert action.type.__name__ == "positive_float", (path, names)
+
+
 @pytest.mark.parametrize("command", [["demo"], ["peer", "list"], ["peer", "chat"], ["web"], ["mdp", "mmi"],
                                      ["pipeline", "work"], ["pipeline", "sink"]])
 def test_every_command_describes_itself(command):
@@ -212,3 +247,16 @@ def test_demo_runs_every_part():
     assert result.returncode == 0, result.stderr
     assert "Demo finished" in result.stdout
     assert "each got its own reply: True" in result.stdout
+
+
+def test_an_in_process_caller_gets_its_signal_handlers_back():
+    import os
+    import socket
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    endpoint = "tcp://127.0.0.1:%d" % free.getsockname()[1]
+    free.close()
+    assert main(["-q", "mdp", "mmi", "x", "--connect", endpoint, "--timeout", "0.1"]) == 3
+    with pytest.raises(KeyboardInterrupt):  # not killed outright: Python's own handler is back
+        os.kill(os.getpid(), signal.SIGINT)
+        gevent.sleep(5)
