@@ -5,12 +5,15 @@ disconnects) on an inproc PAIR when asked (``zmq_socket_monitor``).  That is
 the only place a CURVE client learns that the server refused its key, or a
 bound socket learns which of its connections are real ZeroMQ peers::
 
-    watch = Monitor(sock)                 # before connect/bind
+    watch = Monitor(sock, HANDSHAKE)      # before connect/bind
     sock.connect(endpoint)
-    failure = watch.wait_handshake(2.0)   # None: handshake done (or still going at the deadline)
-    if failure:                           # a HandshakeFailed: str(failure) says why, in words
-        ...
+    event = watch.recv(timeout=2.0)       # a MonitorEvent, or None at the deadline
+    if event and event.event & HANDSHAKE_FAILED:
+        print(describe(event, "the server", curve=True))   # why, in words
     watch.close()                         # always: see below
+
+:func:`probe` does that for a server you connect to, raising
+:class:`HandshakeFailed` when it refuses.
 
 Beware: libzmq's I/O thread blocks on an event its reader does not take, and
 with it every socket of the context.  Read events while the monitor runs
@@ -147,23 +150,6 @@ class Monitor:
         if self._closed or not self.pair.wait(POLLIN, timeout):
             return None
         return self.decode(self.pair.recv_frames())
-
-    def wait_handshake(self, timeout, curve=False, peer="the peer"):
-        """Wait up to ``timeout`` s for this connecting socket's first handshake outcome.
-
-        Returns None once a handshake succeeded (or at the deadline, the
-        handshake still going, e.g. while the peer is not up yet); a
-        :class:`HandshakeFailed` (returned, not raised) when one failed.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            event = self.recv(max(0.0, deadline - time.monotonic()))
-            if event is None:
-                return None
-            if event.event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                return None
-            if event.event & HANDSHAKE_FAILED:
-                return HandshakeFailed(describe(event, peer, curve), event)
 
     def close(self):
         """Stop the monitor, then close the reader (in that order: see the module docstring)."""
