@@ -114,6 +114,8 @@ class Client:
         if self._closed:
             raise RuntimeError("client is closed")
         service = _bytes(service)
+        if not service:
+            raise ValueError("a service name cannot be empty")
         body = [_bytes(f) for f in frames]
         if not body:
             raise ValueError("a request needs at least one body frame")
