@@ -368,6 +368,24 @@ class PipeEnd:
         except PipeError as exc:
             log.error("%s: malformed message from actor dropped: %s", self.name, exc)
             return
+        if verb[0] != "$" or verb not in RESERVED:  # an event: the hot path
+            nbytes = len(frame)
+            if self.in_flight:
+                self.in_flight -= 1
+                self.bytes_in_flight -= nbytes
+            event = Event(verb, tuple(args))
+            if self._on_event is not None:
+                self._on_event(event)
+            item = (event, nbytes)
+            for sub in self._subscriptions:
+                if sub.policy is BLOCK:  # bounded by the window: never full here
+                    sub._bytes += nbytes
+                    sub._queue.put_nowait(item)
+                else:
+                    sub._put(item)
+            if self._reactor is not None and self._parked is not None:  # _drain checks once a batch
+                self.consumed()
+            return
         if verb == REPLY or verb == ERROR:
             entry = self._pending.pop(request_id, None)
             if entry is None:
@@ -383,25 +401,14 @@ class PipeEnd:
         if verb == FAILED:
             self._ready.set(False)
             return
-        event = Event(verb, tuple(args))
         if verb == EXIT or verb == DIED:
             self._finish(verb, args)
+            event = Event(verb, tuple(args))
             if self._on_event is not None:
                 self._on_event(event)
             for sub in self._subscriptions:  # the last word is never dropped
                 sub._queue.put_nowait((event, 0))
                 sub._shut(self._end)
-            return
-        nbytes = len(frame)
-        if self.in_flight:
-            self.in_flight -= 1
-            self.bytes_in_flight -= nbytes
-        if self._on_event is not None:
-            self._on_event(event)
-        for sub in self._subscriptions:
-            sub._put(event, nbytes)
-        if self._reactor is not None and self._parked is not None:  # _drain checks once a batch
-            self.consumed()
 
     def _resolve(self, entry, value, error):
         if type(entry) is list:
