@@ -3,6 +3,7 @@ import os
 import time
 
 import gevent
+from hypothesis import HealthCheck, given, settings, strategies as st
 import pytest
 import zmq
 
@@ -440,3 +441,44 @@ def test_commands_that_emit_while_the_window_is_full_lose_nothing_and_keep_their
     assert seen == {"outer": list(range(6)), **{tag: [0, 1, 2] for tag in range(20)}}
     assert actor.recv_event(timeout=0.05) is None
     assert actor.call("ADD", 1, timeout=5) == 1
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(window=st.integers(1, 40), n=st.integers(0, 300),
+       subs=st.lists(st.tuples(st.sampled_from(["block", "drop"]), st.integers(1, 50)), max_size=4),
+       bursts=st.lists(st.integers(1, 60), min_size=1, max_size=8))
+def test_any_mix_of_readers_gets_what_its_policy_promises(make, window, n, subs, bursts):
+    actor = make(events_size=window)
+    subscriptions = [actor.subscribe(size=size, policy=policy) for policy, size in subs]
+    actor.send("STREAM", n)
+    got = {sub: [] for sub in subscriptions}
+    default = []
+    blocking = [sub for sub in subscriptions if sub.policy == "block"]
+
+    def within_window():
+        pipe = actor._pipe
+        return pipe.in_flight + pipe._default.pending <= window + 1 and all(
+            pipe.in_flight + sub.pending <= sub.size + 1 for sub in blocking)
+    # The default reader takes bursts of events; each blocking subscription
+    # follows it; drop ones are read at the end.
+    burst = 0
+    while len(default) < n:
+        for _ in range(min(bursts[burst % len(bursts)], n - len(default))):
+            assert within_window()
+            default.append(actor.recv_event(timeout=10).args[0])
+            for sub in subscriptions:
+                if sub.policy == "block":
+                    got[sub].append(sub.recv(timeout=10).args[0])
+        burst += 1
+        gevent.sleep(0)
+    assert default == list(range(n))
+    assert actor.call("ADD", 0, timeout=5) == 0
+    for sub in subscriptions:
+        while sub.pending:
+            got[sub].append(sub.recv(timeout=1).args[0])
+        if sub.policy == "block":
+            assert got[sub] == list(range(n)) and sub.dropped == 0
+        else:
+            assert got[sub] == sorted(set(got[sub])) and len(got[sub]) + sub.dropped == n
+        sub.close()
+    actor.destroy()
