@@ -82,7 +82,9 @@ def _check(sock):
 # bytecodes, so it may strike between the frames of one message.  The pure
 # calls then finish that message (read the rest and drop it, or send the
 # rest) before the exception goes on: the socket is left at a message
-# boundary, never with half a message read or sent.
+# boundary, never with half a message read or sent (short of a second raising
+# handler striking within the microseconds that takes: the C calls have no
+# such window).
 
 def _skip_rest(sock):
     while _get(sock, _RCVMORE):
