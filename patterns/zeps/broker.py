@@ -36,8 +36,10 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   in sequence order, with no gap, whatever its speed.
 - Heartbeats: the broker PINGs a peer silent for ``heartbeat`` seconds and
   drops a peer silent for ``expiry`` seconds (sending it DETACH).  Memory per
-  peer is bounded: at most ``max_patterns`` patterns, credit capped, the
-  Router's per-peer backlog; at most ``max_peers`` attached peers.
+  peer is bounded: at most ``max_patterns`` patterns, credit capped at
+  ``max_credit`` bytes (what may be in flight to it), libzmq's send queue
+  (``sndhwm``) and the kernel outbox behind it; at most ``max_peers``
+  attached peers.
 - Invalid or out-of-order commands are answered with INVALID (a readable
   reason) and counted (``invalid``); nothing a peer sends stops the broker
   or another peer's flow.
@@ -58,11 +60,14 @@ import os
 import struct
 import time
 
+from zmq import ZMQError
+
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import curve_server
 from zactors.actors.heartbeat import Liveness
 from zactors.actors.journal import Journal, JournalError, SequenceGone
 from zactors.actors.router import Router
+from zactors.actors.speedups import send_message
 
 from . import protocol as p
 from .matcher import Filter, Matcher, PatternError
@@ -72,11 +77,12 @@ __all__ = ["Broker", "stream_directory", "stream_name"]
 log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
-_deliver = p.deliver
+_DELIVER_HEAD = struct.Struct(">2sBQB").pack   # signature, 7, sequence, key length
+_u32 = struct.Struct(">I").pack
+_SIG = p.SIGNATURE
 _unpack_u32 = struct.Struct(">I").unpack_from
 _LIVE, _REPLAY = "live", "replay"
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-_MAX_CREDIT = 2 ** 62
 
 
 def stream_directory(name):
@@ -139,13 +145,16 @@ class Broker(Actor):
 
     #: replay: records read per journal call (one task step)
     replay_batch = 256
-    #: messages a subscriber's transport may hold before it is switched to replay
+    #: messages waiting in the kernel outbox for one peer before it is switched to replay
     transport_high = 1000
+    #: libzmq's send queue per peer, in messages: credit is the flow control, so it is
+    #: sized to hold a full window of small messages (max_credit bounds the bytes)
+    sndhwm = 100000
 
     def __init__(self, journal_dir, endpoint="tcp://127.0.0.1:*", *, fsync=0.1, heartbeat=1.0, expiry=5.0,
                  max_message=1 << 20, max_streams=1024, max_peers=100000, max_patterns=64,
-                 max_stream_name=80, segment_bytes=64 << 20, retain_bytes=None, retain_seconds=None,
-                 curve=None, curve_domain=None, permissions=None, name=None):
+                 max_stream_name=80, max_credit=64 << 20, segment_bytes=64 << 20, retain_bytes=None,
+                 retain_seconds=None, curve=None, curve_domain=None, permissions=None, name=None):
         if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
             raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
         if not 0 < heartbeat <= expiry:
@@ -160,6 +169,7 @@ class Broker(Actor):
         self.max_peers = max_peers
         self.max_patterns = max_patterns
         self.max_stream_name = max_stream_name
+        self.max_credit = max_credit
         self.journal_options = dict(segment_bytes=segment_bytes, retain_bytes=retain_bytes,
                                     retain_seconds=retain_seconds)
         self.curve = curve
@@ -184,8 +194,10 @@ class Broker(Actor):
         self._heard = set()         # identities heard from since the last liveness sweep
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
-                             high=self.transport_high, backlog=self.transport_high * 2)
+                             high=self.transport_high, backlog=self.transport_high * 2,
+                             sndhwm=self.sndhwm)
         self._outbox_send = self.router.outbox.send
+        self._outbox_pending = self.router.outbox.pending
         self.add_reader(self.router.socket, self._on_frames)  # ours: the PUBLISH fast path
         if self.curve is not None:
             curve_server(self.router.socket, self.curve, self.curve_domain)
@@ -311,11 +323,13 @@ class Broker(Actor):
         if not matcher:
             return True
         match = matcher.match
-        send = self._outbox_send
+        send, pending = self._outbox_send, self._outbox_pending
+        sock = self.router.socket
+        handle = sock.handle
         for seq, key, body in fresh:
             owners = match(key)
             if owners:
-                frame = _deliver(seq, key, body)
+                frame = b"".join((_DELIVER_HEAD(_SIG, 7, seq, len(key)), key, _u32(len(body)), body))
                 cost = len(frame)
                 for sub in owners:
                     if seq < sub.floor or sub.mode is not _LIVE:
@@ -323,7 +337,14 @@ class Broker(Actor):
                     if sub.credit >= cost and not sub.held:
                         sub.credit -= cost
                         sub.delivered += 1
-                        send(sub.identity, [frame])
+                        identity = sub.identity
+                        if pending(identity):  # behind what waits already, in order
+                            send(identity, [frame])
+                        else:
+                            try:  # straight to libzmq (one C call), the kernel outbox when it would block
+                                send_message(sock, handle, (identity, frame))
+                            except ZMQError:
+                                send(identity, [frame])  # queued (EAGAIN), or the peer is gone: dropped
                     else:
                         self._to_replay(sub, seq)
         return True
@@ -336,7 +357,7 @@ class Broker(Actor):
         self.stats["to_replay"] += 1
 
     def _credit(self, peer, amount):
-        peer.credit = min(peer.credit + amount, _MAX_CREDIT)
+        peer.credit = min(peer.credit + amount, self.max_credit)
         if peer.mode is _REPLAY and peer.identity not in self._replaying:
             self._replaying[peer.identity] = peer
             self._pump()
@@ -392,21 +413,33 @@ class Broker(Actor):
             self.stats["replay_errors"] += 1
             return False
         match = peer.filter
-        send = self.router.send
+        send = self._outbox_send
         identity = peer.identity
+        direct = not self._outbox_pending(identity)
+        sock = self.router.socket
+        handle = sock.handle
+        credit = peer.credit
         sent = 0
         more = True
         for seq, _, key, body in records:
             if seq > limit:
                 break
             if match(key):
-                frame = _deliver(seq, key, body)
+                frame = b"".join((_DELIVER_HEAD(_SIG, 7, seq, len(key)), key, _u32(len(body)), body))
                 cost = len(frame)
-                if peer.credit < cost:
+                if credit < cost:
                     more = False
                     break
-                peer.credit -= cost
-                if not send(identity, [frame]):  # gone (dropped by on_unroutable)
+                credit -= cost
+                if direct:
+                    try:  # straight to libzmq while nothing waits in the outbox
+                        send_message(sock, handle, (identity, frame))
+                    except ZMQError:
+                        direct = False
+                        if not send(identity, [frame]):  # gone (dropped by on_unroutable)
+                            more = False
+                            break
+                elif not send(identity, [frame]):
                     more = False
                     break
                 sent += 1
@@ -415,6 +448,7 @@ class Broker(Actor):
                     more = False
                     break
             peer.next = seq + 1
+        peer.credit = credit
         peer.delivered += sent
         self.stats["replayed"] += sent
         if not more:

@@ -279,6 +279,7 @@ class Subscriber(Actor):
         self._credit_posted = False
         self._error = None
         self._closed = False
+        self._waiting = 0           # get() calls parked on _ready
         self.ready_timeout = timeout + 1
         if name:
             self.name = name
@@ -296,7 +297,11 @@ class Subscriber(Actor):
             if self._closed:
                 return None
             self._ready.clear()
-            self._ready.wait(timeout)
+            self._waiting += 1
+            try:
+                self._ready.wait(timeout)
+            finally:
+                self._waiting -= 1
             if not queue:
                 if self._error is not None:
                     raise self._error
@@ -351,7 +356,7 @@ class Subscriber(Actor):
     def _connect(self):
         if self._sock is not None:
             self.close_socket(self._sock)
-        sock = self._sock = self.socket(zmq.DEALER)
+        sock = self._sock = self.socket(zmq.DEALER, rcvhwm=0)  # the credit window bounds what comes in
         if self.curve:
             curve_client(sock, self.curve[1], self.curve[0])
         sock.connect(self.endpoint)
@@ -399,7 +404,8 @@ class Subscriber(Actor):
                 if self.callback is None:
                     self._queue.append(item)
                     self._queued_bytes += size
-                    self._ready.set()
+                    if self._waiting:
+                        self._ready.set()
                 else:
                     self._callback(item, size)
                 return
