@@ -1,0 +1,392 @@
+"""The Clone client (12/CHP): a live local copy of a cluster-wide map.
+
+::
+
+    clone = Clone(["tcp://127.0.0.1:5556", "tcp://127.0.0.1:5566"], subtree="/app/")
+    clone.wait_synced(5)
+    clone["/app/colour"]                      # bytes; KeyError if absent
+    clone.set("/app/colour", b"blue", ttl=30)  # sent to every server; returns the UUID
+    clone.set("/app/size", b"9", wait=5)       # ... and waits for the server's KVPUB: its sequence
+    clone.delete("/app/colour")
+    for key, value, sequence in clone.changes(timeout=1): ...
+    clone.destroy()
+
+A server is a base endpoint (``tcp://host:P``: snapshot at P, updates at
+P+1, collector at P+2) or a ``(snapshot, publisher, collector)`` tuple; a
+Binary Star pair is two of them, primary first.
+
+Reading (``get``, ``[]``, ``in``, ``len``, iteration, ``items``) never
+blocks and never leaves this process: the map lives in the client actor,
+which runs in the same thread as its callers.  Keys and values are bytes
+(``str`` is encoded as UTF-8 on the way in).
+
+Behaviour:
+
+- Connect: SUB to the server's publisher first, then ICANHAZ? with the
+  subtree; updates arriving meanwhile are held, and after KTHXBAI those
+  newer than its sequence are applied in order: nothing lost, nothing
+  applied twice or out of order.
+- Silence: a server that sends nothing (HUGZ, updates, snapshot entries)
+  for ``timeout`` seconds is abandoned for the next one (the Binary Star
+  vote: our ICANHAZ? lets the backup take over); the map is then replaced
+  by the new server's snapshot, and a change event is sent for each key
+  that differs.  A client of the whole map (no subtree) also re-syncs when
+  it sees a gap in the sequence (updates lost in transit).
+- ``set``/``delete`` publish a KVSET with a fresh UUID to *every* server's
+  collector (so a passive backup holds it as pending until it sees it from
+  the active).  The local map changes when the server's KVPUB comes back,
+  never before: the map is always a state some server published.
+- Change events: ``on_change(key, value, sequence)`` callbacks run in the
+  client's loop (they must not block); :meth:`changes` iterators each get a
+  bounded queue (``max_events``); a full queue drops events and counts them
+  (``events_dropped``) rather than grow.
+
+Safe from many greenlets of one thread (a gevent WSGI server's handlers,
+say); not across OS threads.
+"""
+import logging
+import time
+import uuid as _uuid
+
+import zmq
+from gevent.event import AsyncResult, Event
+from gevent import Timeout
+from gevent.queue import Empty, Full, Queue
+
+from zactors.actors.actor import Actor, command
+from zactors.actors.auth import curve_client
+from zactors.actors.errors import ActorTimeout
+
+from .protocol import (HUGZ, KTHXBAI, ProtocolError, check_subtree, decode_kvmsg, encode_icanhaz,
+                       encode_properties, pack_sequence)
+
+__all__ = ["Clone", "server_endpoints"]
+
+log = logging.getLogger(__name__)
+
+_monotonic = time.monotonic
+_ZERO = pack_sequence(0)
+
+
+def server_endpoints(server):
+    """``(snapshot, publisher, collector)`` from ``tcp://host:P`` or a tuple of three (or four)."""
+    if isinstance(server, str):
+        head, sep, port = server.rpartition(":")
+        if not sep or not port.isdigit() or "://" not in head:
+            raise ValueError("a server is tcp://host:port or (snapshot, publisher, collector), got %r" % server)
+        port = int(port)
+        return tuple("%s:%d" % (head, port + i) for i in range(3))
+    server = tuple(server)
+    if len(server) < 3:
+        raise ValueError("a server needs (snapshot, publisher, collector) endpoints")
+    return server[:3]
+
+
+def _bytes(x):
+    return x.encode() if isinstance(x, str) else bytes(x)
+
+
+class Clone(Actor):
+    """A live copy of a Clone map; see the module docstring."""
+
+    def __init__(self, servers, *, subtree=b"", timeout=1.0, sub_wait=0.3, max_events=10000, curve=None, server_public=None,
+                 name=None):
+        if isinstance(servers, str):
+            servers = [servers]
+        self.servers = [server_endpoints(s) for s in servers]
+        if not self.servers:
+            raise ValueError("at least one server")
+        self.subtree = check_subtree(subtree)
+        self.timeout = timeout
+        self.sub_wait = sub_wait
+        self.max_events = max_events
+        self.curve = curve
+        self.server_public = server_public
+        self.name = name or "clone"
+        self.map = {}
+        self.sequence = 0
+        self.current = 0
+        self.synced = Event()
+        self._callbacks = []
+        self._watchers = []
+        self._acks = {}
+
+    # -- parent side: the mapping ---------------------------------------------
+    def get(self, key, default=None):
+        return self.map.get(_bytes(key), default)
+
+    def __getitem__(self, key):
+        return self.map[_bytes(key)]
+
+    def __contains__(self, key):
+        return _bytes(key) in self.map
+
+    def __len__(self):
+        return len(self.map)
+
+    def __iter__(self):
+        return iter(list(self.map))
+
+    def keys(self):
+        return list(self.map)
+
+    def items(self):
+        return list(self.map.items())
+
+    @property
+    def server(self):
+        """The snapshot endpoint of the server this client follows now."""
+        return self.servers[self.current][0]
+
+    def wait_synced(self, timeout=None):
+        """Block this greenlet until the first snapshot is in; False on timeout."""
+        return self.synced.wait(timeout)
+
+    def set(self, key, value, ttl=None, wait=None):
+        """Publish ``key = value`` (empty value: delete); returns its UUID.
+
+        ``ttl``: seconds after which the server deletes the key.  ``wait``:
+        seconds to wait for the server's KVPUB of this update, then return its
+        sequence (ActorTimeout if it does not come; the update may still be
+        applied later).  Safe from many greenlets.
+        """
+        key, value = _bytes(key), _bytes(value)
+        if not key or key in (HUGZ, KTHXBAI, b"ICANHAZ?"):
+            raise ValueError("bad key %r" % key[:40])
+        props = b""
+        if ttl:
+            if not 0 < ttl < 1e9:
+                raise ValueError("ttl must be positive seconds")
+            props = encode_properties({"ttl": "%g" % ttl})
+        uid = _uuid.uuid4().bytes
+        if wait is None:
+            self.send("SET", key, value, uid, props)
+            return uid
+        if not key.startswith(self.subtree):
+            raise ValueError("wait= needs a key inside this client's subtree %r" % self.subtree)
+        result = self._acks[uid] = AsyncResult()
+        try:
+            self.send("SET", key, value, uid, props)
+            return result.get(timeout=wait)
+        except Timeout:
+            raise ActorTimeout("no KVPUB for %r within %ss" % (key, wait)) from None
+        finally:
+            self._acks.pop(uid, None)
+
+    def delete(self, key, wait=None):
+        """Publish the deletion of ``key``; see :meth:`set`."""
+        return self.set(key, b"", wait=wait)
+
+    def on_change(self, callback):
+        """Call ``callback(key, value, sequence)`` in the client's loop for every change (value b"": deleted)."""
+        self._callbacks.append(callback)
+        return callback
+
+    def changes(self, timeout=None):
+        """Iterate over ``(key, value, sequence)`` changes from now on; ends after ``timeout`` s of none."""
+        queue = Queue(self.max_events)
+        self._watchers.append(queue)
+        try:
+            while True:
+                try:
+                    event = queue.get(timeout=timeout)
+                except Empty:
+                    return
+                yield event
+        finally:
+            self._watchers.remove(queue)
+
+    # -- actor side -------------------------------------------------------------
+    def setup(self):
+        self.pub = self.socket(zmq.PUB, sndhwm=100000)
+        self._secure(self.pub)
+        for _snapshot, _publisher, collector in self.servers:
+            self.pub.connect(collector)
+        self.snapshot = self.sub = self._ask_timer = None
+        self._building = None
+        self._buffer = []
+        self._connect(0)
+        self.call_every(max(self.timeout / 5, 0.01), self._check_silence)
+
+    def _secure(self, sock):
+        if self.curve is not None:
+            curve_client(sock, self.curve, self.server_public)
+        return sock
+
+    def _connect(self, index):
+        """Subscribe to server ``index``, then ask it for a snapshot (see :meth:`_ask`)."""
+        for sock in (self.snapshot, self.sub):
+            if sock is not None:
+                self.close_socket(sock)
+        if self._ask_timer is not None:
+            self._ask_timer.cancel()
+        self.current = index
+        snapshot, publisher, _collector = self.servers[index]
+        sub = self.sub = self._secure(self.socket(zmq.SUB, rcvhwm=0))
+        sub.setsockopt(zmq.SUBSCRIBE, self.subtree)
+        if self.subtree:
+            sub.setsockopt(zmq.SUBSCRIBE, HUGZ)
+        sub.connect(publisher)
+        self.snapshot = self._secure(self.socket(zmq.DEALER, rcvhwm=0))
+        self.snapshot.connect(snapshot)
+        self._live = False
+        self._unproven = False
+        self._building = {}
+        self._buffer = []
+        self._heard = _monotonic()
+        self.add_reader(self.snapshot, self._on_snapshot)
+        self.add_reader(sub, self._on_update)
+        # A SUB receives only what is published after its subscription reached the server.  Wait
+        # (briefly: a passive server sends nothing until our request makes it take over) for a
+        # first message, which proves the subscription live, before asking for the snapshot.
+        self._asked = False
+        self._ask_timer = self.call_later(self.sub_wait, self._ask)
+
+    def _ask(self, buffered=()):
+        """Send ICANHAZ? (a Binary Star vote too).  Updates published meanwhile are buffered."""
+        if self._asked:
+            return
+        self._asked = True
+        if self._ask_timer is not None:
+            self._ask_timer.cancel()
+            self._ask_timer = None
+        self._building = {}
+        self._buffer = list(buffered)
+        self._unproven = not self._live
+        self._heard = _monotonic()
+        self.snapshot.send_multipart(encode_icanhaz(self.subtree))
+        self.stats["snapshot_requests"] += 1
+
+    def _proven(self, frames):
+        """After a snapshot asked before the SUB was live: does this first update prove nothing fell between?"""
+        try:
+            msg = decode_kvmsg(frames)
+        except ProtocolError:
+            return False
+        if msg.key == HUGZ:
+            return False  # the spec's HUGZ carry no sequence: it cannot tell
+        return msg.sequence <= self.sequence or (not self.subtree and msg.sequence == self.sequence + 1)
+
+    def _reask(self, buffered=()):
+        log.debug("%s: subscription was not live when we asked; asking again", self.name)
+        self.stats["snapshot_reasks"] += 1
+        self._asked = False
+        self._ask(buffered)
+
+    def _check_silence(self):
+        if _monotonic() - self._heard > self.timeout:
+            nxt = (self.current + 1) % len(self.servers)
+            log.info("%s: server %s silent for %.1fs; trying %s", self.name, self.servers[self.current][0],
+                     self.timeout, self.servers[nxt][0])
+            self.stats["failovers"] += 1
+            self._connect(nxt)
+
+    def _on_snapshot(self, frames):
+        if self._building is None:
+            return
+        try:
+            msg = decode_kvmsg(frames)
+        except ProtocolError:
+            self.stats["malformed"] += 1
+            return
+        self._heard = _monotonic()
+        if msg.key != KTHXBAI:
+            if msg.value and msg.key.startswith(self.subtree):
+                self._building[msg.key] = msg.value
+            return
+        built, buffered = self._building, self._buffer
+        self._building, self._buffer = None, []
+        old, self.map = self.map, built
+        self.sequence = seq = msg.sequence
+        self.stats["snapshots"] += 1
+        if self._callbacks or self._watchers:
+            for key, value in built.items():
+                if old.get(key) != value:
+                    self._changed(key, value, seq)
+            for key in old:
+                if key not in built:
+                    self._changed(key, b"", seq)
+        self.synced.set()
+        if self._unproven and buffered:
+            self._unproven = False
+            if not self._proven(buffered[0]):
+                self._reask(buffered)
+                return
+        for frames in buffered:
+            if self._building is not None:
+                break  # a gap: we asked again
+            self._update(frames)
+
+    def _on_update(self, frames):
+        if not self._live:
+            self._live = True
+            if not self._asked:
+                self._ask()
+            elif self._building is None and self._unproven:
+                self._unproven = False
+                if not self._proven(frames):
+                    self._reask((frames,))
+                    return
+        if self._building is not None:  # only the snapshot itself shows a request was accepted
+            self._buffer.append(frames)
+            return
+        self._heard = _monotonic()
+        self._update(frames)
+
+    def _update(self, frames):
+        try:
+            msg = decode_kvmsg(frames)
+        except ProtocolError:
+            self.stats["malformed"] += 1
+            return
+        seq, key = msg.sequence, msg.key
+        if key == HUGZ:
+            if seq > self.sequence and not self.subtree:  # the Guide's HUGZ carry the sequence: a lost tail
+                self._resync("HUGZ at %d, we are at %d" % (seq, self.sequence))
+            return
+        if seq <= self.sequence or not key.startswith(self.subtree):
+            return
+        if seq != self.sequence + 1 and not self.subtree:
+            self._resync("gap: expected %d, got %d" % (self.sequence + 1, seq))
+            return
+        self.sequence = seq
+        value = msg.value
+        if value:
+            self.map[key] = value
+        else:
+            self.map.pop(key, None)
+        if msg.uuid:
+            ack = self._acks.get(msg.uuid)
+            if ack is not None:
+                ack.set(seq)
+        if self._callbacks or self._watchers:
+            self._changed(key, value, seq)
+
+    def _resync(self, reason):
+        log.info("%s: re-syncing (%s)", self.name, reason)
+        self.stats["resyncs"] += 1
+        self._connect(self.current)
+
+    def _changed(self, key, value, seq):
+        event = (key, value, seq)
+        for callback in self._callbacks:
+            try:
+                callback(*event)
+            except Exception:
+                self.stats["callback_errors"] += 1
+                log.exception("%s: change callback failed", self.name)
+        for queue in self._watchers:
+            try:
+                queue.put_nowait(event)
+            except Full:
+                self.stats["events_dropped"] += 1
+
+    @command("SET")
+    def _publish(self, key, value, uid, props):
+        self.pub.send_multipart([key, _ZERO, uid, props, value])
+        self.stats["sets"] += 1
+
+    @command(reply=True)
+    def info(self):
+        return {"server": self.servers[self.current][0], "sequence": self.sequence, "keys": len(self.map),
+                "synced": self._building is None, "subtree": self.subtree, "counters": dict(self.stats)}

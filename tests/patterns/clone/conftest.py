@@ -1,0 +1,83 @@
+"""Clone test helpers: servers and clients on ephemeral loopback ports, raw peers."""
+import random
+import socket
+
+import pytest
+import zmq
+
+from zactors.actors.sockets import Socket, context
+from zactors.patterns.clone.client import Clone
+from zactors.patterns.clone.server import CloneServer
+
+
+@pytest.fixture
+def make():
+    """``make(CloneServer, ...)`` / ``make(Clone, ...)``: destroyed after the test, clients first."""
+    made = []
+
+    def make(cls, *args, **kwargs):
+        actor = cls(*args, **kwargs)
+        made.append(actor)
+        return actor
+
+    yield make
+    for actor in sorted(made, key=lambda a: isinstance(a, CloneServer)):
+        actor.destroy()
+
+
+@pytest.fixture
+def raw():
+    """``raw(zmq.DEALER, connect=...)``: a greenlet-friendly plain socket, closed after the test."""
+    made = []
+
+    def raw(kind, connect=None, **options):
+        sock = context().socket(kind, socket_class=Socket)
+        sock.linger = 0
+        for name, value in options.items():
+            setattr(sock, name, value)
+        if connect:
+            sock.connect(connect)
+        made.append(sock)
+        return sock
+
+    yield raw
+    for sock in made:
+        sock.close(0)
+
+
+def client_of(server):
+    """The server spec a Clone takes for a CloneServer actor."""
+    return tuple(server.endpoints[:3])
+
+
+def pair(make, **options):
+    """A primary and a backup on ephemeral ports, each told the other's endpoints."""
+    primary = make(CloneServer, role="primary", name="primary", **options)
+    backup = make(CloneServer, role="backup", name="backup", peer=primary.endpoints, **options)
+    snapshot, publisher, _collector, state = backup.endpoints
+    primary.call("PEER", snapshot, publisher, state)
+    return primary, backup
+
+
+
+def free_base_port():
+    """A base port P with P..P+3 free on loopback (the servers bind them a moment later)."""
+    rnd = random.Random()
+    for _ in range(200):
+        base = rnd.randrange(20000, 60000)
+        held = []
+        try:
+            for port in range(base, base + 4):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    pytest.skip("no four consecutive free ports")
+
+
+__all__ = ["client_of", "pair", "Clone", "CloneServer", "zmq"]
