@@ -43,6 +43,9 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
 - Invalid or out-of-order commands are answered with INVALID (a readable
   reason) and counted (``invalid``); nothing a peer sends stops the broker
   or another peer's flow.
+- Real-time output over UDP multicast (``multicast=(group, port)``,
+  ``multicast_interface``, ``multicast_ttl``): every written message is also
+  sent as a datagram carrying its sequence; see :mod:`.multicast`.
 - CURVE (``curve=keys``) through :mod:`zactors.actors.auth`, and per-stream
   permissions (``permissions=``, a :class:`~.permissions.Permissions`): a
   peer's key (the ZAP User-Id) must be allowed to publish or subscribe to the
@@ -154,7 +157,8 @@ class Broker(Actor):
     def __init__(self, journal_dir, endpoint="tcp://127.0.0.1:*", *, fsync=0.1, heartbeat=1.0, expiry=5.0,
                  max_message=1 << 20, max_streams=1024, max_peers=100000, max_patterns=64,
                  max_stream_name=80, max_credit=64 << 20, segment_bytes=64 << 20, retain_bytes=None,
-                 retain_seconds=None, curve=None, curve_domain=None, permissions=None, name=None):
+                 retain_seconds=None, curve=None, curve_domain=None, permissions=None, multicast=None,
+                 multicast_interface=None, multicast_ttl=1, name=None):
         if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
             raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
         if not 0 < heartbeat <= expiry:
@@ -175,6 +179,9 @@ class Broker(Actor):
         self.curve = curve
         self.curve_domain = curve_domain
         self.permissions = permissions
+        self.multicast = multicast
+        self.multicast_interface = multicast_interface
+        self.multicast_ttl = multicast_ttl
         if permissions is not None and curve is None:
             raise ValueError("permissions need CURVE: they are granted to client keys")
         if name:
@@ -206,6 +213,12 @@ class Broker(Actor):
             from .permissions import key_reader
             key_reader(self, self.router.socket, self._on_frames, self._keys)
         self.endpoint = self.router.bind(self.endpoint)
+        self._multicast = None
+        if self.multicast is not None:
+            from .multicast import MulticastSender
+            group, port = self.multicast
+            self._multicast = MulticastSender(group, port, interface=self.multicast_interface, ttl=self.multicast_ttl)
+            self.call_every(self.heartbeat, self._multicast_heads)
         if isinstance(self.fsync, (int, float)):
             self.call_every(self.fsync, self._sync_all)
         self.call_every(1.0, self._sample)
@@ -213,6 +226,8 @@ class Broker(Actor):
         log.debug("%s: serving %s, journal %s", self.name, self.endpoint, self.journal_dir)
 
     def teardown(self):
+        if self._multicast is not None:
+            self._multicast.close()
         for identity in list(self._peers):
             self._send(identity, p.DETACH_FRAME)
         for stream in self._streams.values():
@@ -319,6 +334,10 @@ class Broker(Actor):
         fresh, stream.fresh = stream.fresh, []
         stream.publishes += len(fresh)
         stream.delivered_seq = fresh[-1][0]
+        if self._multicast is not None:
+            multicast, name = self._multicast.send, stream.name
+            for seq, key, body in fresh:
+                multicast(name, seq, key, body)
         matcher = stream.matcher
         if not matcher:
             return True
@@ -707,6 +726,11 @@ class Broker(Actor):
                 self._drop(peer)
         self._arm_liveness()
 
+    def _multicast_heads(self):
+        for stream in self._streams.values():
+            if stream.delivered_seq:
+                self._multicast.head(stream.name, stream.delivered_seq)
+
     # -- introspection --------------------------------------------------------------
     def _sample(self):
         now = _monotonic()
@@ -740,5 +764,8 @@ class Broker(Actor):
                 "bytes": stats["disk_bytes"],
                 "peers": len(stream.peers), "subscribers": subscribers,
             }
-        return {"endpoint": self.endpoint, "journal": self.journal_dir, "streams": streams,
+        info = {"endpoint": self.endpoint, "journal": self.journal_dir, "streams": streams,
                 "peers": len(self._peers), "counters": dict(self.stats)}
+        if self._multicast is not None:
+            info["multicast"] = dict(self._multicast.stats, group="%s:%d" % self._multicast.address)
+        return info
