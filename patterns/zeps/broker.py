@@ -630,7 +630,10 @@ class Broker(Actor):
             return
         stream = peer.stream
         if stream.fresh and peer.published > stream.delivered_seq and not self._flush(stream):
-            self._invalid(identity, "stream %s cannot write its journal" % stream.name.decode())
+            # No PING-OK: what it published is not written.  The reason starts with "PING:" so that a
+            # client waiting for the PING-OK knows this INVALID is the answer (the write is retried).
+            self._invalid(identity, "PING: stream %s cannot write its journal: %s"
+                          % (stream.name.decode(), stream.journal.error))
             return
         self._send(identity, p.PING_OK_FRAME)
 

@@ -118,6 +118,7 @@ class Publisher:
             raise
         self._heard = _monotonic()
         self._pong = 0
+        self._pong_refused = None
         self._keepalive = gevent.spawn(self._keep_alive)
 
     def publish(self, key, body):
@@ -154,9 +155,13 @@ class Publisher:
         with self._lock:
             self._service()
             target = self._pong + 1
+            self._pong_refused = None
             self._sock.send(p.PING_FRAME)
             deadline = _monotonic() + timeout
             while self._pong < target:
+                if self._pong_refused is not None:
+                    errors, self._errors = self._errors, []
+                    raise ZepsError("; ".join([self._pong_refused] + errors[:4]))
                 remaining = deadline - _monotonic()
                 if remaining <= 0:
                     raise ZepsError("the broker did not confirm within %ss" % timeout)
@@ -191,7 +196,9 @@ class Publisher:
                 sock.send(p.PING_OK_FRAME)
             elif kind is p.Invalid:
                 self.stats["invalid"] += 1
-                if len(self._errors) < 100:
+                if message.reason.startswith("PING:"):  # the broker's answer to our PING: not written
+                    self._pong_refused = message.reason[5:].strip()
+                elif len(self._errors) < 100:
                     self._errors.append(message.reason)
             elif kind is p.Detach:
                 lost = True

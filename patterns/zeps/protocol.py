@@ -25,7 +25,9 @@ Where the spec is silent, zactors decides (the README says the same):
   position (their ``latest`` is ignored).  Use one peering per start point.
 * **PING** may come from either side; the receiver answers PING-OK.  The
   broker answers a client's PING only once every PUBLISH received before it
-  on that peering is written to the journal (``Client.flush`` uses that).
+  on that peering is written to the journal (``Publisher.flush`` uses that);
+  when the journal cannot write (disk full), it answers INVALID with a
+  reason starting ``PING:`` instead, and writes later once it can.
 * **DETACH**: a client's DETACH is answered with DETACH-OK and ends the
   peering; the broker sends DETACH when it drops a peering (shutdown, a
   silent peer) and expects no answer (a DETACH-OK from the client is
