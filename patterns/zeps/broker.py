@@ -9,6 +9,8 @@
 
 Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
 
+- Streams whose journals are in ``journal_dir`` are opened at start, and
+  ``streams=`` pre-declares more; others are created on their first ATTACH.
 - One ROUTER (the kernel's :class:`~zactors.actors.router.Router`, whose
   per-peer backlog is the backpressure under the credit); one peering (a
   client DEALER) attaches one stream.  A stream is created on its first
@@ -52,8 +54,8 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   stream, else INVALID (counted as ``refused``).
 
 Commands: ``INFO`` (reply: streams with their sequence range, rate and bytes
-on disk; subscribers with pattern, mode, lag and credit; counters), and
-``$STATS``/``$TERM``.  The handle is an actor handle: safe from many
+on disk; subscribers with pattern, mode, lag and credit; counters),
+``RETAIN`` (no reply: apply retention now), and ``$STATS``/``$TERM``.  The handle is an actor handle: safe from many
 greenlets of its thread, not across OS threads.  Tools reach ``INFO`` over
 the network with the QUERY extension command (see :mod:`.protocol`).
 """
@@ -158,7 +160,7 @@ class Broker(Actor):
                  max_message=1 << 20, max_streams=1024, max_peers=100000, max_patterns=64,
                  max_stream_name=80, max_credit=64 << 20, segment_bytes=64 << 20, retain_bytes=None,
                  retain_seconds=None, curve=None, curve_domain=None, permissions=None, multicast=None,
-                 multicast_interface=None, multicast_ttl=1, name=None):
+                 multicast_interface=None, multicast_ttl=1, streams=(), name=None):
         if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
             raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
         if not 0 < heartbeat <= expiry:
@@ -182,6 +184,7 @@ class Broker(Actor):
         self.multicast = multicast
         self.multicast_interface = multicast_interface
         self.multicast_ttl = multicast_ttl
+        self.declared = [x.encode() if isinstance(x, str) else bytes(x) for x in streams]
         if permissions is not None and curve is None:
             raise ValueError("permissions need CURVE: they are granted to client keys")
         if name:
@@ -221,6 +224,9 @@ class Broker(Actor):
             self.call_every(self.heartbeat, self._multicast_heads)
         if isinstance(self.fsync, (int, float)):
             self.call_every(self.fsync, self._sync_all)
+        for name in self._existing() + self.declared:  # journals already there, and pre-declared streams
+            if name not in self._streams and self._open(None, name) is None:
+                raise RuntimeError("cannot open stream %s under %s" % (name.decode(), self.journal_dir))
         self.call_every(1.0, self._sample)
         self.call_every(10.0, self._retain)
         log.debug("%s: serving %s, journal %s", self.name, self.endpoint, self.journal_dir)
@@ -401,8 +407,10 @@ class Broker(Actor):
 
     def _replay_done(self, task):
         self._pumping = False
-        if task.error is not None:
-            log.error("%s: replay failed: %s", self.name, task.error)
+        if task.error is not None:  # a bug: do not spin on it; the next CREDIT of each peer tries again
+            log.error("%s: replay failed: %r", self.name, task.error)
+            self.stats["replay_errors"] += 1
+            self._replaying.clear()
         self._pump()  # credit may have come in at the very end
 
     def _replay_step(self, peer):
@@ -424,8 +432,8 @@ class Broker(Actor):
         except SequenceGone as gone:
             self.stats["replay_skipped_retention"] += 1
             log.info("%s: %r asked for %d, retention kept from %d", self.name, peer.identity, peer.next,
-                     gone.first_available)
-            peer.next = gone.first_available
+                     gone.first_seq)
+            peer.next = gone.first_seq
             return True
         except JournalError as exc:
             log.error("%s: replay of %s failed: %s", self.name, stream.name, exc)
@@ -492,8 +500,10 @@ class Broker(Actor):
         try:
             stream.journal.write()
         except (JournalError, OSError) as exc:
-            self.stats["journal_write_errors"] += 1
-            log.error("%s: stream %s: journal write failed: %s", self.name, stream.name, exc)
+            errors = self.stats["journal_write_errors"] = self.stats["journal_write_errors"] + 1
+            if errors % 100 == 1:  # retried every 0.1 s while it fails: say so, not every time
+                log.error("%s: stream %s: journal write failed (%d so far; retrying): %s", self.name,
+                          stream.name.decode(), errors, exc)
             return False
         if self.fsync == "batch":
             self._sync(stream)
@@ -561,16 +571,29 @@ class Broker(Actor):
         self.stats["attached"] += 1
         self._send(identity, p.ATTACH_OK_FRAME)
 
+    def _existing(self):
+        """Names of the streams whose journals are in ``journal_dir`` already."""
+        names = []
+        for entry in sorted(os.listdir(self.journal_dir)):
+            name = stream_name(entry)
+            if name is not None and os.path.isdir(os.path.join(self.journal_dir, entry)):
+                names.append(name)
+        return names
+
     def _open(self, identity, name):
+        """Open (or create) stream ``name``; None, and INVALID to ``identity`` if any, when it cannot."""
         if len(self._streams) >= self.max_streams:
-            self._invalid(identity, "too many streams (%d)" % self.max_streams)
+            if identity is not None:
+                self._invalid(identity, "too many streams (%d)" % self.max_streams)
             return None
         directory = os.path.join(self.journal_dir, stream_directory(name))
         try:
             journal = Journal(directory, **self.journal_options)
         except (JournalError, OSError) as exc:
             self.stats["journal_open_errors"] += 1
-            self._invalid(identity, "cannot open stream %s: %s" % (name.decode(), exc))
+            log.error("%s: cannot open stream %s: %s", self.name, name.decode("ascii", "replace"), exc)
+            if identity is not None:
+                self._invalid(identity, "cannot open stream %s: %s" % (name.decode(), exc))
             return None
         stream = self._streams[name] = _Stream(name, journal)
         stream.samples.append((_monotonic(), journal.last_seq))
@@ -742,6 +765,11 @@ class Broker(Actor):
             samples.append((now, stream.journal.last_seq))
             if len(samples) > 11:
                 del samples[0]
+
+    @command
+    def retain(self):
+        """Apply the retention limits now (they are also applied every 10 s and as segments roll)."""
+        self._retain()
 
     @command(reply=True)
     def info(self):
