@@ -163,7 +163,7 @@ def test_subscriber_resumes_without_gap_after_the_broker_restarts(journal_dir):
         pub.flush()
         first = [sub.get(10) for _ in range(150)]  # the rest waits in its queue or the broker
         broker.destroy()
-        broker = Broker(journal_dir, endpoint, heartbeat=0.2, expiry=1.0)
+        broker = _rebind(lambda: Broker(journal_dir, endpoint, heartbeat=0.2, expiry=1.0))
         wait_for(lambda: pub.stats["reattached"] >= 1 or _flushed(pub), timeout=10, what="the publisher back")
         for i in range(300, 400):
             pub.publish(b"k", b"%d" % i)
@@ -177,6 +177,24 @@ def test_subscriber_resumes_without_gap_after_the_broker_restarts(journal_dir):
         sub.destroy()
         pub.close()
         broker.destroy()
+
+
+def _rebind(make):
+    """A broker on the endpoint just released: libzmq closes the old listener in its own thread, a moment later."""
+    import zmq
+    made = []
+
+    def attempt():
+        try:
+            made.append(make())
+            return True
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EADDRINUSE:
+                raise
+            return False
+
+    wait_for(attempt, timeout=10, what="the old broker's port to be released")
+    return made[0]
 
 
 def _flushed(pub):
