@@ -524,7 +524,9 @@ class Broker(Actor):
             self._syncing.discard(stream.name)
             if error is not None:
                 self.stats["journal_sync_errors"] += 1
-                log.error("%s: stream %s: fsync failed: %s", self.name, stream.name, error)
+                log.error("%s: stream %s: fsync failed: %s", self.name, stream.name.decode(), error)
+            elif self.fsync == "batch" and stream.journal.written_seq > stream.journal.synced_seq:
+                self._sync(stream)  # batches written while this sync ran
 
         self.run_in_thread(stream.journal.sync, on_done=done)
 

@@ -276,3 +276,19 @@ def test_a_subscriber_behind_retention_starts_at_the_first_retained(journal_dir,
 def _retained(broker):
     broker.send("RETAIN")
     return broker.call("INFO")["streams"]["s"]["first_seq"] > 1
+
+
+@pytest.mark.parametrize("fsync", ["batch", 0.05, "never"])
+def test_fsync_policies(journal_dir, raw, fsync):
+    pytest.importorskip("zactors.actors.journal")
+    from zactors.patterns.zeps.broker import Broker
+    with Broker(journal_dir, fsync=fsync) as broker:
+        pub = attached(raw, broker)
+        for _ in range(5):
+            publish(pub, [(b"k", b"v")] * 100)
+        stream = lambda: broker.call("INFO")["streams"]["s"]  # noqa: E731
+        assert stream()["written_seq"] == 500
+        if fsync == "never":
+            assert stream()["synced_seq"] < 500
+        else:
+            wait_for(lambda: stream()["synced_seq"] == 500, timeout=10, what="every write synced")
