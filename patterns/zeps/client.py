@@ -117,8 +117,9 @@ class Publisher:
             self._sock.close(0)
             raise
         self._heard = _monotonic()
-        self._pong = 0
-        self._pong_refused = None
+        self._pings = 0           # PINGs sent on this peering; the broker answers each, in order,
+        self._answers = 0         # with PING-OK, or INVALID "PING: ..." when it cannot write
+        self._refused = []        # (answer number, reason) of the INVALID "PING:" answers
         self._keepalive = gevent.spawn(self._keep_alive)
 
     def publish(self, key, body):
@@ -154,14 +155,11 @@ class Publisher:
         """
         with self._lock:
             self._service()
-            target = self._pong + 1
-            self._pong_refused = None
             self._sock.send(p.PING_FRAME)
+            self._pings += 1
+            target = self._pings      # ours is answered after every PING sent before it
             deadline = _monotonic() + timeout
-            while self._pong < target:
-                if self._pong_refused is not None:
-                    errors, self._errors = self._errors, []
-                    raise ZepsError("; ".join([self._pong_refused] + errors[:4]))
+            while self._answers < target:
                 remaining = deadline - _monotonic()
                 if remaining <= 0:
                     raise ZepsError("the broker did not confirm within %ss" % timeout)
@@ -169,6 +167,11 @@ class Publisher:
                 self._sock.wait(POLLIN, min(remaining, 0.01))
                 if self._service():  # the peering was lost: those messages may be gone
                     raise ZepsError("the broker lost this peering; messages since the last flush may be lost")
+            refused = [reason for number, reason in self._refused if number >= target]
+            self._refused = []
+            if refused:  # our PING (or a later one) was refused: not written
+                errors, self._errors = self._errors, []
+                raise ZepsError("; ".join(refused[:1] + errors[:4]))
             self.stats["flushes"] += 1
             errors, self._errors = self._errors, []
         if errors:
@@ -191,13 +194,15 @@ class Publisher:
                 continue
             kind = type(message)
             if kind is p.PingOk:
-                self._pong += 1
+                self._answers += 1
             elif kind is p.Ping:
                 sock.send(p.PING_OK_FRAME)
             elif kind is p.Invalid:
                 self.stats["invalid"] += 1
-                if message.reason.startswith("PING:"):  # the broker's answer to our PING: not written
-                    self._pong_refused = message.reason[5:].strip()
+                if message.reason.startswith("PING:"):  # the broker's answer to a PING: not written
+                    self._answers += 1
+                    self._refused.append((self._answers, message.reason[5:].strip()))
+                    del self._refused[:-10]
                 elif len(self._errors) < 100:
                     self._errors.append(message.reason)
             elif kind is p.Detach:
@@ -211,6 +216,7 @@ class Publisher:
             self._sock.close(0)
             self._sock = _dealer(self.endpoint, self.curve)
         self._sock.send(p.attach(self.stream))  # pipelined: publishes queue behind it
+        self._answers = self._pings  # PINGs of the lost peering get no answer now
         self._heard = _monotonic()
 
     def _keep_alive(self):
@@ -225,6 +231,7 @@ class Publisher:
                     self._reattach(new_socket=True)
                 elif quiet > self.heartbeat:
                     self._sock.send(p.PING_FRAME)
+                    self._pings += 1
 
     def close(self):
         """Detach and close (unflushed messages still queued are dropped: flush first)."""

@@ -275,3 +275,17 @@ def _last(journal_dir):
     from zactors.actors.journal import JournalReader
     with JournalReader(os.path.join(journal_dir, "s")) as reader:
         return reader.last_seq
+
+
+def test_flush_waits_for_its_own_ping_not_an_earlier_heartbeat(broker):
+    """A heartbeat PING sent during a long burst must not let flush() return before the burst is written."""
+    pub = Publisher(broker.endpoint, "s", heartbeat=0.01, expiry=5.0)
+    try:
+        for i in range(30000):
+            pub.publish(b"k", b"%d" % i)
+            if i % 3000 == 0:
+                gevent.sleep(0.02)  # the keepalive greenlet runs and sends its PING mid-burst
+        pub.flush()
+        assert broker.call("INFO")["streams"]["s"]["written_seq"] == 30000
+    finally:
+        pub.close()
