@@ -251,7 +251,21 @@ class Broker(Actor):
                 if size > 7 and frame[2] == 6 and frame[0] == 0xAA and frame[1] == 0xA5:
                     end = 4 + frame[3]
                     if size >= end + 4 and _unpack_u32(frame, end)[0] == size - end - 4:
-                        self._publish(peer, frame[4:end], frame[end + 4:])
+                        key, body = frame[4:end], frame[end + 4:]
+                        if peer.may_publish is not True or size - 8 > self.max_message:
+                            self._publish(peer, key, body)  # checks, and INVALID with the reason
+                            return
+                        stream = peer.stream  # the common case, inline: append, then deliver this round
+                        try:
+                            seq = stream.journal.append(key, body)
+                        except JournalError:
+                            self._publish(peer, key, body)  # refused again there, and said so
+                            return
+                        peer.published = seq
+                        stream.fresh.append((seq, key, body))
+                        if not self._flush_due:
+                            self._flush_due = True
+                            self.call_later(0, self._flush_all)
                         return
             self._on_message(identity, [frame])
         elif len(frames) > 2:
