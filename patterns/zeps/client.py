@@ -138,7 +138,9 @@ class Publisher:
         try:
             send_message(sock, sock.handle, (frame,))
         except zmq.Again:
-            sock.send_multipart([frame])  # parks this greenlet until the broker takes it
+            with self._lock:  # parks this greenlet until the broker takes it; no reattach meanwhile
+                sock = self._sock
+                sock.send_multipart([frame])
         stats = self.stats
         n = stats["published"] = stats["published"] + 1
         if not n & 63 and _events(sock, sock.handle) & POLLIN and self._lock.acquire(blocking=False):
