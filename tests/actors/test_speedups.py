@@ -1,7 +1,6 @@
 """actors.speedups: the C calls and their pure-Python twins behave the same."""
 import errno
 import itertools
-import os
 import shutil
 import threading
 import time
