@@ -66,6 +66,8 @@ class Sampler(Actor):
                 sample, status, summary, values, totals = None, "down", "%s: %s" % (type(exc).__name__, exc), {}, {}
             before = self.previous.get(source.name)
             if totals:
+                for key in totals:
+                    values[key] = 0.0
                 if before is not None and now > before[0]:
                     dt = now - before[0]
                     for key, total in totals.items():

@@ -223,6 +223,7 @@ class Clone(Source):
         self.server = server
         self.servers = servers or [tuple(client_endpoint(e) for e in server.endpoints[:3])]
         self._client = None
+        self.client()  # now, so that its publisher is connected before the first change
 
     def sample(self):
         return self.server.call("INFO", timeout=CALL_TIMEOUT)
@@ -283,6 +284,9 @@ class Clone(Source):
         if self._client is None or not self._client.alive:
             from zactors.patterns.clone.client import Clone as CloneClient
             self._client = CloneClient(self.servers, subtree=b"/$dashboard/", name="dashboard-clone")
+            # synced means connected: a KVSET sent before its PUB connects would be lost
+            if not self._client.wait_synced(5):
+                log.warning("the dashboard's Clone client has no snapshot from %s yet", self.servers[0][0])
         return self._client
 
     def close(self):
