@@ -103,11 +103,11 @@ class Dashboard:
 
     # -- WSGI -----------------------------------------------------------------
     def __call__(self, environ, start_response):
-        path = environ.get("PATH_INFO") or "/"
+        path = environ.get("PATH_INFO", "/")
         method = environ["REQUEST_METHOD"]
         base = environ.get("SCRIPT_NAME", "")
-        page = path == "/" or path == ""
-        if path == "" and base:  # mounted at /prefix: the page lives at /prefix/
+        page = path == "/"
+        if not path:  # mounted at /prefix, asked for /prefix: the page lives at /prefix/
             return _respond(start_response, "308 Permanent Redirect", b"", "text/plain",
                             [("Location", base + "/")])
         query = dict(parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True))
