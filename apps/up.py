@@ -48,6 +48,8 @@ import gevent
 from gevent.pool import Pool
 from gevent.pywsgi import WSGIServer
 
+from zactors.apps.options import UsageError
+
 __all__ = ["Up", "DEFAULTS", "load_config", "merge", "parse_period"]
 
 log = logging.getLogger(__name__)
@@ -68,8 +70,8 @@ DEFAULTS = {
 _KEYS = {part: set(DEFAULTS[part]) for part in PARTS}
 
 
-class ConfigError(ValueError):
-    """A config file or option that makes no sense: one line saying which and why."""
+class ConfigError(UsageError):
+    """A config file or option that makes no sense: one line saying which and why (exit status 2)."""
 
 
 def load_config(path):

@@ -68,7 +68,7 @@ def _port_or_any(text):
 
 def config_from(args):
     """DEFAULTS, then --config, then the options given."""
-    from zactors.apps.up import DEFAULTS, ConfigError, load_config, merge
+    from zactors.apps.up import DEFAULTS, load_config, merge
     config = load_config(args.config) if args.config else merge(DEFAULTS, {})
     given = {}
 
@@ -93,28 +93,19 @@ def config_from(args):
                        ("no_harmony", "harmony"), ("no_web", "dashboard")):
         if getattr(args, flag):
             put(part, "enabled", False)
-    try:
-        return merge(config, given)
-    except ConfigError as exc:
-        raise options.UsageError(str(exc)) from None
+    return merge(config, given)
 
 
 def run_up(args):
     from zactors.apps.up import ConfigError, Up, parse_period, split_host_port
     config = config_from(args)
-    try:
-        parse_period(config["zeps"]["fsync"])
-        if config["dashboard"]["enabled"]:
-            split_host_port(config["dashboard"]["bind"])
-        token = config["dashboard"]["token"]
-        if token is not None and len(token) < 16:
-            raise ConfigError("a dashboard token is at least 16 characters")
-    except ConfigError as exc:
-        raise options.UsageError(str(exc)) from None
-    try:
-        node = Up(config).start()
-    except ConfigError as exc:
-        raise options.UsageError(str(exc)) from None
+    parse_period(config["zeps"]["fsync"])  # wrong settings fail before anything starts
+    if config["dashboard"]["enabled"]:
+        split_host_port(config["dashboard"]["bind"])
+    token = config["dashboard"]["token"]
+    if token is not None and len(token) < 16:
+        raise ConfigError("a dashboard token is at least 16 characters")
+    node = Up(config).start()
     started = time.monotonic()
     try:
         for part, address in node.listening():
