@@ -122,6 +122,9 @@ class Zeps(Source):
     charted = {"published": "published/s", "delivered": "delivered/s"}
     #: live tails open at once; a tail is one subscriber on the broker
     max_tails = 8
+    #: streams in a sample at most (the busiest), and subscribers per stream (the most behind)
+    max_streams = 200
+    max_subscribers = 100
     #: rows a tail update carries at most
     tail_rows = 50
 
@@ -131,12 +134,24 @@ class Zeps(Source):
         self.tails = 0
 
     def sample(self):
-        return self.broker.call("INFO", timeout=CALL_TIMEOUT)
+        info = self.broker.call("INFO", timeout=CALL_TIMEOUT)
+        streams = info["streams"]
+        if len(streams) > self.max_streams:  # keep the busiest: a snapshot goes to every page each tick
+            keep = sorted(streams, key=lambda n: -streams[n]["rate"])[:self.max_streams]
+            info["streams"] = {n: streams[n] for n in sorted(keep)}
+            info["streams_not_shown"] = len(streams) - self.max_streams
+        for stream in info["streams"].values():
+            subscribers = stream["subscribers"]
+            stream["subscriber_count"] = len(subscribers)
+            stream["max_lag"] = max((x["lag"] for x in subscribers), default=0)
+            stream["delivered"] = sum(x["delivered"] for x in subscribers)
+            if len(subscribers) > self.max_subscribers:
+                stream["subscribers"] = sorted(subscribers, key=lambda x: -x["lag"])[:self.max_subscribers]
+        return info
 
     def totals(self, sample):
         streams = sample["streams"].values()
-        return {"published": sum(s["last_seq"] for s in streams),
-                "delivered": sum(sub["delivered"] for s in streams for sub in s["subscribers"])}
+        return {"published": sum(s["last_seq"] for s in streams), "delivered": sum(s["delivered"] for s in streams)}
 
     def health(self, sample):
         streams = sample["streams"]
@@ -154,9 +169,8 @@ class Zeps(Source):
             out.append(("zeps_stream_bytes", "Journal bytes on disk", labels, s["bytes"]))
             out.append(("zeps_stream_unsynced", "Records written but not yet fsynced", labels,
                         max(0, s["written_seq"] - s["synced_seq"])))
-            out.append(("zeps_stream_subscribers", "Subscribers", labels, len(s["subscribers"])))
-            out.append(("zeps_stream_max_lag", "Largest subscriber lag (messages)", labels,
-                        max((sub["lag"] for sub in s["subscribers"]), default=0)))
+            out.append(("zeps_stream_subscribers", "Subscribers", labels, s["subscriber_count"]))
+            out.append(("zeps_stream_max_lag", "Largest subscriber lag (messages)", labels, s["max_lag"]))
         return out
 
     def action(self, verb, method, query, body):
@@ -218,6 +232,8 @@ class Clone(Source):
     charted = {"updates": "updates/s"}
     #: keys a listing returns at most
     max_keys = 500
+    #: keys under a prefix a listing looks at (for its subtrees) at most
+    scan_keys = 20000
 
     def __init__(self, server, servers=None):
         self.server = server
@@ -267,17 +283,20 @@ class Clone(Source):
         except ValueError:
             raise ActionError("limit is a number") from None
         raw = prefix.encode("utf-8", "surrogateescape")
-        found = self.server.call("DUMP", raw, 100000, timeout=CALL_TIMEOUT)
+        server = self.server
+        found = server.call("KEYS", raw, self.scan_keys, timeout=CALL_TIMEOUT)  # sorted, bounded
         subtrees, keys = {}, []
-        for key in sorted(found):
+        for key in found:
             rest = key[len(raw):]
             cut = rest.find(b"/", 1 if rest.startswith(b"/") else 0)
             if cut >= 0 and cut + 1 < len(rest):  # a deeper key: count it under its next segment
                 sub = raw + rest[:cut + 1]
                 subtrees[sub] = subtrees.get(sub, 0) + 1
             elif len(keys) < limit:
-                keys.append({"key": show(key), "raw": key.hex(), "value": show(found[key])})
-        return {"prefix": prefix, "keys": keys, "truncated": len(found) >= 100000 or len(keys) >= limit,
+                value = server.call("GET", key, timeout=CALL_TIMEOUT)
+                if value is not None:  # deleted meanwhile
+                    keys.append({"key": show(key), "raw": key.hex(), "value": show(value)})
+        return {"prefix": prefix, "keys": keys, "truncated": len(found) >= self.scan_keys or len(keys) >= limit,
                 "subtrees": [{"prefix": show(s), "raw": s.hex(), "keys": n} for s, n in sorted(subtrees.items())]}
 
     def client(self):

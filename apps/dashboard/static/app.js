@@ -113,7 +113,7 @@
                { title: "rate/s", num: 1, cell: r => number(r[1].rate) },
                { title: "journal", num: 1, cell: r => bytes(r[1].bytes) },
                { title: "peers", num: 1, cell: r => r[1].peers },
-               { title: "subscribers", num: 1, cell: r => r[1].subscribers.length }],
+               { title: "subscribers", num: 1, cell: r => r[1].subscriber_count }],
               Object.entries(d.streams).sort(), "No streams yet: publish to one."),
         el("p", { class: "muted" }, "Journal: ", el("span", { class: "mono" }, d.journal), "  Endpoint: ", el("span", { class: "mono" }, d.endpoint)),
         counters(d.counters)];
@@ -156,7 +156,8 @@
              { title: "patterns", cell: x => x.patterns.map(p => el("span", { class: "pill" }, p || "(all)")) },
              { title: "mode", cell: x => x.mode }, { title: "lag", num: 1, cell: x => x.lag },
              { title: "credit", num: 1, cell: x => bytes(x.credit) }, { title: "delivered", num: 1, cell: x => x.delivered }],
-            s.subscribers, "No subscribers.")];
+            s.subscribers, "No subscribers."),
+      s.subscriber_count > s.subscribers.length ? el("p", { class: "muted" }, "The " + s.subscribers.length + " most behind of " + s.subscriber_count + " shown.") : ""];
   }
 
   // -- the live tail: its own event stream, kept across snapshot redraws -------------

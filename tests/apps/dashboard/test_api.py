@@ -247,3 +247,38 @@ def test_a_stopped_part_shows_down_and_comes_back_in_metrics(node):
     body = request(node.url + "metrics")[2].decode()
     assert 'zactors_up{pattern="clone"} 0.0' in body
     node.clone = None
+
+
+def test_snapshots_stay_bounded_with_many_streams(node):
+    node.dashboard.by_name["zeps"].max_streams = 2
+    with Publisher(node.zeps.endpoint, "a") as a, Publisher(node.zeps.endpoint, "b") as b, \
+            Publisher(node.zeps.endpoint, "c") as c:
+        for pub in (a, b, c):
+            pub.publish(b"k", b"v")
+            pub.flush()
+        wait_for(lambda: status(node)["sources"]["zeps"]["data"].get("streams_not_shown") == 1, 10,
+                 "the third stream left out")
+    assert len(status(node)["sources"]["zeps"]["data"]["streams"]) == 2
+
+
+@pytest.mark.parametrize("body, expected", [
+    (b"[1, 2]", 400), (b"{not json", 400), (b'{"key": {"$gt": ""}, "value": "v"}', 400),
+    (b'{"key": "/k", "value": "' + b"v" * (70 << 10) + b'"}', 413),
+])
+def test_hostile_bodies_are_refused(node, body, expected):
+    status_code, _, text = request_raw(node.url + "api/clone/set", body)
+    assert status_code == expected, text
+
+
+def request_raw(url, body):
+    import urllib.request
+    import urllib.error
+
+    def run():
+        req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as response:
+                return response.status, None, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, None, exc.read()
+    return gevent.get_hub().threadpool.apply(run)
