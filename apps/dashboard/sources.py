@@ -179,6 +179,9 @@ class Zeps(Source):
         stream = query.get("stream", "")
         if not stream:
             raise ActionError("tail needs ?stream=NAME")
+        # attaching creates a stream: a GET must not, so only streams the broker has open are tailed
+        if stream not in self.broker.call("INFO", timeout=CALL_TIMEOUT)["streams"]:
+            raise ActionError("no open stream %r" % stream[:100], "404 Not Found")
         if self.tails >= self.max_tails:
             raise ActionError("too many live tails open (%d)" % self.max_tails, "503 Service Unavailable")
         from zactors.patterns.zeps import PatternError, Subscriber, ZepsError

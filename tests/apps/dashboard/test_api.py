@@ -174,6 +174,25 @@ def test_zeps_tail_streams_matching_keys(node):
     status_code, _, body = request(node.url + "api/zeps/tail?stream=orders&key=re:(")
     assert status_code == 400 and b"error" in body
     assert request(node.url + "api/zeps/tail")[0] == 400
+    assert request(node.url + "api/zeps/tail?stream=made-up")[0] == 404  # a GET never creates a stream
+    assert "made-up" not in node.zeps.call("INFO")["streams"]
+
+
+def test_harmony_page_shows_a_peer_with_its_groups_and_headers(node):
+    from zactors.patterns.harmony.node import Node
+    peer = Node("visitor", {"X-Role": "<script>tester</script>"}, beacon=False, host="127.0.0.1",
+                endpoints=[node.harmony.endpoint]).start()
+    try:
+        peer.join("ops")
+        wait_for(lambda: [p["name"] for p in get_json(node.url + "api/harmony")["data"]["peers"]] == ["visitor"],
+                 15, "the peer listed")
+        wait_for(lambda: get_json(node.url + "api/harmony")["data"]["peers"][0]["groups"] == ["ops"], 15,
+                 "its group")
+        shown = get_json(node.url + "api/harmony")["data"]["peers"][0]
+        assert shown["headers"]["X-Role"] == "<script>tester</script>" and shown["state"] == "alive"
+        assert "ops" in get_json(node.url + "api/harmony")["data"]["groups"]
+    finally:
+        peer.stop()
 
 
 def test_clone_browse_set_and_delete(node):
