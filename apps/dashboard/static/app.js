@@ -74,6 +74,9 @@
       el("div", { class: "label" }, el("span", {}, label), el("span", { class: "value" }, number(current) + (unit || ""))),
       box);
   }
+  function chartGrid(name) {
+    return el("div", { class: "grid" }, charts(name).map(c => el("div", { class: "card" }, c)));
+  }
   function charts(name) {
     const part = state.snapshot.sources[name], series = state.series[name] || {};
     return Object.entries(part.charted || {}).map(([key, label]) => chart(label, series[key] || []));
@@ -93,12 +96,12 @@
       const d = part.data, c = d.counters;
       return [tiles([["workers", d.workers], ["queued", d.queued], ["requests/s", number(part.now.requests || 0)],
                      ["expired", c.expired || 0], ["re-dispatched", c.redispatched || 0]]),
-        el("div", { class: "grid" }, el("div", { class: "card" }, charts("majordomo"))),
+        chartGrid("majordomo"),
         el("h2", {}, "Services"),
         table([{ title: "service", cell: r => r[0] }, { title: "workers", num: 1, cell: r => r[1].workers },
                { title: "idle", num: 1, cell: r => r[1].idle }, { title: "queued", num: 1, cell: r => r[1].queued }],
               Object.entries(d.services).sort(), "No services yet: start a worker."),
-        el("h2", {}, "Endpoint"), el("p", { class: "mono" }, d.endpoint, d.worker_endpoint ? " (workers: " + d.worker_endpoint + ")" : ""),
+        el("h2", {}, "Endpoint"), el("p", { class: "mono" }, d.endpoint, d.worker_endpoint && d.worker_endpoint !== d.endpoint ? " (workers: " + d.worker_endpoint + ")" : ""),
         counters(c)];
     } },
     zeps: { title: "ZEPS", live: true, draw(part, arg) {
@@ -106,7 +109,7 @@
       if (arg) return stream(d, arg);
       return [tiles([["streams", Object.keys(d.streams).length], ["peers", d.peers],
                      ["published/s", number(part.now.published || 0)], ["delivered/s", number(part.now.delivered || 0)]]),
-        el("div", { class: "grid" }, el("div", { class: "card" }, charts("zeps"))),
+        chartGrid("zeps"),
         el("h2", {}, "Streams"),
         table([{ title: "stream", cell: r => el("a", { href: "#/zeps/" + encodeURIComponent(r[0]) }, r[0]) },
                { title: "sequences", num: 1, cell: r => r[1].first_seq + " - " + r[1].last_seq },
@@ -121,7 +124,7 @@
     clone: { title: "Clone", live: false, draw(part, arg) { return cloneView(part, arg || ""); } },
     harmony: { title: "Harmony", live: true, draw(part) {
       const d = part.data;
-      return [tiles([["peers", d.peer_count], ["evasive", d.evasive], ["groups", d.groups.length]]),
+      return [tiles([["peers", d.peer_count], ["evasive", d.evasive], ["groups", d.groups.length]]), chartGrid("harmony"),
         el("p", {}, "This node: ", el("b", {}, d.name), " ", el("span", { class: "mono muted" }, d.uuid + "  " + (d.endpoint || ""))),
         el("p", {}, "Own groups: ", d.own_groups.length ? d.own_groups.map(g => el("span", { class: "pill" }, g)) : el("span", { class: "muted" }, "none")),
         el("h2", {}, "Peers"),
@@ -138,8 +141,9 @@
 
   function counters(c) {
     const rows = Object.entries(c || {}).filter(([, v]) => typeof v === "number").sort();
-    return [el("h2", {}, "Counters"), el("div", { class: "tiles" }, rows.map(([k, v]) =>
-      el("div", { class: "tile" }, el("b", {}, number(v)), el("span", {}, k.replace(/_/g, " ")))))];
+    return [el("h2", {}, "Counters"), rows.length ? el("div", { class: "tiles" }, rows.map(([k, v]) =>
+      el("div", { class: "tile" }, el("b", {}, number(v)), el("span", {}, k.replace(/_/g, " "))))) :
+      el("div", { class: "empty" }, "Nothing counted yet.")];
   }
 
   function stream(d, name) {
@@ -223,7 +227,7 @@
     const listing = el("div", {}, el("p", { class: "muted" }, "Loading keys..."));
     out.append(tiles([["keys", d.keys], ["sequence", d.sequence], ["state", d.role + " " + d.state],
                       ["updates/s", number(part.now.updates || 0)]]),
-      el("div", { class: "grid" }, el("div", { class: "card" }, charts("clone"))),
+      chartGrid("clone"),
       el("h2", {}, "Map"), crumbs, form, notice, listing);
     api("clone/keys?limit=200&prefix=" + encodeURIComponent(prefix)).then(r => {
       listing.replaceChildren(
@@ -279,7 +283,7 @@
     else if (!part.data) content = [el("p", { class: "empty" }, part.title + " is not answering: " + part.summary)];
     else content = (view || generic).draw(part, r.arg);
     if (r.name !== "overview") content.unshift(el("h1", {}, part ? part.title : r.name));
-    main.replaceChildren(...content);
+    main.replaceChildren(...content.flat(2).filter(x => x !== "" && x !== null && x !== undefined));
   }
   const generic = { draw(part) { return [el("pre", { class: "mono" }, JSON.stringify(part.data, null, 2))]; } };
 

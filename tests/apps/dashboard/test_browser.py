@@ -10,6 +10,8 @@ import gevent
 import pytest
 
 from zactors.patterns.clone.client import Clone
+from zactors.patterns.harmony.node import Node
+from zactors.patterns.majordomo.worker import Worker
 from zactors.patterns.zeps import Publisher
 
 from ..cli_helpers import read_until, start
@@ -200,11 +202,32 @@ def test_a_clone_key_set_in_the_page_reaches_a_client_and_probes_stay_text(node,
         client.destroy()
 
 
-def test_harmony_and_majordomo_pages_render(node, page):
-    for name in ("majordomo", "harmony"):
-        page.open(node["dashboard"] + "#/" + name)
-        page.wait(lambda: page.find(".tile"), what="the %s page" % name)
-        page.shot(name)
+class Echo(Worker):
+    service = b"echo"
+
+    def handle(self, request):
+        return request
+
+
+def test_harmony_and_majordomo_pages_show_peers_and_services(node, page):
+    worker = Echo(node["majordomo"])
+    peer = Node("visitor", {"X-Role": XSS}, beacon=False, host="127.0.0.1",
+                endpoints=[node["harmony"].split()[0]]).start()
+    try:
+        peer.join("ops")
+        page.open(node["dashboard"] + "#/majordomo")
+        page.wait(lambda: "echo" in page.text("table td"), what="the echo service")
+        assert "[object" not in blocking(lambda: page.driver.page_source)
+        page.shot("majordomo")
+        page.open(node["dashboard"] + "#/harmony")
+        page.wait(lambda: "visitor" in page.text("table td"), what="the peer")
+        page.wait(lambda: "ops" in page.text("table td .pill"), what="its group")
+        assert any(XSS in t for t in page.text("table td")) and page.find("main img") == []
+        page.shot("harmony")
+        assert page.no_alert()
+    finally:
+        peer.stop()
+        worker.destroy()
 
 
 def test_a_non_loopback_dashboard_refuses_requests_without_its_token(processes, tmp_path, page):
