@@ -46,6 +46,9 @@ def register(sub):
     up.add_argument("--token", metavar="TOKEN",
                     help="dashboard token, at least 16 characters (required off 127.0.0.1/::1/localhost; "
                          "generated if not given)")
+    up.add_argument("--demo", action="store_true",
+                    help="drive demo traffic through the node (Majordomo echo, ZEPS orders and sensors, "
+                         "Clone /demo/ keys) to see the dashboard move")
     for part in ("mdp", "zeps", "clone", "harmony", "web"):
         up.add_argument("--no-" + part, action="store_true", help="do not run the %s part" % part)
     up.set_defaults(func=run_up)
@@ -107,12 +110,18 @@ def run_up(args):
         raise ConfigError("a dashboard token is at least 16 characters")
     node = Up(config).start()
     started = time.monotonic()
+    demo = None
     try:
+        if args.demo:
+            from zactors.apps.dashboard.demo import DemoTraffic
+            demo = DemoTraffic(node)
         for part, address in node.listening():
             print("%-10s %s" % (part, address), flush=True)
         print("up: Ctrl-C stops", flush=True)
         wait_until_stopped()
     finally:
+        if demo is not None:
+            demo.stop()
         node.stop()
         print("up: stopped after %.0f s" % (time.monotonic() - started), file=sys.stderr)
     return exitstatus.OK
