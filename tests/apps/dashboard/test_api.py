@@ -301,3 +301,37 @@ def request_raw(url, body):
         except urllib.error.HTTPError as exc:
             return exc.code, None, exc.read()
     return gevent.get_hub().threadpool.apply(run)
+
+
+@pytest.mark.slow
+def test_a_thousand_pages_connect_and_leave_and_the_brokers_go_on(processes, tmp_path):
+    # the node in its own process, as `zactors up` runs; 1000 raw SSE clients from here
+    from ..cli_helpers import read_until, start as start_cli
+    proc = start_cli(processes, "up", "--data", str(tmp_path / "d"), "--no-mdp", "--no-clone", "--no-harmony",
+                     "--zeps", "tcp://127.0.0.1:*", "--web", "127.0.0.1:0")
+    lines = read_until(proc.stdout, "up: Ctrl-C stops")
+    where = {line.split()[0]: line.split()[1] for line in lines if not line.startswith("up:")}
+    host, port = where["dashboard"].split("//")[1].rstrip("/").split(":")
+    pages = []
+    try:
+        for _ in range(1000):
+            pages.append(EventStream(host, int(port), "/api/events"))
+        assert {page.status for page in pages} == {200}
+        for page in pages[::50]:
+            assert page.next_event()[0] == "snapshot"
+        with Publisher(where["zeps"], "busy") as pub:
+            for i in range(5000):
+                pub.publish(b"k", b"x" * 100)
+            pub.flush(timeout=15)
+        metrics = request(where["dashboard"] + "metrics")[2].decode()
+        assert "zactors_dashboard_sse_clients 1000.0" in metrics
+    finally:
+        for page in pages:
+            page.close()
+
+    def clients():
+        body = request(where["dashboard"] + "metrics")[2].decode()
+        return [line for line in body.splitlines() if line.startswith("zactors_dashboard_sse_clients ")]
+    wait_for(lambda: clients() == ["zactors_dashboard_sse_clients 0.0"], 30, "every page gone")
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
