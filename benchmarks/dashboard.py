@@ -15,14 +15,14 @@ synchronous).  Phases:
   ``/api/events`` (raw sockets in this process: the node serves them just
   as it serves browsers).
 
-For each: ZEPS messages/s and MDP requests/s through the node, the node's
+Phases run ``--rounds`` times, interleaved; medians are printed.  For each: ZEPS messages/s and MDP requests/s through the node, the node's
 CPU (percent of one core, from its process times) and memory (RSS at the
 end).  Target (the issue): the dashboard with 50 pages costs the brokers at
 most 5% of their throughput; CPU and memory stay flat as pages are added.
-Smoke-run with ``--seconds 1 --clients 3``.
+Smoke-run with ``--seconds 1 --clients 3 --rounds 1``.
 """
 import argparse
-import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -130,11 +130,17 @@ def main():
     parser.add_argument("--seconds", type=float, default=10.0, help="traffic per phase (default: 10)")
     parser.add_argument("--clients", type=int, default=50, help="pages in the last phase (default: 50)")
     parser.add_argument("--size", type=int, default=100, help="ZEPS body bytes (default: 100)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="run the phases this many times, interleaved, and report medians (default: 3)")
     args = parser.parse_args()
-    rows = [phase("no dashboard", args.seconds, 0, args.size, web=False),
-            phase("0 pages", args.seconds, 0, args.size),
-            phase("1 page", args.seconds, 1, args.size),
-            phase("%d pages" % args.clients, args.seconds, args.clients, args.size)]
+    plan = [("no dashboard", 0, False), ("0 pages", 0, True), ("1 page", 1, True),
+            ("%d pages" % args.clients, args.clients, True)]
+    runs = {name: [] for name, _, _ in plan}
+    for _ in range(args.rounds):  # interleaved, so that the machine's load drifts over every phase alike
+        for name, pages, web in plan:
+            runs[name].append(phase(name, args.seconds, pages, args.size, web=web))
+    rows = [{key: (statistics.median(r[key] for r in runs[name]) if key != "phase" else name)
+             for key in runs[name][0]} for name, _, _ in plan]
     base = rows[0]
     print("%-14s %12s %8s %12s %8s %9s %9s %10s" % ("phase", "zeps msg/s", "vs base", "mdp req/s", "vs base",
                                                     "node CPU", "node RSS", "snapshots"))
