@@ -15,9 +15,9 @@ synchronous).  Phases:
   ``/api/events`` (raw sockets in a process of their own: the node serves
   them just as it serves browsers).
 
-Phases run ``--rounds`` times, interleaved; medians are printed.  For each: ZEPS messages/s and MDP requests/s through the node, the node's
-CPU (percent of one core, from its process times) and memory (RSS at the
-end).  Target (the issue): the dashboard with 50 pages costs the brokers at
+Phases run ``--rounds`` times, interleaved; medians are printed.  For
+each: ZEPS messages/s and MDP requests/s through the node, the node's CPU
+(percent of one core, from its process times) and memory (RSS at the end).  Target (the issue): the dashboard with 50 pages costs the brokers at
 most 5% of their throughput; CPU and memory stay flat as pages are added.
 Smoke-run with ``--seconds 1 --clients 3 --rounds 1``.
 """

@@ -171,12 +171,21 @@ def test_a_click_into_a_zeps_stream_shows_its_live_tail(node, page):
             page.wait(lambda: any(t.startswith("tail-") for t in page.text("#tail td")), what="a message in the tail")
             page.wait(lambda: "000102" in " ".join(page.text("#tail td")) or "0001fe" in " ".join(page.text("#tail td")),
                       what="a binary body as hex")
+            cells = page.text("#tail td")
+            assert XSS in cells                                # the key shows as text...
+            assert page.find("#tail img") == []               # ...and never became an element
+            page.shot("zeps-tail")
+            box = page.find("#tail-box input[name=key]")[0]   # now only the binary ones
+            blocking(box.send_keys, "bin")
+            blocking(page.find("#tail-box button[type=submit]")[0].click)
+            page.wait(lambda: "(keys bin)" in " ".join(page.text(".notice")), what="the filter applied")
+
+            def keys():
+                return page.text("#tail td:nth-child(2)")
+            page.wait(lambda: len(keys()) >= 3, what="filtered rows")
+            assert set(keys()) == {"bin"}
         finally:
             feeder.kill()
-        cells = page.text("#tail td")
-        assert XSS in cells                                # the key shows as text...
-        assert page.find("#tail img") == []               # ...and never became an element
-        page.shot("zeps-tail")
         assert page.no_alert()
 
 
