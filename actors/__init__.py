@@ -10,6 +10,7 @@ import importlib
 _EXPORTS = {
     "Actor": ".actor", "Reply": ".actor", "command": ".actor",
     "Event": ".pipe",
+    "Subscription": ".events",
     "Reactor": ".reactor",
     "Socket": ".sockets", "context": ".sockets",
     "ActorError": ".errors", "ActorDied": ".errors", "ActorExited": ".errors",
@@ -17,7 +18,7 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Actor", "Reply", "command", "Event", "Reactor", "Socket", "context",
+    "Actor", "Reply", "command", "Event", "Subscription", "Reactor", "Socket", "context",
     "ActorError", "ActorDied", "ActorExited", "ActorTimeout", "CommandError", "PipeError",
 ]
 

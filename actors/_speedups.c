@@ -88,9 +88,19 @@ socket_of(PyObject *sock, PyObject *handle)
     return h;
 }
 
-/* Receive one frame into *frame (new reference); 1 with *more set, 0 on EAGAIN, -1 raised. */
+/* Where a receive stands, for what an interrupted call (EINTR) may do. */
+enum position {
+    FIRST,    /* nothing taken in this call yet: a signal handler may raise */
+    BOUNDARY, /* whole messages taken already: stop here, keep them (the signal runs on return) */
+    MIDDLE,   /* inside a message: finish it (the rest is there; the signal runs on return) */
+};
+
+/* Receive one frame into *frame (new reference); 1 with *more set, 0 on
+ * EAGAIN (or EINTR at a BOUNDARY), -1 with an exception set.  A pending
+ * signal is never swallowed: when not checked here, CPython runs its
+ * handler as soon as control returns to the interpreter. */
 static int
-recv_frame(void *h, PyObject **frame, int *more)
+recv_frame(void *h, PyObject **frame, int *more, enum position where)
 {
     zmq_msg_t msg;
     int err;
@@ -103,13 +113,14 @@ recv_frame(void *h, PyObject **frame, int *more)
         msg_close(&msg);
         if (err == EAGAIN)
             return 0;
-        if (err == EINTR) {
-            if (PyErr_CheckSignals() < 0)
-                return -1;
-            continue;
+        if (err != EINTR) {
+            raise_errno(err);
+            return -1;
         }
-        raise_errno(err);
-        return -1;
+        if (where == BOUNDARY)
+            return 0;
+        if (where == FIRST && PyErr_CheckSignals() < 0)
+            return -1;
     }
     *frame = PyBytes_FromStringAndSize((const char *)msg_data(&msg), (Py_ssize_t)msg_size(&msg));
     *more = msg_more(&msg);
@@ -134,7 +145,7 @@ recv_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if ((h = socket_of(args[0], args[1])) == NULL)
         return NULL;
-    rc = recv_frame(h, &frame, &more);
+    rc = recv_frame(h, &frame, &more, FIRST);
     if (rc <= 0) {
         if (rc == 0)
             Py_RETURN_NONE;
@@ -148,7 +159,7 @@ recv_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyList_SET_ITEM(frames, 0, frame);
     while (more) {
         /* The rest of a message is there already: libzmq delivers whole messages. */
-        rc = recv_frame(h, &frame, &more);
+        rc = recv_frame(h, &frame, &more, MIDDLE);
         if (rc <= 0) {
             if (rc == 0)
                 raise_errno(EAGAIN);
@@ -192,7 +203,7 @@ recv_singles(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (messages == NULL)
         return NULL;
     while (taken < limit) {
-        rc = recv_frame(h, &frame, &more);
+        rc = recv_frame(h, &frame, &more, taken == 0 && discarded == 0 ? FIRST : BOUNDARY);
         if (rc == 0)
             break;
         if (rc < 0)
@@ -200,7 +211,7 @@ recv_singles(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (more) {
             Py_DECREF(frame);
             while (more) {
-                rc = recv_frame(h, &frame, &more);
+                rc = recv_frame(h, &frame, &more, MIDDLE);
                 if (rc <= 0)
                     goto error;
                 Py_DECREF(frame);
@@ -221,24 +232,35 @@ error:
         Py_DECREF(messages);
         return NULL;
     }
-    /* Never lose what was taken: hand it over now, the error comes again. */
+    if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+        /* never swallowed, though what was taken is lost with it */
+        Py_DECREF(messages);
+        return NULL;
+    }
+    /* Never lose what was taken: hand it over now; a socket error comes again. */
     PyErr_Clear();
     return Py_BuildValue("(Nn)", messages, discarded);
 }
 
 PyDoc_STRVAR(send_message_doc,
 "send_message(sock, handle, frames)\n\n"
-"Queue all frames (bytes-like) as one message; zmq.Again, with nothing\n"
-"queued, when the peer cannot take it now.");
+"Queue all frames (bytes-like, contiguous) as one message; zmq.Again, with\n"
+"nothing queued, when the peer cannot take it now.  Every frame's buffer is\n"
+"taken before the first is sent: a frame that is not bytes-like (TypeError)\n"
+"or not contiguous (BufferError) fails the call with nothing sent.");
+
+/* Frames per message held on the stack; longer messages take a heap array. */
+#define STACK_FRAMES 16
 
 static PyObject *
 send_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     void *h;
     PyObject *seq;
-    Py_ssize_t i, n;
-    Py_buffer view;
-    int flags, err, rc;
+    Py_ssize_t i, n, taken = 0;
+    Py_buffer stack_views[STACK_FRAMES], *views = stack_views;
+    PyObject *result = NULL;
+    int flags, err, rc = 0;
 
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "send_message(sock, handle, frames)");
@@ -250,49 +272,56 @@ send_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (seq == NULL)
         return NULL;
     n = PySequence_Fast_GET_SIZE(seq);
-    /* Check every frame first: a bad one after the first was sent would
-     * leave half a message in the socket, glued to the next one. */
-    for (i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyBytes_CheckExact(item) && !PyObject_CheckBuffer(item)) {
-            PyErr_Format(PyExc_TypeError, "a frame must be bytes-like, not %.200s", Py_TYPE(item)->tp_name);
-            goto error;
+    if (n > STACK_FRAMES && (views = PyMem_New(Py_buffer, n)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* Take every frame's buffer first: one that fails after the first frame
+     * went out would leave half a message in the socket, glued to the next. */
+    for (taken = 0; taken < n; taken++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, taken);
+        Py_buffer *view = &views[taken];
+        if (PyBytes_CheckExact(item)) {
+            view->buf = PyBytes_AS_STRING(item);
+            view->len = PyBytes_GET_SIZE(item);
+            view->obj = NULL;
+        } else if (PyObject_GetBuffer(item, view, PyBUF_SIMPLE) < 0) {
+            if (PyErr_ExceptionMatches(PyExc_TypeError) && !PyObject_CheckBuffer(item)) {
+                PyErr_Format(PyExc_TypeError, "a frame must be bytes-like, not %.200s", Py_TYPE(item)->tp_name);
+            }
+            goto done;  /* a BufferError says why: not contiguous */
         }
     }
     for (i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
         flags = ZMQ_DONTWAIT | (i < n - 1 ? ZMQ_SNDMORE : 0);
-        if (PyBytes_CheckExact(item)) {
-            view.buf = PyBytes_AS_STRING(item);
-            view.len = PyBytes_GET_SIZE(item);
-            view.obj = NULL;
-        } else if (PyObject_GetBuffer(item, &view, PyBUF_SIMPLE) < 0) {
-            goto error;
-        }
         for (;;) {
-            rc = zsend(h, view.buf, (size_t)view.len, flags);
+            rc = zsend(h, views[i].buf, (size_t)views[i].len, flags);
             if (rc >= 0)
                 break;
             err = zerrno();
-            if (err == EINTR) {
-                if (PyErr_CheckSignals() < 0)
-                    break;
-                continue;
+            if (err != EINTR) {
+                raise_errno(err);
+                goto done;
             }
-            raise_errno(err);
-            break;
+            /* Interrupted.  Before the first frame nothing is queued: let a
+             * signal handler raise now.  Within the message, finish it: the
+             * signal stays pending and runs as soon as we return. */
+            if (i == 0 && PyErr_CheckSignals() < 0)
+                goto done;
         }
-        if (view.obj != NULL)
-            PyBuffer_Release(&view);
-        if (rc < 0)
-            goto error;
     }
-    Py_DECREF(seq);
-    Py_RETURN_NONE;
+    result = Py_None;
+    Py_INCREF(result);
 
-error:
+done:
+    for (i = 0; i < taken; i++) {
+        if (views[i].obj != NULL)
+            PyBuffer_Release(&views[i]);
+    }
+    if (views != stack_views)
+        PyMem_Free(views);
     Py_DECREF(seq);
-    return NULL;
+    return result;
 }
 
 PyDoc_STRVAR(events_doc, "events(sock, handle) -> int\n\nThe socket's ZMQ_EVENTS.");

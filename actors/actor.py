@@ -38,6 +38,25 @@ replies are msgpack values.
 System commands, for every actor: ``$TERM`` (no reply: stop), ``$STATS``
 (reply: dict of counters, such as rejected commands).
 
+Events are bounded, and nothing is lost: at most ``events_size`` events
+or ``events_bytes`` bytes (class attributes, or set in ``__init__``; 10000
+and 16 MiB by default) wait unread by a blocking reader (the default one
+behind :meth:`recv_event`, and each ``subscribe(policy="block")``).  When
+the window is full, :meth:`emit` parks
+the actor's greenlet until a reader catches up, so the actor stops reading
+its sockets, their high-water marks fill, and TCP pushes back on the remote
+senders.  While parked the actor still serves its pipe: ``$TERM`` ends it at
+once (the waiting ``emit`` raises ``GreenletExit``, which unwinds the
+handler as a kill would), ``$STATS`` answers, and other commands run inside
+the waiting ``emit`` (so a caller can always call an actor whose events
+nobody reads); timers and the other sockets wait.  An actor that would
+rather lose events than wait sets ``events_policy = "drop"``, or passes
+``emit(..., drop=True)``: an event that finds the window full is dropped
+and counted in ``$STATS`` as ``events_dropped``.  Fan-out:
+:meth:`subscribe` gives each extra reader its own bounded queue, ``"block"``
+(lossless, holds the actor back) or ``"drop"`` (never holds it back; counts
+its losses); see :mod:`zactors.actors.events`.
+
 An exception raised by a command handler is sent back to the caller as
 :class:`CommandError` and the actor goes on.  An exception raised by a socket
 or timer handler is a bug: the actor dies, emits ``$DIED``, and every call
@@ -49,17 +68,28 @@ from collections import Counter as _Counter
 
 import gevent
 import zmq
+from gevent import getcurrent
 
 from .errors import ActorError, PipeError
+from .events import BLOCK, DROP, POLICIES
 from .reactor import Reactor
-from .sockets import NOBLOCK, Socket, context
-from .pipe import DIED, ERROR, EXIT, FAILED, READY, REPLY, TERM, PipeEnd, decode, encode, pipe_pair
+from .sockets import NOBLOCK, Socket, context, raw_send
+from .speedups import recv_message
+from .pipe import (DIED, ERROR, EVENTS_BYTES, EVENTS_SIZE, EXIT, FAILED, READY, REPLY, RESERVED, TERM, PipeEnd,
+                   decode, encode, pipe_pair)
 
 __all__ = ["Actor", "command"]
 
 log = logging.getLogger(__name__)
 
 _NO_REPLY, _REPLY, _DEFERRED = 0, 1, 2
+
+# What emit does when the event window is full: send anyway (setup, teardown,
+# where the parent cannot be reading), wait for room, or end the actor.
+_SEND, _WAIT, _STOP = "send", "wait", "stop"
+
+#: commands a parked emit serves inside one another at most (then they wait in the pipe)
+MAX_EMIT_NESTING = 8
 
 
 def command(verb=None, *, reply=False, deferred=False):
@@ -138,16 +168,29 @@ class Actor(metaclass=_ActorType):
     ready_timeout = 30.0
     #: seconds :meth:`destroy` waits for the exit signal before killing
     term_timeout = 5.0
+    #: events that may wait unread by a blocking reader before :meth:`emit` waits
+    events_size = EVENTS_SIZE
+    #: bytes (encoded) of events that may wait so; whichever of the two fills first
+    events_bytes = EVENTS_BYTES
+    #: what :meth:`emit` does when the window is full: ``"block"`` (wait) or ``"drop"``
+    events_policy = BLOCK
 
     # -- parent side --------------------------------------------------------
     def _start(self):
         self.name = getattr(self, "name", None) or type(self).__name__
+        if self.events_policy not in POLICIES:
+            raise ValueError("%s: events_policy must be one of %s, not %r"
+                             % (self.name, ", ".join(POLICIES), self.events_policy))
         self.stats = _Counter()
         self._sockets = []
         self._setup_error = None
+        self._drops = self.events_policy == DROP
+        self._emit_mode = _SEND
+        self._emit_depth = 0
+        self._commands_paused = False
         self._reactor = Reactor()
         parent, self._child = pipe_pair()
-        self._pipe = PipeEnd(parent, self.name)
+        self._pipe = PipeEnd(parent, self.name, self.events_size, self.events_bytes)
         self._greenlet = gevent.spawn(self._run)
         try:
             ok = self._pipe.wait_ready(self.ready_timeout)
@@ -180,6 +223,18 @@ class Actor(metaclass=_ActorType):
         """The next event from the actor (``None`` on timeout)."""
         return self._pipe.recv_event(timeout)
 
+    def subscribe(self, size=None, policy=BLOCK, max_bytes=None):
+        """Another reader of this actor's events: a :class:`~zactors.actors.events.Subscription`.
+
+        It gets every event that reaches the parent from now on, in order,
+        in a queue of ``size`` events and ``max_bytes`` bytes (defaults:
+        ``events_size``, ``events_bytes``).  ``policy="block"``
+        is lossless and holds the actor back while the queue is full;
+        ``"drop"`` never does, and counts what it loses in ``dropped``.
+        ``close()`` it when done.  Same thread as the actor's parent only.
+        """
+        return self._pipe.subscribe(size, policy, max_bytes)
+
     def events(self, timeout=None):
         """Iterate over events until the actor ends or ``timeout`` passes with none."""
         while True:
@@ -205,6 +260,10 @@ class Actor(metaclass=_ActorType):
                 self._pipe.socket.send(encode(TERM), NOBLOCK)
             except zmq.ZMQError:  # the pipe is full (the actor is not reading it): same thread, stop it directly
                 self._reactor.stop()
+            # An emit parked for room ends the actor now, even one not serving its pipe.
+            if self._emit_mode is _WAIT:
+                self._emit_mode = _STOP
+            self._pipe.wake()
             greenlet.join(self.term_timeout if timeout is None else timeout)
             if not greenlet.dead:
                 log.warning("%s ignored $TERM; killing it", self.name)
@@ -260,10 +319,12 @@ class Actor(metaclass=_ActorType):
 
     def pause_commands(self):
         """Stop reading the pipe: the parent's calls queue up, then its senders block."""
+        self._commands_paused = True
         self._reactor.remove_reader(self._child)
 
     def resume_commands(self):
         """Read the pipe again (queued commands are handled at once)."""
+        self._commands_paused = False
         self._reactor.add_reader(self._child, self._on_pipe)
 
     def add_reader(self, sock, handler):
@@ -315,9 +376,35 @@ class Actor(metaclass=_ActorType):
         """
         self._reactor.run_in_thread(func, *args, on_done=on_done)
 
-    def emit(self, name, *args):
-        """Send an event to the parent."""
-        self._to_parent(name, 0, args)
+    def emit(self, name, *args, drop=None):
+        """Send the event ``name(*args)`` to the parent; False if it was dropped.
+
+        Blocks (parks the actor's greenlet) while the event window is full
+        (``events_size`` events or ``events_bytes`` bytes unread by a blocking
+        reader), serving the pipe meanwhile: see the module docstring.  ``drop=True`` drops the event instead when the window is
+        full (counted in ``$STATS`` as ``events_dropped``); the default is the
+        actor's ``events_policy``.  Once the actor is told to stop, an emit
+        that would wait raises ``GreenletExit``.  Never waits in ``setup``,
+        ``teardown`` or a hub callback.  ``name`` must not be a pipe verb
+        (``$REPLY``, ``$EXIT``, ...).
+        """
+        if name in RESERVED:
+            raise ValueError("%s: %r is a pipe verb, not an event name" % (self.name, name))
+        pipe = self._pipe
+        mode = self._emit_mode
+        drops = self._drops if drop is None else drop
+        if mode is not _SEND and (drops or mode is _STOP) and pipe.full():
+            if drops:
+                self.stats["events_dropped"] += 1
+                return False
+            raise gevent.GreenletExit
+        # A blocking emit sends first and then waits, so events emitted by
+        # commands served while it waits follow it in order.
+        pipe.bytes_in_flight += self._to_parent(name, 0, args)
+        pipe.in_flight += 1
+        if mode is _WAIT and not drops and pipe.full():
+            self._wait_for_room(pipe)
+        return True
 
     def watch(self, child, on_event):
         """Drive a child actor's pipe from this actor's loop.
@@ -329,15 +416,47 @@ class Actor(metaclass=_ActorType):
 
     def stop(self):
         """End this actor from inside (the parent sees ``$EXIT``)."""
+        if self._emit_mode is _WAIT:
+            self._emit_mode = _STOP
         self._reactor.stop()
 
     # -- actor side: machinery ----------------------------------------------
     def _to_parent(self, verb, request_id, args):
+        """Send one message to the parent; returns its size in bytes."""
         frame = encode(verb, request_id, args)
         try:
-            self._child.send(frame, NOBLOCK)
-        except zmq.Again:  # the parent is behind: wait for room (only this actor waits)
+            raw_send(self._child, frame, NOBLOCK, True)
+        except zmq.Again:  # the pipe is at its HWM: wait for room (only this actor waits)
             self._child.send_multipart([frame])
+        return len(frame)
+
+    def _wait_for_room(self, pipe):
+        """Park until the event window has room, serving the pipe meanwhile (the event is sent already)."""
+        current = getcurrent()
+        if current is pipe._hub:  # a hub callback cannot wait
+            return
+        self.stats["emit_waits"] += 1
+        child = self._child
+        serve = (current is self._greenlet and not self._commands_paused
+                 and self._emit_depth < MAX_EMIT_NESTING)
+        fd = child.getsockopt(zmq.FD) if serve else None
+        self._emit_depth += 1
+        try:
+            while pipe.full():
+                if self._emit_mode is not _WAIT:
+                    if self._emit_mode is _STOP:
+                        raise gevent.GreenletExit
+                    return
+                if pipe.socket.closed:
+                    return
+                if serve:
+                    frames = recv_message(child, child.handle)
+                    if frames is not None:
+                        self._on_pipe(frames)  # $TERM sets _STOP; commands run nested here
+                        continue
+                pipe.park(fd)
+        finally:
+            self._emit_depth -= 1
 
     def _run(self):
         error = None
@@ -346,6 +465,7 @@ class Actor(metaclass=_ActorType):
             self.setup()
             self._reactor.add_reader(self._child, self._on_pipe)
             started = True
+            self._emit_mode = _WAIT
             self._to_parent(READY, 0, ())
             self._reactor.run()
         except gevent.GreenletExit:
@@ -357,6 +477,7 @@ class Actor(metaclass=_ActorType):
             else:
                 log.error("%s died: %s", self.name, "".join(traceback.format_exception(exc)).rstrip())
         finally:
+            self._emit_mode = _SEND  # last words: the parent may be gone, never wait
             try:
                 self.teardown()
             except Exception:
@@ -388,7 +509,7 @@ class Actor(metaclass=_ActorType):
             log.warning("%s: %s", self.name, exc)
             return
         if verb == TERM:
-            self._reactor.stop()
+            self.stop()
             return
         if verb == "$STATS":
             if request_id:

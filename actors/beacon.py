@@ -36,7 +36,12 @@ from gevent import socket
 
 from .actor import Actor, command
 
-__all__ = ["Beacon", "BeaconError", "choose_interface", "MAX_PAYLOAD"]
+__all__ = ["Beacon", "BeaconError", "choose_interface", "MAX_PAYLOAD",
+           "PUBLISH", "SILENCE", "SUBSCRIBE", "UNSUBSCRIBE", "INFO", "BEACON"]
+
+#: the command verbs and the event name, for callers (written once, here)
+PUBLISH, SILENCE, SUBSCRIBE, UNSUBSCRIBE, INFO = "PUBLISH", "SILENCE", "SUBSCRIBE", "UNSUBSCRIBE", "INFO"
+BEACON = "BEACON"
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +178,7 @@ class Beacon(Actor):
             self.stats["filtered"] += 1
             return
         self.stats["received"] += 1
-        self.emit("BEACON", sender, payload)
+        self.emit(BEACON, sender, payload)
 
     def _send(self):
         try:
@@ -192,7 +197,7 @@ class Beacon(Actor):
         return True
 
     # -- commands -----------------------------------------------------------
-    @command(reply=True)
+    @command(PUBLISH, reply=True)
     def publish(self, payload, interval=None):
         if not isinstance(payload, bytes) or not 0 < len(payload) <= MAX_PAYLOAD:
             raise ValueError("beacon payload must be 1..%d bytes" % MAX_PAYLOAD)
@@ -206,21 +211,21 @@ class Beacon(Actor):
         self._timer = self.call_every(self.interval, self._send)
         return self._send()
 
-    @command
+    @command(SILENCE)
     def silence(self):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    @command
+    @command(SUBSCRIBE)
     def subscribe(self, prefix=b""):
         self._prefix = bytes(prefix)
 
-    @command
+    @command(UNSUBSCRIBE)
     def unsubscribe(self):
         self._prefix = None
 
-    @command(reply=True)
+    @command(INFO, reply=True)
     def info(self):
         return {"interface": self.interface, "address": self.address,
                 "broadcast": self.broadcast, "port": self.port}

@@ -14,7 +14,16 @@ Durability is in three steps, each visible as a sequence number:
 - :meth:`Journal.sync` fsyncs what was written (``synced_seq``): those records
   survive a power loss.  It blocks for about a millisecond, so an actor calls
   it through ``Actor.run_in_thread``; the group-commit policy (every batch,
-  every N ms, never) belongs to the owner.
+  every N ms, never) belongs to the owner: see
+  :class:`zactors.actors.group_commit.GroupCommit`, which drives both from an
+  actor's loop.
+
+Reading: :meth:`Journal.read` serves recent records from a tail cache (about
+``tail_cache_bytes`` of them; records not yet written always stay cached, so
+the memory bound is roughly ``tail_cache_bytes + 2 * buffer_bytes``), older
+ones from the segment files with separate descriptors and large ``pread``
+calls, never blocking the writer.  Seeking by time uses the sparse index,
+then a scan; timestamps are kept non-decreasing for that.
 
 Threads: ``append``, ``read``, ``seq_at_time``, ``stats`` and the sequence
 properties are meant for the owner's loop; :meth:`write` and :meth:`sync` may
@@ -23,7 +32,7 @@ buffer; the buffer swap is the only thing they share with ``append``, under a
 short lock that is never held across I/O).  Call ``write`` from one place at a
 time (a loop, or one thread); ``sync`` may overlap ``write``.  ``read`` and
 ``seq_at_time`` are also safe from a thread (cold reads); ``close`` must not
-race anything.
+race anything.  :class:`JournalReader` is for one thread.
 
 Failure: an I/O error while writing (ENOSPC, EIO...) makes ``write`` raise
 :class:`JournalFull` (no space: ENOSPC, EDQUOT) or :class:`JournalError` (any
@@ -78,7 +87,9 @@ segments are checked when read: a bad record there raises
 Retention (:meth:`Journal.apply_retention`, also run when a segment rolls
 over) removes whole sealed segments, oldest first, while the journal is
 larger than ``retain_bytes`` or the segment's newest record is older than
-``retain_seconds``.  A read before the first retained sequence raises
+``retain_seconds``.  An idle active segment whose records are all past the
+age is first rolled over to an empty one, so age retention empties an idle
+journal (the sequence goes on from the empty segment's name).  A read before the first retained sequence raises
 :class:`SequenceGone` carrying ``first_seq``.
 """
 import bisect
@@ -97,7 +108,7 @@ from crc32c import crc32c as _crc
 __all__ = [
     "Journal", "JournalReader", "Record",
     "JournalError", "JournalFull", "SequenceGone",
-    "FORMAT_VERSION", "RECORD_OVERHEAD",
+    "FORMAT_VERSION", "RECORD_OVERHEAD", "segment_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -118,6 +129,7 @@ _IDX_ENTRY = struct.Struct("<QdQ")
 _PREFIX = struct.Struct("<II")      # length, crc
 _HEAD = struct.Struct("<QdI")       # seq, timestamp, key_len
 _U32 = struct.Struct("<I")
+_REC = struct.Struct("<IIQdI")      # the fixed head of a record: length, crc, seq, timestamp, key_len
 HEADER_SIZE = _SEG_HEADER.size
 RECORD_OVERHEAD = _PREFIX.size + _HEAD.size + _U32.size    # 32 bytes of framing per record
 MAX_RECORD = 1 << 30                # key + body bound: a bad length never makes us allocate GiBs
@@ -128,8 +140,14 @@ _pack_prefix = _PREFIX.pack
 _pack_head = _HEAD.pack
 _pack_u32 = _U32.pack
 _unpack_prefix = _PREFIX.unpack_from
-_unpack_head = _HEAD.unpack_from
 _unpack_u32 = _U32.unpack_from
+_unpack_rec = _REC.unpack_from
+_MIN_LENGTH = _HEAD.size + _U32.size             # length of a record with empty key and body
+_MAX_LENGTH = _MIN_LENGTH + MAX_RECORD
+_join = b"".join
+_now = time.time
+_INF = float("inf")
+_tuple_new = tuple.__new__         # _tuple_new(Record, fields): skips namedtuple's Python __new__
 _timestamp = attrgetter("timestamp")
 
 
@@ -162,6 +180,7 @@ class SequenceGone(JournalError):
 
 
 def segment_name(base_seq):
+    """The file name of the segment whose first sequence is ``base_seq``."""
     return "%020d%s" % (base_seq, SEGMENT_SUFFIX)
 
 
@@ -169,7 +188,8 @@ def _list_segments(directory):
     """Sorted [(base_seq, path)] of the segment files in ``directory``."""
     found = []
     for name in os.listdir(directory):
-        if name.endswith(SEGMENT_SUFFIX) and len(name) == 20 + len(SEGMENT_SUFFIX) and name[:20].isdigit():
+        if name.endswith(SEGMENT_SUFFIX) and len(name) == 20 + len(SEGMENT_SUFFIX) \
+                and name[:20].isascii() and name[:20].isdigit():
             found.append((int(name[:20]), os.path.join(directory, name)))
     found.sort()
     return found
@@ -191,7 +211,7 @@ class _Segment:
     """
 
     __slots__ = ("base", "path", "end", "last_seq", "last_ts", "idx_seq", "idx_ts", "idx_off",
-                 "indexed", "_next_index", "_rfile")
+                 "indexed", "checked", "_next_index", "_rfile")
 
     def __init__(self, base, path):
         self.base = base
@@ -203,6 +223,7 @@ class _Segment:
         self.idx_ts = []
         self.idx_off = []
         self.indexed = False
+        self.checked = HEADER_SIZE  # bytes from the start whose CRCs scan() checked
         self._next_index = 0        # offset at or past which the next record gets an index entry
         self._rfile = None
 
@@ -213,16 +234,6 @@ class _Segment:
     @property
     def empty(self):
         return self.last_seq < self.base
-
-    def note(self, seq, ts, offset, size):
-        """Account a record of ``size`` bytes at ``offset`` (appended or scanned)."""
-        if offset >= self._next_index:
-            self.idx_seq.append(seq)
-            self.idx_ts.append(ts)
-            self.idx_off.append(offset)
-            self._next_index = offset + INDEX_INTERVAL
-        self.last_seq = seq
-        self.last_ts = ts
 
     def fileno(self):
         """A read-only descriptor, opened on first use (kept while the object lives)."""
@@ -239,7 +250,8 @@ class _Segment:
     # -- scanning -------------------------------------------------------
 
     def scan(self, limit=None):
-        """Extend the index over the complete, valid records after ``end``.
+        """Extend the index over the complete, valid records after ``end``
+        (checking each record's CRC, sequence and lengths).
 
         Stops at the first torn or invalid record, or at ``limit`` bytes.
         Returns None when it stopped at the end of the data, else a reason
@@ -258,52 +270,62 @@ class _Segment:
         size = os.fstat(fd).st_size if limit is None else limit
         pos = self.end
         expect = self.last_seq + 1
-        last_ts = self.last_ts
+        last_ts = self.last_ts if self.last_ts is not None else -1e300
+        next_index = self._next_index
+        idx_seq, idx_ts, idx_off = self.idx_seq, self.idx_ts, self.idx_off
         chunk = 1 << 20
-        note = self.note
-        while pos < size:
+        reason = None
+        while pos < size and reason is None:
             buf = os.pread(fd, min(chunk, size - pos), pos)
             n = len(buf)
             if n == 0:
                 break
             mv = memoryview(buf)
             at = 0
-            while at + 8 <= n:
-                length, crc = _unpack_prefix(buf, at)
+            while at + _REC.size <= n:
+                length, crc, seq, ts, klen = _unpack_rec(buf, at)
                 stop = at + 8 + length
-                if length < _HEAD.size + 4 or length > MAX_RECORD + _HEAD.size + 4:
-                    self.end = pos + at
-                    return "bad record length %d" % length
+                if length < _MIN_LENGTH or length > _MAX_LENGTH:
+                    reason = "bad record length %d" % length
+                    break
                 if stop > n:
                     break
                 if _crc(mv[at + 8:stop]) != crc:
-                    self.end = pos + at
-                    return "bad CRC"
-                seq, ts, klen = _unpack_head(buf, at + 8)
+                    reason = "bad CRC"
+                    break
                 if seq != expect:
-                    self.end = pos + at
-                    return "sequence %d where %d was due" % (seq, expect)
-                if 8 + _HEAD.size + klen + 4 > stop - at or \
-                        _unpack_u32(buf, at + 8 + _HEAD.size + klen)[0] != length - _HEAD.size - 4 - klen:
-                    self.end = pos + at
-                    return "bad key/body lengths"
-                if last_ts is not None and ts < last_ts:
-                    self.end = pos + at
-                    return "timestamp going backwards"
-                note(seq, ts, pos + at, stop - at)
+                    reason = "sequence %d where %d was due" % (seq, expect)
+                    break
+                if klen > length - _MIN_LENGTH or _unpack_u32(buf, at + _REC.size + klen)[0] != length - _MIN_LENGTH - klen:
+                    reason = "bad key/body lengths"
+                    break
+                if ts < last_ts:
+                    reason = "timestamp going backwards"
+                    break
+                if pos + at >= next_index:
+                    idx_seq.append(seq)
+                    idx_ts.append(ts)
+                    idx_off.append(pos + at)
+                    next_index = pos + at + INDEX_INTERVAL
                 last_ts = ts
                 expect = seq + 1
                 at = stop
-            if at == 0:
+            if at:
+                if self.checked == self.end:
+                    self.checked = pos + at
+                pos += at
+                self.end = pos
+                self.last_seq = expect - 1
+                self.last_ts = last_ts
+                self._next_index = next_index
+            elif reason is None:
                 if n >= 8:
                     need = 8 + _unpack_prefix(buf, 0)[0]
                     if need > n and pos + need <= size:
                         chunk = need            # a record bigger than the chunk: read it whole
                         continue
                 break                           # torn: the record runs past the end of the file
-            pos += at
-            self.end = pos
-        return None
+        return reason
 
     def load_index(self):
         """Load the ``.idx`` file of a sealed segment; False if missing or stale."""
@@ -345,7 +367,7 @@ class _Segment:
             return
         if not self.load_index():
             if not self.idx_seq:
-                self.end = HEADER_SIZE          # ``end`` held the file size: scan from the start
+                self.end = self.checked = HEADER_SIZE   # ``end`` held the file size: scan from the start
             reason = self.scan()
             if reason is not None:
                 raise JournalError("%s: corrupt record at offset %d (%s)" % (self.path, self.end, reason))
@@ -369,37 +391,39 @@ class _Segment:
 
         Returns the payload bytes added.  Reads at most up to ``end`` bytes
         (default: the segment's known end), in large ``pread`` chunks.
+        CRCs are checked, except over bytes a scan has checked already.
         """
         fd = self.fileno()
         end = self.end if end is None else end
         pos = self.offset_for(from_seq) if offset is None else offset
+        checked = self.checked
         want = max_records - len(out)
         total = 0
-        chunk = 1 << 16
+        budget = (1 << 62) if max_bytes is None else max_bytes
+        chunk = min(1 << 16, max(1 << 12, want << 9))   # small reads stay small; doubled as it goes
+        append = out.append
+        new = _tuple_new
         while pos < end and want > 0:
             buf = os.pread(fd, min(chunk, end - pos), pos)
             n = len(buf)
             mv = memoryview(buf)
+            verify = pos + n > checked
             at = 0
-            while at + 8 <= n:
-                length, crc = _unpack_prefix(buf, at)
+            while at + _REC.size <= n:
+                length, crc, seq, ts, klen = _unpack_rec(buf, at)
                 stop = at + 8 + length
                 if stop > n:
                     break
-                h = at + 8
-                seq, ts, klen = _unpack_head(buf, h)
                 if seq >= from_seq:
                     if seq > to_seq:
                         return total
-                    if _crc(mv[h:stop]) != crc:
+                    if verify and pos + stop > checked and _crc(mv[at + 8:stop]) != crc:
                         raise JournalError("%s: corrupt record at offset %d (bad CRC)" % (self.path, pos + at))
-                    k = h + _HEAD.size
-                    key = buf[k:k + klen]
-                    body = buf[k + klen + 4:stop]
-                    size = stop - k - 4
-                    if max_bytes is not None and out and total + size > max_bytes:
+                    k = at + _REC.size
+                    size = length - _MIN_LENGTH
+                    if total + size > budget and out:
                         return total
-                    out.append(Record(seq, ts, key, body))
+                    append(new(Record, (seq, ts, buf[k:k + klen], buf[k + klen + 4:stop])))
                     total += size
                     want -= 1
                     if want == 0:
@@ -456,7 +480,7 @@ class Journal:
                  "buffer_bytes", "_lock", "_io_lock", "_sync_lock", "_lockfd", "_segments", "_bases",
                  "_first_seq", "_next_seq", "_last_ts", "_tail_end", "_pending", "_pending_bytes",
                  "_written_seq", "_synced_seq", "_wfd", "_wseg", "_cache", "_cache_bytes", "_error",
-                 "_fatal", "_stats", "closed")
+                 "_fatal", "_refuse", "_index_at", "_evict_at", "_stats", "closed")
 
     def __init__(self, directory, *, segment_bytes=64 << 20, retain_bytes=None, retain_seconds=None,
                  tail_cache_bytes=32 << 20, buffer_bytes=256 << 20):
@@ -475,6 +499,7 @@ class Journal:
                            syncs=0, segments_removed=0, write_errors=0)
         self._error = None
         self._fatal = None
+        self._refuse = None
         self._wfd = None
         self._lockfd = None
         self.closed = True
@@ -491,6 +516,9 @@ class Journal:
             raise JournalError("journal %s is open by another writer" % self.directory) from None
         try:
             self._open()
+        except OSError as exc:
+            self._release()
+            raise _oserror("open", exc.filename or self.directory, exc) from None
         except BaseException:
             self._release()
             raise
@@ -539,8 +567,12 @@ class Journal:
         self._written_seq = self._synced_seq = active.last_seq
         self._wseg = active
         self._wfd = os.open(active.path, os.O_WRONLY | os.O_APPEND)
+        if not active.empty:
+            os.fsync(self._wfd)     # what a killed writer left in the page cache: synced_seq holds
         self._cache = []
         self._cache_bytes = 0
+        self._evict_at = self.tail_cache_bytes
+        self._index_at = active._next_index
 
     def _recover(self, seg):
         """Scan the active segment; cut it at the first torn or corrupt record."""
@@ -573,7 +605,7 @@ class Journal:
             seg.close()
 
     def _create_segment_file(self, base):
-        """Create the segment file of ``base`` (header written, directory synced); its fd."""
+        """Create the segment file of ``base`` (header written and fsynced, directory synced)."""
         path = os.path.join(self.directory, segment_name(base))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:
@@ -621,6 +653,11 @@ class Journal:
         """The error that makes the journal refuse appends, or None."""
         return self._fatal or self._error
 
+    @property
+    def broken(self):
+        """True after an error only reopening clears (a failed fsync or truncate)."""
+        return self._fatal is not None
+
     # -- writing --------------------------------------------------------
 
     def append(self, key, body, timestamp=None):
@@ -640,42 +677,72 @@ class Journal:
         if klen + blen > MAX_RECORD:
             raise ValueError("journal record too large: %d bytes (limit %d)" % (klen + blen, MAX_RECORD))
         if timestamp is None:
-            timestamp = time.time()
+            timestamp = _now()
+        else:
+            timestamp = float(timestamp)
+            if timestamp != timestamp or timestamp in (_INF, -_INF):
+                raise ValueError("journal timestamp must be finite, got %r" % timestamp)
         with self._lock:
-            if self._error is not None or self._fatal is not None or self.closed:
+            if self._refuse is not None:
                 raise self._refusal()
             if timestamp < self._last_ts:
                 timestamp = self._last_ts
             seq = self._next_seq
-            payload = b"".join((_pack_head(seq, timestamp, klen), key, _pack_u32(blen), body))
-            size = len(payload) + 8
-            if self._pending_bytes + size > self.buffer_bytes and self._pending_bytes:
-                raise JournalFull("journal %s: %d bytes not yet written (buffer_bytes): call write()"
-                                  % (self.directory, self._pending_bytes))
-            chunk = self._pending[-1]
+            payload = _join((_pack_head(seq, timestamp, klen), key, _pack_u32(blen), body))
+            size = klen + blen + RECORD_OVERHEAD
             pos = self._tail_end
-            if pos + size > self.segment_bytes and pos > HEADER_SIZE:
-                seg = _Segment(seq, os.path.join(self.directory, segment_name(seq)))
-                seg.indexed = True
-                self._segments.append(seg)
-                self._bases.append(seq)
-                chunk = [seg, bytearray(), seq]
-                self._pending.append(chunk)
-                pos = HEADER_SIZE
-            chunk[0].note(seq, timestamp, pos, size)
+            if pos + size > self.segment_bytes or self._pending_bytes + size > self.buffer_bytes:
+                pos = self._make_room(seq, size, pos)
+            chunk = self._pending[-1]
             buf = chunk[1]
-            buf += _pack_prefix(len(payload), _crc(payload))
+            buf += _pack_prefix(size - 8, _crc(payload))
             buf += payload
             chunk[2] = seq
+            if pos >= self._index_at:
+                seg = chunk[0]
+                seg.idx_seq.append(seq)
+                seg.idx_ts.append(timestamp)
+                seg.idx_off.append(pos)
+                self._index_at = pos + INDEX_INTERVAL
             self._tail_end = pos + size
             self._pending_bytes += size
             self._next_seq = seq + 1
             self._last_ts = timestamp
-            self._cache.append(Record(seq, timestamp, key, body))
+            self._cache.append(_tuple_new(Record, (seq, timestamp, key, body)))
             self._cache_bytes += klen + blen + _MEM_OVERHEAD
-            if self._cache_bytes > self.tail_cache_bytes:
+            if self._cache_bytes > self._evict_at:
                 self._evict()
         return seq
+
+    def _make_room(self, seq, size, pos):
+        """append's slow path: refuse when the buffer is full, else roll over to
+        a new segment (created on disk by the next write()).  Returns the offset."""
+        if self._pending_bytes + size > self.buffer_bytes and self._pending_bytes:
+            raise JournalFull("journal %s: %d bytes not yet written (buffer_bytes): call write()"
+                              % (self.directory, self._pending_bytes))
+        if pos + size > self.segment_bytes and pos > HEADER_SIZE:
+            self._settle()
+            seg = _Segment(seq, os.path.join(self.directory, segment_name(seq)))
+            seg.indexed = True
+            self._segments.append(seg)
+            self._bases.append(seq)
+            self._pending.append([seg, bytearray(), seq - 1])
+            self._index_at = 0
+            pos = HEADER_SIZE
+        return pos
+
+    def _settle(self):
+        """Bring the newest segment's last_seq/last_ts up to date (append skips it)."""
+        seg = self._segments[-1]
+        if self._next_seq > seg.base:
+            seg.last_seq = self._next_seq - 1
+            seg.last_ts = self._last_ts
+
+    def _set_error(self, error=None, fatal=None):
+        if fatal is not None:
+            self._fatal = fatal
+        self._error = error
+        self._refuse = self._fatal or self._error or (JournalError("closed") if self.closed else None)
 
     def _refusal(self):
         if self.closed:
@@ -698,6 +765,8 @@ class Journal:
         if n:
             del cache[:n]
             self._cache_bytes -= dropped
+        if self._cache_bytes > self.tail_cache_bytes:
+            self._evict_at = 1 << 62        # the rest is unwritten: wait for write()
 
     def write(self):
         """Hand the buffered records to the OS; return ``written_seq``.
@@ -713,9 +782,10 @@ class Journal:
             if self.closed:
                 raise JournalError("journal %s is closed" % self.directory)
             with self._lock:
+                self._settle()
                 pending = self._pending
                 if len(pending) == 1 and not pending[0][1]:
-                    self._error = None
+                    self._set_error(None)
                     return self._written_seq
                 last = pending[-1]
                 self._pending = [[last[0], bytearray(), last[2]]]
@@ -737,7 +807,8 @@ class Journal:
                 self._written_seq = last_seq
                 self._stats["written_bytes"] += len(data)
             self._stats["writes"] += 1
-            self._error = None
+            self._evict_at = self.tail_cache_bytes
+            self._set_error(None)
         if rolled and (self.retain_bytes is not None or self.retain_seconds is not None):
             self.apply_retention()
         return self._written_seq
@@ -746,13 +817,13 @@ class Journal:
         """Cut the file back to its last complete record and requeue ``unwritten``."""
         self._stats["write_errors"] += 1
         seg = self._wseg
-        self._error = _oserror("write", seg.path, exc)
+        self._set_error(_oserror("write", seg.path, exc))
         log.error("%s; %d records held in memory, appends refused until a write succeeds",
                   self._error, unwritten[-1][2] - self._written_seq)
         try:
             os.ftruncate(self._wfd, seg.end)
         except OSError as exc2:
-            self._fatal = _oserror("truncate", seg.path, exc2)
+            self._set_error(self._error, fatal=_oserror("truncate", seg.path, exc2))
             log.error("%s: the journal must be reopened", self._fatal)
         with self._lock:
             head = self._pending[0]
@@ -771,7 +842,7 @@ class Journal:
         try:
             os.fsync(self._wfd)
         except OSError as exc:
-            self._fatal = _oserror("fsync", old.path, exc)
+            self._set_error(self._error, fatal=_oserror("fsync", old.path, exc))
             raise self._fatal from None
         self._synced_seq = max(self._synced_seq, self._written_seq)
         self._create_segment_file(seg.base)
@@ -810,7 +881,7 @@ class Journal:
             try:
                 os.fsync(fd)
             except OSError as exc:
-                self._fatal = _oserror("fsync", path, exc)
+                self._set_error(self._error, fatal=_oserror("fsync", path, exc))
                 log.error("%s: the journal refuses appends until reopened", self._fatal)
                 raise self._fatal from None
             finally:
@@ -833,7 +904,11 @@ class Journal:
             return 0
         now = time.time() if now is None else now
         with self._io_lock:
-            segments = list(self._segments)
+            with self._lock:
+                self._settle()
+                if self.retain_seconds is not None:
+                    self._roll_if_idle(now - self.retain_seconds)
+                segments = list(self._segments)
             active = segments.index(self._wseg)
             total = sum(seg.end for seg in segments[:active + 1])
             victims = []
@@ -871,6 +946,28 @@ class Journal:
                      self.directory, len(victims), self._first_seq)
             return len(victims)
 
+    def _roll_if_idle(self, cutoff):
+        """Start an empty segment when every record of the active one, all
+        written, is older than ``cutoff``: age retention can then remove it.
+        (The empty segment, named by the next sequence, keeps the sequence.)"""
+        latest = self._segments[-1]
+        if latest is not self._wseg or latest.empty or latest.last_ts >= cutoff \
+                or len(self._pending) != 1 or self._pending[0][1]:
+            return
+        seq = self._next_seq
+        seg = _Segment(seq, os.path.join(self.directory, segment_name(seq)))
+        seg.indexed = True
+        try:
+            self._roll_file(seg)
+        except OSError as exc:
+            log.warning("journal %s: could not start a new segment for retention (%s)", self.directory, exc)
+            return
+        self._segments.append(seg)
+        self._bases.append(seq)
+        self._pending = [[seg, bytearray(), seq - 1]]
+        self._tail_end = HEADER_SIZE
+        self._index_at = 0
+
     # -- reading --------------------------------------------------------
 
     def read(self, from_seq, max_records=1024, max_bytes=1 << 20):
@@ -885,6 +982,7 @@ class Journal:
         if from_seq < 1:
             raise ValueError("journal sequences start at 1, got %r" % (from_seq,))
         with self._lock:
+            self._settle()
             if from_seq < self._first_seq:
                 raise SequenceGone(self._first_seq)
             if from_seq >= self._next_seq or max_records <= 0:
@@ -912,20 +1010,25 @@ class Journal:
         i = bisect.bisect_right(bases, from_seq) - 1
         seq = from_seq
         budget = max_bytes
-        while i < len(segments) and seq <= to_seq and len(out) < max_records:
-            seg = segments[i]
-            if not seg.indexed:
-                seg.ensure_index(bases[i + 1] - 1 if i + 1 < len(bases) else None)
-            got = seg.read(seq, to_seq, out, max_records, budget)
-            if budget is not None:
-                budget -= got
-                if budget <= 0:
+        try:
+            while i < len(segments) and seq <= to_seq and len(out) < max_records:
+                seg = segments[i]
+                if not seg.indexed:
+                    seg.ensure_index(bases[i + 1] - 1 if i + 1 < len(bases) else None)
+                got = seg.read(seq, to_seq, out, max_records, budget)
+                if budget is not None:
+                    budget -= got
+                    if budget <= 0:
+                        break
+                seq = out[-1].seq + 1 if out else seq
+                if seq <= seg.last_seq:
                     break
-            seq = out[-1].seq + 1 if out else seq
-            if seq <= seg.last_seq:
-                break
-            i += 1
-        if out and out[0].seq != from_seq:
+                i += 1
+        except FileNotFoundError as exc:
+            if from_seq < self._first_seq:      # retention removed it while we read
+                raise SequenceGone(self._first_seq) from None
+            raise JournalError("journal %s: segment file missing: %s" % (self.directory, exc.filename)) from None
+        if (out[0].seq if out else None) != from_seq and from_seq <= to_seq:
             raise JournalError("journal %s: sequence %d missing from its segment" % (self.directory, from_seq))
         if out and out[-1].seq == to_seq and len(out) < max_records and (budget is None or budget > 0):
             out.extend(self.read(to_seq + 1, max_records - len(out), budget and max(budget, 1)))
@@ -935,10 +1038,11 @@ class Journal:
         """First sequence whose record's timestamp is >= ``timestamp``
         (``last_seq + 1`` if none; ``first_seq`` if all are)."""
         with self._lock:
+            self._settle()
             cache = self._cache
             if cache and timestamp > cache[0].timestamp:
                 i = bisect.bisect_left(cache, timestamp, key=_timestamp)
-                return cache[0].seq + i
+                return max(cache[0].seq + i, self._first_seq)
             segments = list(self._segments)
             first = self._first_seq
             end_seq = cache[0].seq if cache else self._next_seq
@@ -947,8 +1051,17 @@ class Journal:
     # -- the rest -------------------------------------------------------
 
     def stats(self):
-        """A snapshot of the journal's state and counters (a new dict)."""
+        """A snapshot of the journal's state and counters (a new dict).
+
+        ``segments``, ``disk_bytes``, ``first_seq``/``last_seq``/``written_seq``/
+        ``synced_seq``, ``pending_bytes`` (appended, not yet written),
+        ``cache_records``/``cache_bytes``, ``truncated_bytes`` and ``crc_errors``
+        (recovery at open), ``written_bytes``, ``writes``, ``syncs``,
+        ``write_errors``, ``segments_removed``, ``error`` (why appends are
+        refused, or None), ``directory``.
+        """
         with self._lock:
+            self._settle()
             segments = list(self._segments)
             out = dict(self._stats)
             out.update(
@@ -977,6 +1090,7 @@ class Journal:
         finally:
             with self._io_lock:
                 self.closed = True
+                self._set_error(self._error)
                 self._release()
                 self._cache = []
 
@@ -1082,32 +1196,40 @@ class JournalReader:
         """Like :meth:`Journal.read`, for written records."""
         if from_seq < 1:
             raise ValueError("journal sequences start at 1, got %r" % (from_seq,))
-        for attempt in (0, 1):
-            if attempt or from_seq < self._order[0] or \
-                    from_seq > self._segments[self._order[-1]].last_seq:
-                self.refresh()
+        if from_seq < self._order[0] or from_seq > self._segments[self._order[-1]].last_seq:
+            self.refresh()
+        try:
+            return self._read(from_seq, max_records, max_bytes)
+        except FileNotFoundError:           # retention removed a segment under us
+            self.refresh()
             try:
-                i = self._locate(from_seq)
-                out = []
-                seq = from_seq
-                budget = max_bytes
-                while i < len(self._order) and len(out) < max_records:
-                    seg = self._seg(i)
-                    got = seg.read(seq, seg.last_seq, out, max_records, budget)
-                    if budget is not None:
-                        budget -= got
-                        if budget <= 0:
-                            break
-                    if out:
-                        seq = out[-1].seq + 1
-                    if seq <= seg.last_seq:
-                        break
-                    i += 1
-                return out
+                return self._read(from_seq, max_records, max_bytes)
             except FileNotFoundError:
-                if attempt:
-                    raise SequenceGone(self.first_seq) from None
-        raise AssertionError("unreachable")
+                raise SequenceGone(self.first_seq) from None
+
+    def _read(self, from_seq, max_records, max_bytes):
+        i = self._locate(from_seq)
+        out = []
+        seq = from_seq
+        budget = max_bytes
+        limit = None
+        while i < len(self._order) and len(out) < max_records:
+            seg = self._seg(i)
+            if limit is None:
+                limit = seg.last_seq
+            got = seg.read(seq, seg.last_seq, out, max_records, budget)
+            if budget is not None:
+                budget -= got
+                if budget <= 0:
+                    break
+            if out:
+                seq = out[-1].seq + 1
+            if seq <= seg.last_seq:
+                break
+            i += 1
+        if limit is not None and from_seq <= limit and (out[0].seq if out else None) != from_seq:
+            raise JournalError("journal %s: sequence %d missing from its segment" % (self.directory, from_seq))
+        return out
 
     def records(self, from_seq=None, to_seq=None, since=None, until=None):
         """Iterate records from ``from_seq`` (or the first at or after time
@@ -1129,10 +1251,15 @@ class JournalReader:
 
     def seq_at_time(self, timestamp):
         """First sequence with timestamp >= ``timestamp`` (see :meth:`Journal.seq_at_time`)."""
-        self.refresh()
-        segments = [self._seg(i) for i in range(len(self._order))]
-        last = segments[-1]
-        return _time_to_seq(segments, timestamp, self._order[0], last.last_seq + 1)
+        for attempt in (0, 1):
+            self.refresh()
+            try:
+                last = self._seg(len(self._order) - 1)      # scanned to its tail
+                segments = [self._segments[base] for base in self._order]   # indexed when probed
+                return _time_to_seq(segments, timestamp, self._order[0], last.last_seq + 1)
+            except FileNotFoundError:       # retention removed a segment under us: list again
+                if attempt:
+                    raise JournalError("journal %s: segments keep vanishing" % self.directory) from None
 
     def segments(self):
         """[(base_seq, path, first_timestamp, last_timestamp, size)] of the
@@ -1151,7 +1278,7 @@ class JournalReader:
     def read_segment(self, path, from_seq=None, to_seq=None):
         """Iterate the records of one segment file (a path from :meth:`segments`)."""
         name = os.path.basename(path)
-        if not (name.endswith(SEGMENT_SUFFIX) and name[:20].isdigit()):
+        if not (name.endswith(SEGMENT_SUFFIX) and len(name) == 24 and name[:20].isascii() and name[:20].isdigit()):
             raise JournalError("not a journal segment: %s" % path)
         base = int(name[:20])
         seg = self._segments.get(base) or _Segment(base, os.path.join(self.directory, name))

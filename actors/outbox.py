@@ -35,6 +35,22 @@ deadlock).  With no credit left, messages wait in the same per-peer queue,
 held and drained as above, and :meth:`grant` sends what the new credit
 allows at once.  There is no second queue and no timer for credit.
 
+Use (inside an actor; a ROUTER gets this from :class:`~zactors.actors.router.Router`)::
+
+    self.outbox = Outbox(self, lambda peer, frames: send_now(peer.dealer, frames),
+                         limit=20000, high=10000,           # low: high // 2
+                         on_held=self.pause_producing,      # e.g. pause_commands(), task pause
+                         on_drained=self.resume_producing)
+    self.outbox.send(peer, [b"frame", b"frame"])           # True: sent or queued, in order
+
+    # credit (ZEPS-style): nothing goes until granted, then while the balance is positive
+    deliveries = Outbox(self, transmit, credit=True, cost=lambda frames: len(frames[-1]))
+    deliveries.grant(subscriber, 1 << 20)                    # on each CREDIT from the subscriber
+
+A producer that must not queue at all checks first: ``pending(peer)``,
+``peer in outbox.held``, ``credit_of(peer)``.  :meth:`flush` retries
+blocked peers at once (call it when a POLLOUT you watch fires).
+
 Not thread-safe: an outbox belongs to one actor and is used from its
 greenlet only (its handlers, timers and tasks).  Nothing here blocks.
 """
@@ -65,6 +81,9 @@ def send_now(sock, frames):
     except zmq.ZMQError as exc:
         return exc.errno
     return None
+
+
+_RETRYING = object()
 
 
 def _size(frames):
@@ -247,12 +266,12 @@ class Outbox:
             self._timer = self.actor.call_later(self._delay, self._retry)
 
     def _retry(self):
-        self._timer = None
+        self._timer = _RETRYING  # peers blocking again during the flush are timed below, with the new delay
         progressed = self.flush()
+        self._timer = None
         if self._blocked:
             self._delay = self.retry_min if progressed else min(self._delay * 2, self.retry_max)
-            if self._timer is None:
-                self._timer = self.actor.call_later(self._delay, self._retry)
+            self._timer = self.actor.call_later(self._delay, self._retry)
         else:
             self._delay = self.retry_min
 

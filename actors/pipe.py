@@ -22,6 +22,14 @@ empty request id), ``$REPLY``/``$ERROR`` for a request id, and ``$EXIT`` or
 greenlets of the thread that created the actor (calls are matched to replies
 by request id, so concurrent callers do not wait for each other), and not
 safe across OS threads.
+
+Events are bounded by credit, not by the pipe's high-water mark: the parent
+always drains the pipe at once (so a reply never waits behind unread
+events), and hands each event to its :class:`~zactors.actors.events.Subscription`
+queues.  The actor and its parent share one thread, so the window is a
+plain counter: the actor's ``emit`` adds to :attr:`PipeEnd.in_flight`, and
+:meth:`PipeEnd.full` says when one more event would overrun a blocking
+subscription; :meth:`PipeEnd.park` is where the actor then waits.
 """
 import itertools
 import logging
@@ -32,17 +40,16 @@ from collections import namedtuple
 import gevent
 import msgpack
 import zmq
-from gevent.event import AsyncResult, Event as GeventEvent
-from gevent.queue import Queue
-
-from .errors import ActorDied, ActorExited, ActorTimeout, CommandError, PipeError
 from gevent import getcurrent
+from gevent.event import AsyncResult, Event as GeventEvent
 from gevent.hub import Waiter
 
+from .errors import ActorDied, ActorExited, ActorTimeout, CommandError, PipeError
+from .events import BLOCK, Subscription, low_mark
 from .sockets import NOBLOCK, POLLIN, POLLOUT, Socket, context
 from .speedups import recv_message
 
-__all__ = ["Event", "PipeEnd", "encode", "decode", "pack", "pipe_pair"]
+__all__ = ["Event", "PipeEnd", "encode", "decode", "pack", "pipe_pair", "RESERVED", "EVENTS_SIZE", "EVENTS_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +61,18 @@ EXIT = "$EXIT"
 DIED = "$DIED"
 TERM = "$TERM"
 
+#: verbs of the pipe protocol itself, which an actor may not emit as events
+RESERVED = frozenset((READY, FAILED, REPLY, ERROR, EXIT, DIED))
+
+#: default event window: events an actor may have unread by a blocking reader
+#: (the pipe's own high-water mark, which held as many before events were bounded)
+EVENTS_SIZE = 10000
+#: default event window in bytes (the events' encoded size): whichever of the two fills first
+EVENTS_BYTES = 16 * 2**20
+
 _packer = msgpack.Packer(use_bin_type=True)
 pack = _packer.pack
 
-
-_CLOSED = object()  # the last item of a closed pipe's event queue
 
 Event = namedtuple("Event", "name args")
 Event.__doc__ = "An event from an actor: ``name`` (str) and ``args`` (tuple)."
@@ -102,15 +116,28 @@ class PipeEnd:
     Incoming messages are drained by a gevent io callback in the hub, which
     hands each reply straight to its waiting caller (no reader greenlet in
     between), or by a reactor when the pipe is :meth:`attach`-ed to one (the
-    parent is itself an actor).
+    parent is itself an actor).  Events go to every open
+    :class:`~zactors.actors.events.Subscription`: the default one
+    (:meth:`recv_event`) and those made by :meth:`subscribe`.
     """
 
-    def __init__(self, socket, name):
+    def __init__(self, socket, name, size=EVENTS_SIZE, max_bytes=EVENTS_BYTES):
+        self._default = Subscription(self, size, BLOCK, max_bytes)  # checks size and max_bytes
         self.socket = socket
         self.name = name
+        #: the event window, in events and in bytes: the pipe never holds more
+        self.size = size
+        self.max_bytes = max_bytes
+        self._low_size = low_mark(size)
+        self._low_bytes = low_mark(max_bytes)
+        #: events the actor emitted that the parent has not taken off the pipe yet, and their bytes
+        self.in_flight = 0
+        self.bytes_in_flight = 0
         self._ids = itertools.count(1)
         self._pending = {}  # request id -> Waiter, or a [done, value, error] box when attached
-        self._events = Queue()
+        self._subscriptions = [self._default]  # every open one, in order
+        self._blocking = [self._default]  # those that hold the actor back
+        self._parked = None  # the Waiter of an actor parked in park()
         self._on_event = None
         self._ready = AsyncResult()
         self._end = None  # ActorExited / ActorDied once the actor is gone
@@ -156,17 +183,30 @@ class PipeEnd:
             if self._reactor is not None:
                 box = self._pending[request_id] = [False, None, None]
                 self._send(frame)
-                return self._pump_until(box, timeout)
+                if not self._pump_until(box, timeout):
+                    raise self._timed_out(verb, timeout)
+                if box[2] is not None:
+                    raise box[2]
+                return box[1]
             waiter = self._pending[request_id] = Waiter()
             self._send(frame)
             if timeout is None:
                 return waiter.get()
-            with gevent.Timeout(timeout):
+            timer = gevent.Timeout(timeout)
+            timer.start()
+            try:
                 return waiter.get()
-        except gevent.Timeout:
-            raise ActorTimeout("%s: no reply to %s within %ss" % (self.name, verb, timeout)) from None
+            except gevent.Timeout as exc:
+                if exc is not timer:  # the caller's own timeout: not ours to turn into ActorTimeout
+                    raise
+                raise self._timed_out(verb, timeout) from None
+            finally:
+                timer.close()
         finally:
             self._pending.pop(request_id, None)
+
+    def _timed_out(self, verb, timeout):
+        return ActorTimeout("%s: no reply to %s within %ss" % (self.name, verb, timeout))
 
     def _check(self):
         if self._end is not None:
@@ -174,21 +214,101 @@ class PipeEnd:
 
     # -- incoming -----------------------------------------------------------
     def recv_event(self, timeout=None):
-        """The next :class:`Event`; ``None`` on timeout.
+        """The next :class:`Event` of the default subscription; ``None`` on timeout.
 
         After the actor is gone its ``$EXIT``/``$DIED`` event is delivered,
         then every further call raises the matching :class:`ActorError`.
         """
-        if self._events.empty() and self._end is not None:
-            raise self._end
+        return self._default.recv(timeout)
+
+    def subscribe(self, size=None, policy=BLOCK, max_bytes=None):
+        """A new :class:`~zactors.actors.events.Subscription` to the events from now on.
+
+        ``size`` and ``max_bytes`` default to the pipe's window.
+        """
+        sub = Subscription(self, self.size if size is None else size, policy,
+                           self.max_bytes if max_bytes is None else max_bytes)
+        if self.socket.closed:
+            sub._shut(self._end)
+            return sub
+        self._subscriptions.append(sub)
+        if sub.policy is BLOCK:
+            self._blocking.append(sub)
+        return sub
+
+    def unsubscribe(self, sub):
+        """Forget ``sub`` (``Subscription.close`` calls this); a parked actor may go on."""
+        if sub in self._subscriptions:
+            self._subscriptions.remove(sub)
+        if sub in self._blocking:
+            self._blocking.remove(sub)
+            self.consumed()
+
+    @property
+    def backlog(self):
+        """Events emitted and not yet read by the slowest blocking subscription."""
+        return self.in_flight + max((sub._queue.qsize() for sub in self._blocking), default=0)
+
+    @property
+    def backlog_bytes(self):
+        """Bytes of :attr:`backlog` (the events' encoded size)."""
+        return self.bytes_in_flight + max((sub._bytes for sub in self._blocking), default=0)
+
+    # -- the event window (called by the actor, same thread) ------------------
+    def full(self):
+        """True while one more event would overrun the window of a blocking subscription."""
+        n = self.in_flight
+        b = self.bytes_in_flight
+        if n >= self.size or b >= self.max_bytes:
+            return True
+        for sub in self._blocking:
+            if n + sub._queue.qsize() >= sub.size or b + sub._bytes >= sub.max_bytes:
+                return True
+        return False
+
+    def _low(self):
+        """True once every blocking subscription is back under its low-water marks (3/4)."""
+        n = self.in_flight
+        b = self.bytes_in_flight
+        if n > self._low_size or b > self._low_bytes:
+            return False
+        for sub in self._blocking:
+            if n + sub._queue.qsize() > sub._low_size or b + sub._bytes > sub._low_bytes:
+                return False
+        return True
+
+    def park(self, fd=None):
+        """Park the calling greenlet until the window has room again.
+
+        Returns early, True, when ``fd`` (the actor's end of the pipe, whose
+        ``ZMQ_FD`` edges it watches) may have commands to read; False when
+        woken for room (or because the pipe closed).  The caller re-checks
+        :meth:`full`.
+        """
+        waiter = self._parked = Waiter()
+        watcher = None
+        if fd is not None:
+            watcher = self._hub.loop.io(fd, 1)
+            watcher.start(waiter.switch, True)
         try:
-            event = self._events.get(timeout=timeout)
-        except gevent.queue.Empty:
-            return None
-        if event is _CLOSED:  # wakes every waiter once the pipe is closed
-            self._events.put_nowait(_CLOSED)
-            raise self._end
-        return event
+            return waiter.get()
+        finally:
+            if self._parked is waiter:
+                self._parked = None
+            if watcher is not None:
+                watcher.close()
+
+    def consumed(self):
+        """A blocking reader took an event: wake a parked actor below the low-water mark."""
+        if self._parked is not None and (self._end is not None or self._low()):
+            self.wake()
+
+    def wake(self):
+        """Wake an actor parked in :meth:`park` now, whatever the window says."""
+        waiter = self._parked
+        if waiter is not None:
+            self._parked = None
+            self._hub.loop.run_callback(waiter.switch, False)
 
     def wait_ready(self, timeout):
         return self._ready.get(timeout=timeout)
@@ -202,6 +322,8 @@ class PipeEnd:
         self._watcher.stop()
         self._reactor = reactor
         self._on_event = on_event
+        # on_event consumes each event as it arrives: the default queue would only fill up.
+        self._default.close()
         reactor.add_reader(self.socket, self.dispatch)
 
     def _drain(self):
@@ -217,21 +339,22 @@ class PipeEnd:
             self.dispatch(frames[0])
         if not self._room.is_set() and not sock._closed and sock.events() & POLLOUT:
             self._room.set()
+        if self._parked is not None:  # in_flight fell, or a drop-only reader took events
+            self.consumed()
 
     def _pump_until(self, box, timeout):
+        """Read the pipe in the attached reactor's greenlet until ``box`` is done; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not box[0]:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise gevent.Timeout(timeout)
+                return False
             try:
                 frames = self.socket.recv_multipart(timeout=remaining)
             except zmq.Again:
-                raise gevent.Timeout(timeout) from None
+                return False
             self.dispatch(frames[0])
-        if box[2] is not None:
-            raise box[2]
-        return box[1]
+        return True
 
     def dispatch(self, frame):
         """Route one message from the actor to a waiting call or the events.
@@ -260,13 +383,25 @@ class PipeEnd:
         if verb == FAILED:
             self._ready.set(False)
             return
+        event = Event(verb, tuple(args))
         if verb == EXIT or verb == DIED:
             self._finish(verb, args)
-        event = Event(verb, tuple(args))
+            if self._on_event is not None:
+                self._on_event(event)
+            for sub in self._subscriptions:  # the last word is never dropped
+                sub._queue.put_nowait((event, 0))
+                sub._shut(self._end)
+            return
+        nbytes = len(frame)
+        if self.in_flight:
+            self.in_flight -= 1
+            self.bytes_in_flight -= nbytes
         if self._on_event is not None:
             self._on_event(event)
-        else:
-            self._events.put_nowait(event)
+        for sub in self._subscriptions:
+            sub._put(event, nbytes)
+        if self._reactor is not None and self._parked is not None:  # _drain checks once a batch
+            self.consumed()
 
     def _resolve(self, entry, value, error):
         if type(entry) is list:
@@ -299,6 +434,9 @@ class PipeEnd:
         if self._end is None:
             self._end = ActorExited("%s has been destroyed" % self.name)
         self._fail_pending()
-        self._events.put_nowait(_CLOSED)
+        subscriptions, self._subscriptions, self._blocking = self._subscriptions, [], []
+        for sub in subscriptions:
+            sub._shut(self._end)
+        self.consumed()  # an actor still parked (never, after destroy) must not wait for readers that are gone
         self._room.set()
         self.socket.close(0)

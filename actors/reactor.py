@@ -30,6 +30,8 @@ __all__ = ["Reactor", "Timer", "Task", "DRAIN_CAP", "TASK_SLICE"]
 
 #: messages drained from one socket before the reactor yields to other greenlets
 DRAIN_CAP = 64
+#: cancelled timers tolerated in the heap before it is compacted (then: once they are half of it)
+COMPACT_MIN = 64
 #: seconds of task steps per round, shared by the running tasks (each gets one step at least)
 TASK_SLICE = 0.001
 
@@ -48,17 +50,22 @@ def _thread_done(on_done, result, error):
 class Timer:
     """A reactor timer; ``cancel()`` it to stop.  Not for direct construction."""
 
-    __slots__ = ("deadline", "interval", "handler", "args", "cancelled")
+    __slots__ = ("deadline", "interval", "handler", "args", "cancelled", "_reactor")
 
-    def __init__(self, deadline, interval, handler, args):
+    def __init__(self, deadline, interval, handler, args, reactor):
         self.deadline = deadline
         self.interval = interval
         self.handler = handler
         self.args = args
         self.cancelled = False
+        self._reactor = reactor  # None once it can no longer fire
 
     def cancel(self):
-        self.cancelled = True
+        if not self.cancelled:
+            self.cancelled = True
+            reactor, self._reactor = self._reactor, None
+            if reactor is not None:
+                reactor._timer_cancelled()
 
 
 class _Reader:
@@ -95,8 +102,10 @@ class Reactor:
         self._readers = []
         self._fds = []
         self._timers = []  # heap of (deadline, seq, Timer)
+        self._cancelled = 0  # cancelled timers still in the heap
         self._seq = 0  # arming order: breaks deadline ties, and tells this round's timers from the next
         self._waiter = None
+        self._wake_queued = False
         self._running = False
         self._fresh = False
         self._tasks = deque()  # running (not paused) tasks, in turn order
@@ -156,18 +165,29 @@ class Reactor:
 
     def call_later(self, delay, handler, *args):
         """Run ``handler(*args)`` once after ``delay`` seconds."""
-        return self._push(Timer(_monotonic() + delay, None, handler, args))
+        return self._push(Timer(_monotonic() + delay, None, handler, args, self))
 
     def call_every(self, interval, handler, *args):
         """Run ``handler(*args)`` every ``interval`` seconds (first after one interval)."""
         if interval <= 0:
             raise ValueError("interval must be positive")
-        return self._push(Timer(_monotonic() + interval, interval, handler, args))
+        return self._push(Timer(_monotonic() + interval, interval, handler, args, self))
+
+    def _timer_cancelled(self):
+        """Cancelled timers stay in the heap until popped; compact it once they are most of it."""
+        self._cancelled += 1
+        timers = self._timers
+        if self._cancelled > COMPACT_MIN and self._cancelled * 2 > len(timers):
+            timers[:] = [entry for entry in timers if not entry[2].cancelled]  # in place: run() holds it
+            heapq.heapify(timers)
+            self._cancelled = 0
 
     def _push(self, timer):
         self._seq += 1
-        heapq.heappush(self._timers, (timer.deadline, self._seq, timer))
-        self._wake()
+        timers = self._timers
+        heapq.heappush(timers, (timer.deadline, self._seq, timer))
+        if timers[0][2] is timer:  # a nearer deadline than the one a parked reactor waits for
+            self._wake()
         return timer
 
     # -- tasks --------------------------------------------------------------
@@ -300,11 +320,17 @@ class Reactor:
         if waiter is not None:
             hub = get_hub()
             if getcurrent() is not hub:
-                # Waiter.switch is for the hub only; let it do the waking.
-                hub.loop.run_callback(self._wake)
+                # Waiter.switch is for the hub only; let it do the waking (once).
+                if not self._wake_queued:
+                    self._wake_queued = True
+                    hub.loop.run_callback(self._wake_from_hub)
                 return
             self._waiter = None
             waiter.switch(None)
+
+    def _wake_from_hub(self):
+        self._wake_queued = False
+        self._wake()
 
     def run(self):
         """Serve sockets, timers, posts and tasks until :meth:`stop`.
@@ -424,6 +450,7 @@ class Reactor:
                 return
             heapq.heappop(timers)
             if timer.cancelled:
+                self._cancelled -= 1
                 continue
             if timer.interval is not None:
                 # Skip missed ticks rather than bursting to catch up.
@@ -431,6 +458,7 @@ class Reactor:
                 self._seq += 1
                 heapq.heappush(timers, (timer.deadline, self._seq, timer))
             else:
+                timer._reactor = None  # fired: a late cancel() has nothing to count
                 timer.cancelled = True
             timer.handler(*timer.args)
             if not self._running:
@@ -445,6 +473,7 @@ class Reactor:
         self._readers.clear()
         self._fds.clear()
         self._timers.clear()
+        self._cancelled = 0
         if self._async is not None:
             self._async.close()
             self._async = None

@@ -62,6 +62,7 @@ class Router:
         self.outbox = Outbox(actor, transmit, limit=backlog, high=high, low=low, on_held=on_held,
                              on_drained=on_drained, on_overflow=on_overflow, on_unroutable=on_unroutable,
                              credit=credit, cost=cost, retry_min=self.retry_min, retry_max=self.retry_max)
+        self.send = self.outbox.send  # the hot path: no extra call (see send below for what it does)
         actor.add_reader(sock, self._on_frames)
 
     def bind(self, endpoint):

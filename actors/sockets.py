@@ -18,7 +18,7 @@ import time
 import zmq
 from gevent.hub import Waiter, get_hub
 
-from .speedups import NOBLOCK, SNDMORE, events as _events, handle as _handle, recv_message, send_message
+from .speedups import NOBLOCK, SNDMORE, buffers, events as _events, handle as _handle, recv_message, send_message
 
 __all__ = ["Socket", "context", "raw_send", "POLLIN", "POLLOUT", "NOBLOCK", "SNDMORE"]
 
@@ -151,6 +151,9 @@ class Socket(zmq.Socket):
             return send_message(self, self.handle, frames)
         # Zero-copy, as pyzmq's copy=False.  The first frame decides whether the
         # whole message is accepted: the following ones never return EAGAIN.
+        # Every buffer is taken (and so checked) before the first frame goes,
+        # and held until the last has gone.
+        held = buffers(frames)  # noqa: F841
         last = len(frames) - 1
         for i, frame in enumerate(frames):
             raw_send(self, frame, NOBLOCK if i == last else NOBLOCK | SNDMORE, copy)

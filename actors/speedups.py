@@ -19,7 +19,10 @@ its :func:`handle` (``sock.underlying``, read once: it is a property).
   counted.  Messages taken before an error are returned, the error comes
   again on the next call.
 * ``send_message(sock, handle, frames)``: queue all frames as one message;
-  ``zmq.Again`` (nothing queued) when it cannot be taken now.
+  ``zmq.Again`` (nothing queued) when it cannot be taken now.  Every
+  frame's buffer is taken first: a frame that is not bytes-like
+  (``TypeError``) or not contiguous (``BufferError``) fails the whole
+  message with nothing sent.
 * ``events(sock, handle)``: ``ZMQ_EVENTS``.
 
 Closed sockets raise ``zmq.ZMQError(ENOTSOCK)``, like pyzmq.
@@ -31,7 +34,7 @@ import sys
 
 import zmq
 
-__all__ = ["SPEEDUPS", "handle", "recv_message", "recv_singles", "send_message", "events"]
+__all__ = ["SPEEDUPS", "handle", "buffers", "recv_message", "recv_singles", "send_message", "events"]
 
 log = logging.getLogger(__name__)
 
@@ -99,14 +102,35 @@ def py_recv_singles(sock, handle, limit):
     return messages, discarded
 
 
+def buffers(frames):
+    """Every frame's buffer, taken before anything is sent (bytes stay as they are).
+
+    ``TypeError`` for a frame that is not bytes-like, ``BufferError`` for one
+    that is not contiguous: a message fails whole, never after its first
+    frames went out.  Hold the result until the last frame is sent.
+    """
+    views = []
+    append = views.append
+    for frame in frames:
+        if type(frame) is bytes:
+            append(frame)
+            continue
+        try:
+            view = memoryview(frame)
+        except TypeError:
+            raise TypeError("a frame must be bytes-like, not %s" % type(frame).__name__) from None
+        if not view.c_contiguous:
+            raise BufferError("a frame must be a contiguous buffer")
+        append(view)
+    return views
+
+
 def py_send_message(sock, handle, frames):
     _check(sock)
-    for frame in frames:  # all checked first: never half a message in the socket
-        if type(frame) is not bytes:
-            memoryview(frame)  # TypeError unless bytes-like
-    last = len(frames) - 1
-    for i, frame in enumerate(frames):
-        _send(sock, frame, NOBLOCK if i == last else NOBLOCK | SNDMORE)
+    views = buffers(frames)
+    last = len(views) - 1
+    for i, view in enumerate(views):
+        _send(sock, view, NOBLOCK if i == last else NOBLOCK | SNDMORE)
 
 
 def py_events(sock, handle):

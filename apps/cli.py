@@ -1,13 +1,24 @@
-"""The ``zactors`` command line."""
+"""The ``zactors`` command line.
+
+Every command runs inside :func:`main`'s conventions (see
+:mod:`zactors.apps.commands`): one-line errors, the exit statuses of
+:mod:`zactors.apps.exitstatus`, and :mod:`zactors.apps.stopping` for Ctrl-C,
+SIGTERM and a closed stdout.
+"""
 import argparse
 import logging
+import signal
 import sys
 
 import zmq
 
-from . import commands
+from zactors.actors.monitor import HandshakeFailed
 
-__all__ = ["main", "build_parser"]
+from . import commands, exitstatus
+from .options import UsageError
+from .stopping import Interrupted, handle_signals, quiet_broken_pipe
+
+__all__ = ["main", "build_parser", "Parser"]
 
 try:
     from importlib.metadata import PackageNotFoundError, version as _version
@@ -16,19 +27,35 @@ except PackageNotFoundError:  # running from a source tree
     __version__ = "0.1.0+src"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with errors on one line (``zactors mdp broker: error: ...``) and a bare group printing help."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.set_defaults(command_prog=self.prog)  # the deepest parser's wins: errors name the full command
+
+    def error(self, message):
+        self.exit(exitstatus.USAGE, "%s: error: %s (see '%s --help')\n" % (self.prog, message, self.prog))
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="zactors",
         description="Composable gevent actors for the classic ZeroMQ patterns.",
-        epilog="Run 'zactors demo' to see actors at work, 'zactors COMMAND --help' for a command.",
-    )
+        epilog="Run 'zactors demo' to see actors at work, 'zactors COMMAND --help' for a command. "
+               "Exit status: 0 done, 1 failed, 2 wrong option, 3 nobody answered, 4 key refused, "
+               "130 after Ctrl-C.")
     from zactors.actors.speedups import SPEEDUPS
     parser.add_argument("--version", action="version", version="zactors %s (pyzmq %s, libzmq %s; C speedups %s)"
                         % (__version__, zmq.__version__, zmq.zmq_version(), "on" if SPEEDUPS else "off"))
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = sub.add_parser("demo", help="show every pattern at work on this machine, in one process")
+    parser.set_defaults(func=lambda args: parser.print_help() or exitstatus.USAGE)
+    demo = sub.add_parser(
+        "demo", help="show every pattern at work on this machine, in one process",
+        description="Run every pattern in one process, on loopback only (no broadcast leaves this machine): "
+                    "actors, Majordomo, Harmony peers and the scatter-gather pipeline. Takes a few seconds.")
     demo.set_defaults(func=run_demo)
     for module in commands.modules():
         module.register(sub)
@@ -39,12 +66,18 @@ def run_demo(args):
     """``zactors demo``: every command module's demo part, in order."""
     out = print
     parts = [m for m in commands.modules() if hasattr(m, "demo")]
-    for number, module in enumerate(parts, 1):
-        title = (module.demo.__doc__ or module.__name__).strip().splitlines()[0]
-        out("\n== %d/%d  %s" % (number, len(parts), title))
-        module.demo(out)
+    ran = 0
+    try:
+        for number, module in enumerate(parts, 1):
+            title = (module.demo.__doc__ or module.__name__).strip().splitlines()[0]
+            out("\n== %d/%d  %s" % (number, len(parts), title))
+            module.demo(out)
+            ran += 1
+    except Interrupted:
+        print("zactors demo: interrupted after %d of %d part(s)" % (ran, len(parts)), file=sys.stderr)
+        raise
     out("\nDemo finished: %d part(s) ran." % len(parts))
-    return 0
+    return exitstatus.OK
 
 
 def main(argv=None):
@@ -52,17 +85,25 @@ def main(argv=None):
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     try:
-        return args.func(args) or 0
-    except KeyboardInterrupt:
-        return 130
+        with handle_signals():
+            return args.func(args) or exitstatus.OK
+    except Interrupted as stop:
+        return stop.exit_status
+    except KeyboardInterrupt:  # Ctrl-C before the command's signal handling was in place
+        return 128 + signal.SIGINT
+    except BrokenPipeError:
+        return quiet_broken_pipe()
+    except HandshakeFailed as exc:
+        print("zactors: error: %s" % exc, file=sys.stderr)
+        return exitstatus.REFUSED
+    except UsageError as exc:
+        print("%s: error: %s" % (args.command_prog, exc), file=sys.stderr)
+        return exitstatus.USAGE
     except Exception as exc:  # a person reads this: one clear line, details with -v
         logging.getLogger("zactors").debug("failed", exc_info=True)
         print("zactors: error: %s" % exc, file=sys.stderr)
-        return 1
+        return getattr(exc, "exit_status", exitstatus.FAILED)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """A task pipeline on scatter-gather: ventilator -> workers -> sink.
 
-The classic parallel task pattern: a :class:`Ventilator` spreads tasks
-round-robin over workers through a :class:`~patterns.scatter.Scatter`; each
+The classic parallel task pattern: a :class:`Ventilator` spreads tasks over
+workers through a :class:`~patterns.scatter.Scatter` (round-robin among the
+workers whose queue has room, so a faster worker takes more); each
 :class:`Worker` takes tasks from a Gather, processes them and scatters the
 results to a :class:`Sink`, which gathers them fairly from every worker.
 
@@ -19,7 +20,10 @@ binds or connects, e.g. ``lambda s: curve_server(s, keys)`` from
 curve_client(s, worker_keys, server_public)`` for workers.
 
 A worker is an actor (``$STATS`` answers its ``done``/``failed`` counters;
-``destroy()`` stops it).  ``process`` runs in ``concurrency`` greenlets of the
+``destroy()`` stops it).  It watches its two connections until their
+handshakes end: a ventilator or sink that refuses the connection (a CURVE
+key it does not accept, a wrong server key, CURVE on one side only) gives
+the event ``REFUSED`` with the reason in words.  ``process`` runs in ``concurrency`` greenlets of the
 actor's thread (for I/O-bound work) plus ``threads`` OS threads (for work that
 releases the GIL); all share the worker's one Gather and one Scatter, which
 are thread-safe.  An exception in ``process`` is logged and counted and the
@@ -38,12 +42,11 @@ from collections import namedtuple
 import gevent
 import msgpack
 import zmq
-from zmq.utils.monitor import parse_monitor_message
 
 from gevent.monkey import get_original
 
 from zactors.actors import Actor
-from zactors.actors.sockets import Socket, context
+from zactors.actors.monitor import HANDSHAKE, Monitor, Peers, describe, describe_accepted
 from zactors.patterns.scatter import Closed, Gather, NoMessage, Scatter
 
 __all__ = ["Ventilator", "Worker", "Sink", "Result", "encode_task", "decode_task",
@@ -86,30 +89,42 @@ def _decode(frame, types, what):
 
 # -- ventilator -----------------------------------------------------------------
 class Ventilator:
-    """Binds a Scatter and sends tasks round-robin to the workers connected.
+    """Binds a Scatter and sends tasks to the workers connected.
+
+    Distribution: each worker has a bounded queue (``queue_limit``); a task
+    goes to the next worker, round-robin, among those whose queue has room,
+    so a faster worker takes more tasks than a slow one.
 
     :meth:`wait_for_workers` blocks until ``n`` workers have connected (so
-    the first tasks do not all go to the first one).  It watches the socket's
-    events from creation until that wait ends or the first task is sent
-    (libzmq's I/O thread blocks on an event nobody reads, so the watch is
-    kept short).  :meth:`send` is thread-safe like the Scatter;
-    :meth:`wait_for_workers` and :meth:`close` belong to the creating thread.
+    the first tasks do not all go to the first one).  A worker counts once
+    its ZeroMQ handshake succeeds (:class:`actors.monitor.Peers`): an HTTP
+    client, a port scan or a worker whose key was refused never counts.
+    The socket's events are watched from creation until that wait ends or
+    the first task is sent (libzmq's I/O thread blocks on an event nobody
+    reads, so the watch is kept short).  :meth:`send` is thread-safe like
+    the Scatter; :meth:`wait_for_workers` and :meth:`close` belong to the
+    creating thread.
     """
 
     def __init__(self, endpoint="tcp://127.0.0.1:*", queue_limit=1000, secure=None):
         self.scatter = Scatter(queue_limit=queue_limit, linger=None)
         if secure is not None:
             secure(self.scatter)
-        monitor = "inproc://zactors-ventilator-%s" % uuid.uuid4().hex
-        self._monitor = context().socket(zmq.PAIR, socket_class=Socket)
-        self._monitor.linger = 0
-        self.scatter.monitor(monitor, zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
-        self._monitor.connect(monitor)
-        #: workers connected when the watch ended (see wait_for_workers)
-        self.workers = 0
-        self.endpoint = self.scatter.bind(endpoint)
-        self._ids = itertools.count()
         self._watch_lock = get_original("_thread", "allocate_lock")()
+        self._monitor = Monitor(self.scatter, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | HANDSHAKE)
+        #: the workers' handshakes while watched (``peers.count`` connected, ``peers.failed`` refused)
+        self.peers = Peers()
+        try:
+            self.endpoint = self.scatter.bind(endpoint)
+        except BaseException:
+            self.close()
+            raise
+        self._ids = itertools.count()
+
+    @property
+    def workers(self):
+        """Workers connected when the watch ended (see :meth:`wait_for_workers`)."""
+        return self.peers.count
 
     def wait_for_workers(self, n, timeout=None):
         """Block (this greenlet) until ``n`` workers are connected; False on timeout.
@@ -121,16 +136,16 @@ class Ventilator:
         loop = gevent.get_hub().loop
         deadline = None if timeout is None else loop.now() + timeout
         try:
-            while self.workers < n:
+            while self.peers.count < n:
                 remaining = None if deadline is None else deadline - loop.now()
                 if remaining is not None and remaining <= 0:
                     return False
-                try:
-                    frames = self._monitor.recv_multipart(timeout=remaining)
-                except zmq.Again:
+                event = self._monitor.recv(remaining)
+                if event is None:
                     return False
-                event = parse_monitor_message(frames)["event"]
-                self.workers += 1 if event == zmq.EVENT_HANDSHAKE_SUCCEEDED else -1
+                self.peers.feed(event)
+                if event.event & HANDSHAKE and event.event != zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    log.warning("ventilator: %s", describe_accepted(event))
             return True
         finally:
             self._stop_watch()
@@ -139,8 +154,7 @@ class Ventilator:
         with self._watch_lock:  # the first sends may come from several threads at once
             monitor, self._monitor = self._monitor, None
         if monitor is not None:
-            self.scatter.stop_monitor()  # first, or libzmq's I/O thread blocks on the next event
-            monitor.close(0)
+            monitor.close()  # stops the monitor first, or libzmq's I/O thread blocks on the next event
 
     def send(self, payload, timeout=None):
         """Send one task (bytes); returns its id.  Blocks while every worker queue is full."""
@@ -163,7 +177,9 @@ class Ventilator:
 class Worker(Actor):
     """Takes tasks, runs :meth:`process`, scatters results.  Subclass it.
 
-    Commands: ``$STATS`` (reply: ``done``, ``failed``, ``malformed``).
+    Commands: ``$STATS`` (reply: ``done``, ``failed``, ``malformed``,
+    ``refused``).  Events: ``REFUSED reason`` (a connection was refused:
+    see the module docstring).
     """
 
     def __init__(self, tasks, results, *, concurrency=1, threads=0, name=None, queue_limit=100, secure=None):
@@ -185,8 +201,14 @@ class Worker(Actor):
         if self.secure is not None:
             self.secure(self.tasks)
             self.secure(self.results)
-        self.tasks.connect(self.tasks_endpoint)
-        self.results.connect(self.results_endpoint)
+        self._watches = {}
+        for sock, endpoint, peer in ((self.tasks, self.tasks_endpoint, "the ventilator"),
+                                     (self.results, self.results_endpoint, "the sink")):
+            watch = Monitor(sock, HANDSHAKE)
+            self._watches[watch.pair] = watch
+            self.add_reader(watch.pair, lambda frames, watch=watch, peer=peer, endpoint=endpoint:
+                            self._on_handshake(watch, frames, "%s at %s" % (peer, endpoint)))
+            sock.connect(endpoint)
         self._count_lock = get_original("_thread", "allocate_lock")()
         self._greenlets = [gevent.spawn(self._work) for _ in range(self.concurrency)]
         self._threads = [threading.Thread(target=self._work, name="%s-%d" % (self.name, i), daemon=True)
@@ -194,7 +216,25 @@ class Worker(Actor):
         for thread in self._threads:
             thread.start()
 
+    def _on_handshake(self, watch, frames, peer):
+        event = Monitor.decode(frames)
+        if event.event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self._unwatch(watch)
+        elif event.event != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL or self.secure is not None:
+            self._unwatch(watch)
+            reason = describe(event, peer, curve=self.secure is not None)
+            log.error("%s: %s", self.name, reason)
+            self.stats["refused"] += 1
+            self.emit("REFUSED", reason)
+
+    def _unwatch(self, watch):
+        if self._watches.pop(watch.pair, None) is not None:
+            self.remove_reader(watch.pair)
+            watch.close()
+
     def teardown(self):
+        for watch in list(getattr(self, "_watches", {}).values()):
+            self._unwatch(watch)
         # Closing wakes every loop, blocked on a task or on a full result
         # queue, with Closed; queued results are still flushed (linger).
         self.tasks.close()
@@ -247,7 +287,11 @@ class Sink:
         self.gather = Gather(queue_limit=queue_limit)
         if secure is not None:
             secure(self.gather)
-        self.endpoint = self.gather.bind(endpoint)
+        try:
+            self.endpoint = self.gather.bind(endpoint)
+        except BaseException:
+            self.gather.close()
+            raise
         self.malformed = 0
 
     def results(self, count, timeout=None, on_result=None):

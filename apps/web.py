@@ -48,11 +48,22 @@ class Tally(Actor):
         self.counts.clear()
 
 
-def make_app(tally, timeout=5.0):
-    """A WSGI app whose handlers talk to ``tally``."""
+def make_app(tally, timeout=5.0, counted=None):
+    """A WSGI app whose handlers talk to ``tally``.
+
+    Paths are percent-decoded UTF-8 (``/hit/%E2%9C%93`` counts the key
+    "\u2713"); ``counted.requests`` counts the requests handled.
+    """
+    counted = counted if counted is not None else _Counted()
 
     def app(environ, start_response):
-        path = environ.get("PATH_INFO", "/").strip("/").split("/")
+        counted.requests += 1
+        try:
+            # WSGI gives the percent-decoded path as latin-1 characters, one per byte
+            path = environ.get("PATH_INFO", "/").encode("latin-1").decode("utf-8")
+        except UnicodeError:
+            return _respond(start_response, "400 Bad Request", {"error": "the path is not UTF-8"})
+        path = path.strip("/").split("/")
         try:
             if path[0] == "hit" and len(path) == 2:
                 body = {"key": path[1], "count": tally.call("HIT", path[1], timeout=timeout)}
@@ -67,15 +78,29 @@ def make_app(tally, timeout=5.0):
     return app
 
 
+class _Counted:
+    requests = 0
+
+
 def _respond(start_response, status, body):
-    data = json.dumps(body).encode()
-    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+    data = json.dumps(body, ensure_ascii=False).encode()
+    start_response(status, [("Content-Type", "application/json; charset=utf-8"), ("Content-Length", str(len(data)))])
     return [data]
 
 
 def serve(host="127.0.0.1", port=8080, tally=None):
-    """Start (not block on) a server; returns ``(server, tally)``.  Port 0 picks one."""
+    """Start (not block on) a server; returns ``(server, tally)``.  Port 0 picks one.
+
+    ``server.counted.requests`` counts the requests handled.  Raises
+    ``OSError`` when the address cannot be bound (the tally is destroyed then).
+    """
     tally = tally or Tally()
-    server = WSGIServer((host, port), make_app(tally), log=None, error_log=log)
-    server.start()
+    counted = _Counted()
+    server = WSGIServer((host, port), make_app(tally, counted=counted), log=None, error_log=log)
+    server.counted = counted
+    try:
+        server.start()
+    except BaseException:
+        tally.destroy()
+        raise
     return server, tally

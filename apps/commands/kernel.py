@@ -1,8 +1,12 @@
 """Kernel commands: ``zactors web`` (embedding example) and the actors part of the demo."""
 import logging
+import sys
 import time
 
 import gevent
+
+from zactors.apps import exitstatus, options
+from zactors.apps.stopping import wait_until_stopped
 
 from zactors.actors import Actor, command
 from zactors.actors.heartbeat import Heartbeat
@@ -11,25 +15,36 @@ ORDER = 10
 log = logging.getLogger("zactors.web")
 
 
+def _web_port(text):
+    return 0 if text == "0" else options.port(text)
+
+
 def register(sub):
     web = sub.add_parser("web", help="serve the embedding example: a gevent web server whose handlers call an actor",
-                         description="Serve apps/web.py: GET /hit/KEY counts a hit in a Tally actor, GET /top lists the counts.")
-    web.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    web.add_argument("--port", type=int, default=8080, help="port to listen on, 0 for any free one (default: %(default)s)")
+                         description="Serve apps/web.py: GET /hit/KEY counts a hit in a Tally actor, GET /top "
+                                     "lists the counts. Ctrl-C or SIGTERM stops it (exit status 0).")
+    web.add_argument("--host", default="127.0.0.1", type=options.host,
+                     help="address to listen on (default: %(default)s)")
+    web.add_argument("--port", type=_web_port, default=8080,
+                     help="port to listen on, 0 for any free one (default: %(default)s)")
     web.set_defaults(func=run_web)
 
 
 def run_web(args):
     from zactors.apps.web import serve
 
-    server, tally = serve(args.host, args.port)
+    try:
+        server, tally = serve(args.host, args.port)
+    except OSError as exc:
+        raise options.bind_error("%s:%d" % (args.host, args.port), exc, "--port 0 for any free one") from None
     log.info("serving on http://%s:%d/  (try /hit/home and /top; Ctrl-C stops)", args.host, server.server_port)
     try:
-        server.serve_forever()
+        wait_until_stopped()
     finally:
         server.stop()
         tally.destroy()
-    return 0
+        print("web server stopped after %d request(s)" % server.counted.requests, file=sys.stderr)
+    return exitstatus.OK
 
 
 class _Echo(Actor):

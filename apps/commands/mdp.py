@@ -1,10 +1,15 @@
 """Majordomo commands: ``zactors mdp broker|worker|request|mmi`` and the Majordomo part of the demo."""
+import json
 import logging
-import signal
+import re
+import sys
 import time
 
 import gevent
-from gevent.event import Event
+import zmq
+
+from zactors.apps import exitstatus, options
+from zactors.apps.stopping import Interrupted, wait_until_stopped
 
 ORDER = 20
 log = logging.getLogger("zactors.mdp")
@@ -16,71 +21,78 @@ def register(sub):
     mdp = sub.add_parser("mdp", help="Majordomo (18/MDP v0.2): run a broker or a worker, call a service",
                          description="Majordomo service-oriented request-reply (18/MDP v0.2).")
     cmds = mdp.add_subparsers(dest="mdp_command", metavar="SUBCOMMAND")
-    mdp.set_defaults(func=lambda args: mdp.print_help() or 2)
+    mdp.set_defaults(func=lambda args: mdp.print_help() or exitstatus.USAGE)
 
     broker = cmds.add_parser("broker", help="run a broker until Ctrl-C",
-                             description="Run a Majordomo broker; clients and workers connect to --bind.")
-    broker.add_argument("--bind", default=DEFAULT_ENDPOINT,
+                             description="Run a Majordomo broker; clients and workers connect to --bind. "
+                                         "Ctrl-C or SIGTERM stops it (exit status 0).")
+    broker.add_argument("--bind", default=DEFAULT_ENDPOINT, type=options.bind_endpoint, metavar="ENDPOINT",
                         help="endpoint for clients and workers, e.g. tcp://*:5555 for every interface "
                              "(default: %(default)s)")
-    broker.add_argument("--worker-bind", help="a second endpoint, for workers only")
-    broker.add_argument("--heartbeat", type=float, default=2.5, help="seconds between heartbeats (default: %(default)s)")
-    broker.add_argument("--liveness", type=int, default=3, help="heartbeats missed before a worker is dead (default: %(default)s)")
-    broker.add_argument("--expiry", type=float, default=10.0,
+    broker.add_argument("--worker-bind", type=options.bind_endpoint, metavar="ENDPOINT", help="a second endpoint, for workers only")
+    broker.add_argument("--heartbeat", type=options.positive_float, default=2.5,
+                        help="seconds between heartbeats (default: %(default)s)")
+    broker.add_argument("--liveness", type=options.positive_int, default=3,
+                        help="heartbeats missed before a worker is dead (default: %(default)s)")
+    broker.add_argument("--expiry", type=options.positive_float, default=10.0,
                         help="seconds a request waits for a service that has no worker (default: %(default)s)")
-    broker.add_argument("--max-queue", type=int, default=10000, help="requests queued per service (default: %(default)s)")
+    broker.add_argument("--max-queue", type=options.positive_int, default=10000,
+                        help="requests queued per service (default: %(default)s)")
     _framing(broker)
-    broker.add_argument("--curve", metavar="KEYFILE",
-                        help="serve CURVE with this secret certificate (zactors keygen makes one)")
-    broker.add_argument("--curve-clients", metavar="DIR",
-                        help="with --curve: accept only clients and workers whose public key is in DIR "
-                             "(default: anyone who knows the broker's public key)")
-    broker.add_argument("--stats", type=float, default=0, metavar="SECONDS",
+    options.curve_options(broker, "server")
+    broker.add_argument("--stats", type=options.non_negative_float, default=0, metavar="SECONDS",
                         help="log services, queues and counters every SECONDS (default: never)")
     broker.set_defaults(func=run_broker)
 
     worker = cmds.add_parser("worker", help="run a sample worker that echoes requests",
-                             description="Serve SERVICE by echoing each request back, optionally as partials first.")
-    worker.add_argument("service", help="service name to register")
+                             description="Serve SERVICE by echoing each request back, optionally as partials "
+                                         "first. Ctrl-C or SIGTERM stops it (exit status 0).")
+    worker.add_argument("service", type=options.service_name, help="service name to register (not mmi.*)")
     _connect(worker)
-    worker.add_argument("--partials", type=int, default=0, help="send the echo N times as PARTIAL first (default: 0)")
-    worker.add_argument("--delay", type=float, default=0.0, help="seconds to wait before each reply (default: 0)")
-    worker.add_argument("--heartbeat", type=float, default=2.5, help="seconds between heartbeats (default: %(default)s)")
+    worker.add_argument("--partials", type=options.count, default=0,
+                        help="send the echo N times as PARTIAL first (default: 0)")
+    worker.add_argument("--delay", type=options.non_negative_float, default=0.0,
+                        help="seconds to wait before each reply (default: 0)")
+    worker.add_argument("--heartbeat", type=options.positive_float, default=2.5,
+                        help="seconds between heartbeats (default: %(default)s)")
     _framing(worker)
     worker.set_defaults(func=run_worker)
 
-    request = cmds.add_parser("request", help="send one request and print every reply",
-                              description="Send BODY frames to SERVICE; print each PARTIAL and the FINAL reply.")
-    request.add_argument("service", help="service name")
+    request = cmds.add_parser(
+        "request", help="send one request and print every reply",
+        description="Send BODY frames to SERVICE; print each PARTIAL and the FINAL reply, one line each: "
+                    "the kind, then the frames as a JSON array of strings (bytes that are not UTF-8 "
+                    "show as \\udcXX escapes).",
+        epilog="Retries can run a request more than once: when an attempt times out, the request is sent "
+               "again, and a late worker may still run the earlier copy (its reply is dropped). Use "
+               "--retries 1 for requests that must not repeat. Exit status: 0 replied, 1 no reply "
+               "(no worker?), 3 no broker answered, 4 the broker refused our key.")
+    request.add_argument("service", type=options.service_name, help="service name")
     request.add_argument("body", nargs="+", help="request body frames")
     _connect(request)
-    request.add_argument("--timeout", type=float, default=2.5, help="seconds to wait for each reply (default: %(default)s)")
-    request.add_argument("--retries", type=int, default=3, help="attempts before giving up (default: %(default)s)")
+    request.add_argument("--timeout", type=options.positive_float, default=2.5,
+                         help="seconds to wait for each reply (default: %(default)s)")
+    request.add_argument("--retries", type=options.positive_int, default=3,
+                         help="attempts in all before giving up; each may run the request again on a "
+                              "late worker (default: %(default)s)")
     _framing(request)
     request.set_defaults(func=run_request)
 
     mmi = cmds.add_parser("mmi", help="ask the broker whether SERVICE has workers (mmi.service)",
-                          description="Exit status 0 if SERVICE has workers (200), 1 if not (404).")
-    mmi.add_argument("service", help="service name")
+                          description="Ask the broker (mmi.service) whether SERVICE has workers.",
+                          epilog="Exit status: 0 SERVICE has workers (200), 1 it has none (404), "
+                                 "3 no broker answered, 4 the broker refused our key.")
+    mmi.add_argument("service", type=options.service_name, help="service name")
     _connect(mmi)
-    mmi.add_argument("--timeout", type=float, default=2.5, help="seconds to wait (default: %(default)s)")
+    mmi.add_argument("--timeout", type=options.positive_float, default=2.5,
+                     help="seconds to wait (default: %(default)s)")
     mmi.set_defaults(func=run_mmi)
 
 
 def _connect(parser):
-    parser.add_argument("--connect", default=DEFAULT_ENDPOINT, help="broker endpoint (default: %(default)s)")
-    parser.add_argument("--curve", metavar="KEYFILE", help="connect with CURVE, using this secret certificate")
-    parser.add_argument("--curve-server", metavar="KEYFILE", help="with --curve: the broker's public certificate")
-
-
-def _curve_client(args):
-    """``(broker public key, own keys)`` from --curve/--curve-server, or None."""
-    if not args.curve:
-        return None
-    if not args.curve_server:
-        raise ValueError("--curve needs --curve-server (the broker's public key file)")
-    from zactors.actors.auth import load_keypair, load_public_key
-    return load_public_key(args.curve_server), load_keypair(args.curve)
+    parser.add_argument("--connect", default=DEFAULT_ENDPOINT, type=options.connect_endpoint, metavar="ENDPOINT",
+                        help="broker endpoint (default: %(default)s)")
+    options.curve_options(parser, "client")
 
 
 def _framing(parser):
@@ -88,50 +100,43 @@ def _framing(parser):
                         help="wire framing: 'spec' (18/MDP as written) or 'majortomo' (majortomo 0.2.0 peers)")
 
 
-def _until_signal():
-    """Park until SIGINT or SIGTERM."""
-    stop = Event()
-    handlers = [gevent.signal_handler(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)]
-    try:
-        stop.wait()
-    finally:
-        for handler in handlers:
-            handler.cancel()
-
-
 def run_broker(args):
     from zactors.patterns.majordomo import Broker
 
-    keys, auth = None, None
+    options.check_curve(args, "server")
+    auth = None
     if args.curve:
-        from zactors.actors.auth import Authenticator, load_keypair
-        keys = load_keypair(args.curve)
-        if keys.secret is None:
-            raise ValueError("%s holds no secret key (use the .key_secret file)" % args.curve)
+        from zactors.actors.auth import Authenticator
         auth = Authenticator(curve=args.curve_clients or "*")
-    elif args.curve_clients:
-        raise ValueError("--curve-clients needs --curve")
     try:
         broker = Broker(args.bind, worker_endpoint=args.worker_bind, heartbeat=args.heartbeat,
                         liveness=args.liveness, request_expiry=args.expiry, max_queue=args.max_queue,
-                        framing=args.framing, curve=keys)
-    except BaseException:
+                        framing=args.framing, curve=args.curve)
+    except BaseException as exc:
         if auth is not None:
             auth.destroy()
+        if isinstance(exc, zmq.ZMQError):
+            failed = args.worker_bind if args.worker_bind and args.worker_bind in str(exc) else args.bind
+            raise options.bind_error(failed, exc) from None
         raise
     log.info("broker on %s%s (%s framing%s); Ctrl-C stops", broker.endpoint,
              "" if not args.worker_bind else ", workers on %s" % broker.worker_endpoint, args.framing,
-             "" if keys is None else ", CURVE, public key %s" % keys.public.decode())
+             "" if args.curve is None else ", CURVE, public key %s" % args.curve.public.decode())
     ticker = gevent.spawn(_log_stats, broker, args.stats) if args.stats > 0 else None
+    counters = {}
     try:
-        _until_signal()
+        wait_until_stopped()
+        counters = broker.call("INFO", timeout=5)["counters"]
     finally:
         if ticker is not None:
             ticker.kill()
         broker.destroy()
         if auth is not None:
             auth.destroy()
-    return 0
+        print("broker stopped: %d request(s), %d repl%s, %d worker(s) came" % (
+            counters.get("requests", 0), counters.get("replies", 0),
+            "y" if counters.get("replies", 0) == 1 else "ies", counters.get("workers_ready", 0)), file=sys.stderr)
+    return exitstatus.OK
 
 
 def _log_stats(broker, every):
@@ -161,57 +166,113 @@ def _echo_worker(partials, delay):
     return EchoWorker
 
 
+def _check_broker(args, curve, what):
+    """See the broker's handshake before serving or calling: HandshakeFailed if it refuses us.
+
+    True once connected, False if nobody answered within a second (the
+    caller waits on: a broker may come later).
+    """
+    from zactors.actors.auth import curve_client
+    from zactors.actors.monitor import probe
+    secure = None if curve is None else (lambda sock: curve_client(sock, curve[1], curve[0]))
+    return probe(args.connect, secure, timeout=1.0, peer="the broker at %s" % args.connect)
+
+
 def run_worker(args):
+    if args.service.startswith("mmi."):
+        raise options.UsageError("mmi.* names are the broker's own services (MMI); choose another name "
+                                 "for your worker")
+    curve = options.client_curve(args)
+    connected = _check_broker(args, curve, "worker")
     worker = _echo_worker(args.partials, args.delay)(args.connect, args.service, heartbeat=args.heartbeat,
-                                                     framing=args.framing, curve=_curve_client(args))
-    log.info("worker for %r connected to %s; Ctrl-C stops", args.service, args.connect)
+                                                     framing=args.framing, curve=curve)
+    if connected:
+        log.info("worker for %r serving through the broker at %s; Ctrl-C stops", args.service, args.connect)
+    else:
+        log.warning("worker for %r: no broker answers at %s yet; connecting on (Ctrl-C stops)",
+                    args.service, args.connect)
+    stats = {}
     try:
-        _until_signal()
+        wait_until_stopped()
+        stats = worker.call("$STATS", timeout=5) if worker.alive else {}
     finally:
         worker.destroy()
-    return 0
+        print("worker for %r stopped: %d request(s) served" % (args.service, stats.get("requests", 0)),
+              file=sys.stderr)
+    return exitstatus.OK
+
+
+def _no_reply(exc, args, service):
+    """Log a RequestTimeout in words; the exit status that says which case it is."""
+    if not exc.connected:
+        log.error("no broker answered at %s within %gs (is one running there?)",
+                  args.connect, args.timeout * getattr(args, "retries", 1))
+        return exitstatus.NO_ANSWER
+    log.error("%s (the broker is there: is a worker for %r? 'zactors mdp mmi %s' tells)", exc, service, service)
+    return exitstatus.FAILED
 
 
 def run_request(args):
     from zactors.patterns.majordomo import Client, RequestTimeout
 
+    curve = options.client_curve(args)
+    replies = 0
     with Client(args.connect, timeout=args.timeout, retries=args.retries, framing=args.framing,
-                curve=_curve_client(args)) as client:
+                curve=curve) as client:
         try:
-            replies = list(_print_replies(client.stream(args.service, *args.body)))
+            for _ in _print_replies(client.stream(args.service, *args.body)):
+                replies += 1
         except RequestTimeout as exc:
-            log.error("%s (is a broker running there, and a worker for %r?)", exc, args.service)
-            return 1
-    return 0 if replies else 1
+            return _no_reply(exc, args, args.service)
+        except Interrupted:
+            print("zactors mdp request: interrupted after %d repl%s" % (replies, "y" if replies == 1 else "ies"),
+                  file=sys.stderr)
+            raise
+    return exitstatus.OK if replies else exitstatus.FAILED
 
 
 def _print_replies(replies):
     replies = iter(replies)
     previous = next(replies, None)
     for reply in replies:
-        print("PARTIAL", _show(previous))
+        print("PARTIAL", _show(previous), flush=True)
         yield previous
         previous = reply
     if previous is not None:
-        print("FINAL  ", _show(previous))
+        print("FINAL  ", _show(previous), flush=True)
         yield previous
 
 
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
 def _show(frames):
-    return " | ".join(f.decode("utf-8", "backslashreplace") for f in frames)
+    """Frames as a JSON array of strings: unambiguous whatever the frames hold.
+
+    A byte that is not UTF-8 shows as a ``\\udcXX`` escape (Python's
+    ``surrogateescape``): ``json.loads(...)[i].encode("utf-8", "surrogateescape")``
+    gives the frame back.
+    """
+    text = json.dumps([f.decode("utf-8", "surrogateescape") for f in frames], ensure_ascii=False)
+    return _NOT_UTF8.sub(lambda m: "\\u%04x" % ord(m.group()), text)
 
 
 def run_mmi(args):
     from zactors.patterns.majordomo import Client, RequestTimeout
 
-    with Client(args.connect, timeout=args.timeout, retries=1, curve=_curve_client(args)) as client:
+    with Client(args.connect, timeout=args.timeout, retries=1, curve=options.client_curve(args)) as client:
         try:
             code = client.request("mmi.service", args.service)[-1][0]
+        except Interrupted:
+            print("zactors mdp mmi: interrupted before the broker answered", file=sys.stderr)
+            raise
         except RequestTimeout as exc:
-            log.error("%s (is a broker running there?)", exc)
-            return 1
+            if exc.connected:
+                log.error("the broker at %s did not answer mmi.service within %gs", args.connect, args.timeout)
+                return exitstatus.NO_ANSWER
+            return _no_reply(exc, args, "mmi.service")
     print("%s: %s (%s)" % (args.service, "has workers" if code == b"200" else "no workers", code.decode()))
-    return 0 if code == b"200" else 1
+    return exitstatus.OK if code == b"200" else exitstatus.FAILED
 
 
 def demo(out):

@@ -4,10 +4,15 @@ import time
 from collections import Counter
 
 import gevent
+import zmq
+from gevent.event import Event
 from tqdm import tqdm
 
-from zactors.actors.auth import Authenticator, curve_client, curve_server, generate_keypair, load_keypair
+from zactors.actors.auth import Authenticator, curve_client, curve_server, generate_keypair
+from zactors.actors.monitor import HandshakeFailed
+from zactors.apps import exitstatus, options
 from zactors.apps.pipeline import Sink, Ventilator, Worker
+from zactors.apps.stopping import Interrupted, wait_until_stopped
 
 __all__ = ["register", "demo", "SquareWorker", "ORDER"]
 
@@ -30,117 +35,139 @@ class SquareWorker(Worker):
         return b"%d" % (int(payload) ** 2)
 
 
+DISTRIBUTION = ("tasks go round-robin to the workers whose queue has room, so a faster worker takes more")
+
+
 def register(subparsers):
     parser = subparsers.add_parser(
         "pipeline", help="parallel tasks: ventilator -> workers -> sink (scatter-gather)",
         description="The classic parallel task pipeline on thread-safe scatter-gather sockets: "
-                    "a ventilator spreads tasks round-robin over workers, a sink gathers the results. "
-                    "Run 'demo' for all of it in one process, or ventilate/work/sink in separate shells.",
+                    "a ventilator spreads tasks over workers (%s), a sink gathers the results. "
+                    "Run 'demo' for all of it in one process, or ventilate/work/sink in separate shells."
+                    % DISTRIBUTION,
         epilog="Three shells: 'zactors pipeline sink --tasks 10000', then 'zactors pipeline work' "
                "(once per worker), then 'zactors pipeline ventilate --tasks 10000 --workers 2'.")
-    sub = parser.add_subparsers(dest="pipeline_command", metavar="ROLE", required=True)
+    sub = parser.add_subparsers(dest="pipeline_command", metavar="ROLE")
+    parser.set_defaults(func=lambda args: parser.print_help() or exitstatus.USAGE)
 
-    d = sub.add_parser("demo", help="ventilator, workers and sink in this one process")
-    d.add_argument("--tasks", type=int, default=30000, help="tasks to run (default %(default)s)")
-    d.add_argument("--workers", type=int, default=3, help="worker actors (default %(default)s)")
-    d.add_argument("--curve", action="store_true", help="encrypt and authenticate every link with CURVE")
+    d = sub.add_parser("demo", help="ventilator, workers and sink in this one process",
+                       description="Run a ventilator, --workers workers and a sink in this process, and report "
+                                   "who did what and how fast.")
+    d.add_argument("--tasks", type=options.positive_int, default=30000, help="tasks to run (default %(default)s)")
+    d.add_argument("--workers", type=options.positive_int, default=3, help="worker actors (default %(default)s)")
+    d.add_argument("--encrypt", action="store_true",
+                   help="encrypt and authenticate every link with CURVE, with fresh keys")
     _worker_options(d)
     d.set_defaults(func=run_demo)
 
-    v = sub.add_parser("ventilate", help="send tasks to the workers that connect")
-    v.add_argument("--bind", default="tcp://127.0.0.1:5557", help="endpoint workers connect to (default %(default)s)")
-    v.add_argument("--tasks", type=int, default=1000, help="tasks to send (default %(default)s)")
-    v.add_argument("--workers", type=int, default=1, help="wait for this many workers first (default %(default)s)")
-    v.add_argument("--wait", type=float, default=60.0, help="seconds to wait for them (default %(default)s)")
-    _server_security(v)
+    v = sub.add_parser("ventilate", help="send tasks to the workers that connect",
+                       description="Wait for --workers workers (a worker counts once its ZeroMQ handshake "
+                                   "succeeds), then send --tasks tasks: %s." % DISTRIBUTION)
+    v.add_argument("--bind", default="tcp://127.0.0.1:5557", type=options.bind_endpoint, metavar="ENDPOINT",
+                   help="endpoint workers connect to (default %(default)s)")
+    v.add_argument("--tasks", type=options.positive_int, default=1000, help="tasks to send (default %(default)s)")
+    v.add_argument("--workers", type=options.positive_int, default=1,
+                   help="wait for this many workers first (default %(default)s)")
+    v.add_argument("--wait", type=options.positive_float, default=60.0,
+                   help="seconds to wait for them (default %(default)s)")
+    options.curve_options(v, "server")
     v.set_defaults(func=run_ventilate)
 
-    w = sub.add_parser("work", help="process tasks until interrupted (Ctrl-C)")
-    w.add_argument("--tasks", dest="tasks_endpoint", default="tcp://127.0.0.1:5557",
-                   help="the ventilator's endpoint (default %(default)s)")
-    w.add_argument("--results", dest="results_endpoint", default="tcp://127.0.0.1:5558",
-                   help="the sink's endpoint (default %(default)s)")
-    w.add_argument("--curve-server", metavar="FILE",
-                   help="the ventilator's and sink's public key file (turns CURVE on)")
-    w.add_argument("--curve-secret", metavar="FILE",
-                   help="this worker's secret key file (default: a fresh key, for servers that accept any)")
+    w = sub.add_parser("work", help="process tasks until interrupted (Ctrl-C)",
+                       description="Take tasks from the ventilator, square them, send the results to the sink; "
+                                   "until Ctrl-C or SIGTERM (exit status 0), or until the ventilator or "
+                                   "sink refuses our key (exit status 4).")
+    w.add_argument("--ventilator", default="tcp://127.0.0.1:5557", type=options.connect_endpoint, metavar="ENDPOINT",
+                   help="the ventilator's endpoint, where tasks come from (default %(default)s)")
+    w.add_argument("--sink", default="tcp://127.0.0.1:5558", type=options.connect_endpoint, metavar="ENDPOINT",
+                   help="the sink's endpoint, where results go (default %(default)s)")
+    options.curve_options(w, "client")
     _worker_options(w)
     w.set_defaults(func=run_work)
 
-    s = sub.add_parser("sink", help="collect results and report who did what")
-    s.add_argument("--bind", default="tcp://127.0.0.1:5558", help="endpoint workers send results to (default %(default)s)")
-    s.add_argument("--tasks", type=int, default=1000, help="results to wait for (default %(default)s)")
-    s.add_argument("--timeout", type=float, default=60.0,
+    s = sub.add_parser("sink", help="collect results and report who did what",
+                       description="Collect --tasks results and report each worker's share and the "
+                                   "throughput (timed from the first result to the last).")
+    s.add_argument("--bind", default="tcp://127.0.0.1:5558", type=options.bind_endpoint, metavar="ENDPOINT",
+                   help="endpoint workers send results to (default %(default)s)")
+    s.add_argument("--tasks", type=options.positive_int, default=1000,
+                   help="results to wait for (default %(default)s)")
+    s.add_argument("--timeout", type=options.positive_float, default=60.0,
                    help="give up after this many seconds without a result (default %(default)s)")
-    _server_security(s)
+    options.curve_options(s, "server")
     s.set_defaults(func=run_sink)
-
-
-def _server_security(parser):
-    parser.add_argument("--curve-secret", metavar="FILE",
-                        help="serve with CURVE, using this secret key file (see 'zactors keygen')")
-    parser.add_argument("--curve-clients", metavar="DIR",
-                        help="with --curve-secret: only workers whose public key file is in DIR "
-                             "(default: any worker that knows the server's public key)")
 
 
 def _serve_securely(args):
     """``(secure, authenticator)`` for a binding role, from its CURVE options."""
-    if not args.curve_secret:
-        if args.curve_clients:
-            raise ValueError("--curve-clients needs --curve-secret")
+    options.check_curve(args, "server")
+    if not args.curve:
         return None, None
-    keys = load_keypair(args.curve_secret)
-    if keys.secret is None:
-        raise ValueError("%s holds no secret key: pass the .key_secret file" % args.curve_secret)
+    keys = args.curve
     authenticator = Authenticator(curve=args.curve_clients or "*")
     return (lambda sock: curve_server(sock, keys)), authenticator
 
 
 def _worker_options(parser):
-    parser.add_argument("--threads", type=int, default=0,
+    parser.add_argument("--threads", type=options.count, default=0,
                         help="OS threads per worker sharing its sockets, besides its greenlets (default %(default)s)")
-    parser.add_argument("--concurrency", type=int, default=1, help="greenlets per worker (default %(default)s)")
-    parser.add_argument("--work-ms", type=float, default=0.0, help="simulated I/O per task, ms (default %(default)s)")
+    parser.add_argument("--concurrency", type=options.positive_int, default=1,
+                        help="greenlets per worker (default %(default)s)")
+    parser.add_argument("--work-ms", type=options.non_negative_float, default=0.0,
+                        help="simulated I/O per task, ms (default %(default)s)")
 
 
 def _make_worker(args, tasks, results, name=None):
+    curve = options.client_curve(args)
     secure = None
-    if args.curve_server:
-        server_public = load_keypair(args.curve_server).public
-        keys = load_keypair(args.curve_secret) if args.curve_secret else generate_keypair()
-        if keys.secret is None:
-            raise ValueError("%s holds no secret key: pass the .key_secret file" % args.curve_secret)
+    if curve is not None:
+        server_public, keys = curve
         secure = lambda sock: curve_client(sock, keys, server_public)  # noqa: E731
-    elif args.curve_secret:
-        raise ValueError("--curve-secret needs --curve-server")
     return SquareWorker(tasks, results, concurrency=args.concurrency, threads=args.threads,
                         work_ms=args.work_ms, name=name, secure=secure)
 
 
-def _collect(sink, count, timeout, progress):
-    per_worker = Counter()
+class _Tally:
+    """Results per worker, timed from the first result to the latest."""
+
+    def __init__(self):
+        self.per_worker = Counter()
+        self.first = self.last = None
+
+    def add(self, result):
+        self.last = time.monotonic()
+        if self.first is None:
+            self.first = self.last
+        self.per_worker[result.worker] += 1
+
+    @property
+    def elapsed(self):
+        return 0.0 if self.first is None else self.last - self.first
+
+
+def _collect(sink, count, timeout, progress, tally):
     bar = tqdm(total=count, unit="task", file=sys.stderr, disable=not progress)
-    started = time.monotonic()
     with bar:
         for result in sink.results(count, timeout=timeout):
-            per_worker[result.worker] += 1
+            tally.add(result)
             bar.update()
-    return per_worker, time.monotonic() - started
+    return tally
 
 
-def _report(out, per_worker, expected, elapsed):
+def _report(out, tally, expected):
+    per_worker, elapsed = tally.per_worker, tally.elapsed
     total = sum(per_worker.values())
     for worker, n in sorted(per_worker.items()):
         out("  %-24s %7d results  %5.1f%%" % (worker, n, 100.0 * n / max(total, 1)))
-    out("  %d of %d results in %.2fs (%.0f tasks/s)" % (total, expected, elapsed, total / max(elapsed, 1e-9)))
+    rate = "" if total < 2 else " (%.0f tasks/s, first to last result)" % ((total - 1) / max(elapsed, 1e-9))
+    out("  %d of %d results in %.2fs%s" % (total, expected, elapsed, rate))
     return total == expected
 
 
 def pipeline(out, tasks, workers, args=None, progress=False):
     """Run ventilator, ``workers`` workers and sink in this process; True if every result came."""
     server_secure = worker_secure = authenticator = None
-    if getattr(args, "curve", False):
+    if getattr(args, "encrypt", False):
         server, client = generate_keypair(), generate_keypair()
         authenticator = Authenticator(curve="*")
         server_secure = lambda sock: curve_server(sock, server)  # noqa: E731
@@ -159,9 +186,16 @@ def pipeline(out, tasks, workers, args=None, progress=False):
         out("ventilator %s -> %d workers -> sink %s: %d tasks%s" % (
             ventilator.endpoint, workers, sink.endpoint, tasks, " (CURVE)" if authenticator else ""))
         sender = gevent.spawn(lambda: [ventilator.send(b"%d" % n) for n in range(tasks)])
-        per_worker, elapsed = _collect(sink, tasks, 30, progress)
+        tally = _Tally()
+        try:
+            _collect(sink, tasks, 30, progress, tally)
+        except Interrupted:
+            sender.kill()
+            print("zactors pipeline: interrupted; %d of %d results had come" % (sum(tally.per_worker.values()), tasks),
+                  file=sys.stderr)
+            raise
         sender.get(timeout=30)
-        return _report(out, per_worker, tasks, elapsed)
+        return _report(out, tally, tasks)
     finally:
         for worker in crew:
             worker.destroy()
@@ -173,55 +207,94 @@ def pipeline(out, tasks, workers, args=None, progress=False):
 
 def run_demo(args):
     ok = pipeline(print, args.tasks, args.workers, args, progress=args.tasks >= PROGRESS_FROM)
-    return 0 if ok else 1
+    return exitstatus.OK if ok else exitstatus.FAILED
+
+
+def _bound(make, endpoint):
+    try:
+        return make()
+    except zmq.ZMQError as exc:
+        raise options.bind_error(endpoint, exc) from None
 
 
 def run_ventilate(args):
     secure, authenticator = _serve_securely(args)
-    ventilator = Ventilator(args.bind, secure=secure)
+    sent = 0
     try:
-        print("ventilator on %s, waiting for %d worker(s)..." % (ventilator.endpoint, args.workers))
-        if not ventilator.wait_for_workers(args.workers, timeout=args.wait):
-            print("zactors: only %d of %d workers connected within %gs; start them with "
-                  "'zactors pipeline work --tasks %s'" % (ventilator.workers, args.workers, args.wait,
-                                                          ventilator.endpoint), file=sys.stderr)
-            return 1
-        for n in tqdm(range(args.tasks), unit="task", file=sys.stderr, disable=args.tasks < PROGRESS_FROM):
-            ventilator.send(b"%d" % n)
-        print("sent %d tasks round-robin to %d worker(s)" % (args.tasks, ventilator.workers))
-        return 0
+        ventilator = _bound(lambda: Ventilator(args.bind, secure=secure), args.bind)
+        try:
+            print("ventilator on %s, waiting for %d worker(s)..." % (ventilator.endpoint, args.workers), flush=True)
+            if not ventilator.wait_for_workers(args.workers, timeout=args.wait):
+                refused = ventilator.peers.failed
+                print("zactors: only %d of %d workers connected within %gs%s; start them with "
+                      "'zactors pipeline work --ventilator %s'" % (
+                          ventilator.workers, args.workers, args.wait,
+                          " (%d connection(s) failed the handshake: a refused key?)" % refused if refused else "",
+                          ventilator.endpoint), file=sys.stderr)
+                return exitstatus.FAILED
+            for n in tqdm(range(args.tasks), unit="task", file=sys.stderr, disable=args.tasks < PROGRESS_FROM):
+                ventilator.send(b"%d" % n)
+                sent += 1
+            print("sent %d tasks to %d worker(s): %s" % (args.tasks, ventilator.workers, DISTRIBUTION))
+            return exitstatus.OK
+        except Interrupted:
+            print("zactors pipeline ventilate: interrupted; %d of %d tasks sent" % (sent, args.tasks),
+                  file=sys.stderr)
+            raise
+        finally:
+            ventilator.close()  # flushes queued tasks (linger)
     finally:
-        ventilator.close()  # flushes queued tasks (linger)
         if authenticator is not None:
             authenticator.destroy()
 
 
 def run_work(args):
-    worker = _make_worker(args, args.tasks_endpoint, args.results_endpoint)
-    print("%s: tasks from %s, results to %s (Ctrl-C to stop)" % (worker.name, args.tasks_endpoint,
-                                                               args.results_endpoint))
+    worker = _make_worker(args, args.ventilator, args.sink)
+    print("%s: tasks from %s, results to %s (Ctrl-C to stop)" % (worker.name, args.ventilator, args.sink),
+          flush=True)
+    refused = []
+    ended = Event()
+
+    def watch():
+        event = worker.recv_event()  # REFUSED, or $EXIT/$DIED
+        if event is not None and event.name == "REFUSED":
+            refused.append(event.args[0])
+        ended.set()
+
+    watcher = gevent.spawn(watch)
+    stats = {}
     try:
-        worker.recv_event()  # only $EXIT or $DIED ever comes
-    finally:
+        wait_until_stopped(ended)
         stats = worker.call("$STATS", timeout=5) if worker.alive else {}
+    finally:
+        watcher.kill()
         worker.destroy()
-        print("%s: %d done, %d failed" % (worker.name, stats.get("done", 0), stats.get("failed", 0)))
-    return 0
+        print("%s: %d done, %d failed" % (worker.name, stats.get("done", 0), stats.get("failed", 0)), flush=True)
+    if refused:
+        raise HandshakeFailed(refused[0], None)
+    return exitstatus.OK
 
 
 def run_sink(args):
     secure, authenticator = _serve_securely(args)
-    sink = Sink(args.bind, secure=secure)
+    tally = _Tally()
     try:
-        print("sink on %s, waiting for %d results..." % (sink.endpoint, args.tasks))
-        per_worker, elapsed = _collect(sink, args.tasks, args.timeout, args.tasks >= PROGRESS_FROM)
-        return 0 if _report(print, per_worker, args.tasks, elapsed) else 1
+        sink = _bound(lambda: Sink(args.bind, secure=secure), args.bind)
+        try:
+            print("sink on %s, waiting for %d results..." % (sink.endpoint, args.tasks), flush=True)
+            _collect(sink, args.tasks, args.timeout, args.tasks >= PROGRESS_FROM, tally)
+        except Interrupted:
+            print("zactors pipeline sink: interrupted", file=sys.stderr)
+            _report(print, tally, args.tasks)
+            raise
+        finally:
+            sink.close()
     finally:
-        sink.close()
         if authenticator is not None:
             authenticator.destroy()
+    return exitstatus.OK if _report(print, tally, args.tasks) else exitstatus.FAILED
 
 
 def demo(out):
-    """Scatter-gather pipeline: tasks round-robin over 3 workers, results gathered"""
+    """Scatter-gather pipeline: 3 workers; tasks go round-robin to those with room in their queue"""
     pipeline(out, 3000, 3)

@@ -11,7 +11,10 @@
 Without broadcast (docker, cloud, VPN): ``Node("bob", beacon=False,
 endpoints=["tcp://192.0.2.7:50123"])``; peers tell each other about peers.
 """
-from .node import GOSSIP_HEADER, Node, NodeActor, NodeEvent
+from .engine import NodeActor
+from .events import NodeEvent
+from .gossip import GOSSIP_HEADER
+from .node import Node
 from .protocol import ProtocolError
 
 __all__ = ["Node", "NodeActor", "NodeEvent", "ProtocolError", "GOSSIP_HEADER"]

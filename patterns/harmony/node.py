@@ -1,629 +1,26 @@
-"""Harmony node: a true peer on a ZRE v2 network (Zyre, pyre and zactors nodes).
+"""Harmony node: the application's handle on a ZRE v2 peer (see :mod:`.engine` for how it works).
 
-:class:`Node` is the application's handle; :class:`NodeActor` does the work
-in its own greenlet: one ROUTER (the inbox, bound to a random port in
-0xC000-0xFFFF), one DEALER per peer (identity 0x01 + our UUID) whose first
-message is HELLO, a :class:`actors.beacon.Beacon` child for UDP discovery and
-an :class:`actors.heartbeat.Liveness` for peer timeouts.
-
-Discovery
-    UDP beacons on ``port`` (5670), and/or known ``endpoints`` of other
-    nodes: we send those a HELLO and learn who answers.  Nodes that speak the
-    zactors extension (HELLO header ``X-ZACTORS-GOSSIP``) tell each other
-    about their peers (so one known endpoint finds the whole network without
-    broadcast) and say goodbye when they stop.  Gossip travels as WHISPERs to
-    such peers only: Zyre and pyre never see it.
-
-Liveness
-    Any message from a peer refreshes it.  Beacons do not (``beacon_refresh``
-    turns that on): a peer whose TCP path broke must not stay alive on UDP
-    alone, which is why Zyre stopped it in 2017.  A peer silent for
-    ``evasive`` seconds (5) gets a PING and an EVASIVE event; if its beacons
-    are still heard meanwhile, a SILENT event; silent for ``expired`` (30) it
-    is removed with EXIT.  A node stopping politely sends a port-0 beacon
-    (and a gossip goodbye) so peers see it leave at once.
-
-Backpressure
-    A peer that reads slowly fills its DEALER (``hwm`` messages), then its
-    queue in the node's :class:`~zactors.actors.outbox.Outbox`, kept in
-    order.  When one peer's queue reaches ``backlog`` messages (it is held),
-    the node stops taking commands from its application until every held
-    queue is half empty: ``whisper``/``shout`` then block the calling
-    greenlet.  Nothing is dropped, except the queue of a peer that leaves or
-    expires (counted in ``stats()["dropped_on_exit"]`` and logged).  While
-    commands are paused only protocol replies (PING-OK, gossip) still queue;
-    a peer that is twice ``backlog`` behind is dropped (``overflow``).
-
-Bad input (malformed frames, unknown ids, a HELLO-less peer, an unexpected
-status counter, a sequence gap) is logged and counted, never fatal.  A
-sequence gap makes the peer invalid: EXIT, and ENTER again when it says
-HELLO anew.
-
-Hostile but well-formed input is survived too, each case counted in
-``stats()``: an endpoint learned from the network (HELLO, gossip, beacon)
-must be ``tcp://host:port`` (see :mod:`.endpoints`; ``bad_endpoint``); a
-DEALER that cannot be made or connected drops that peer alone
-(``connect_failed``).  Limits: at most ``max_peers`` peers and probes
-(1000; ``peer_limit``), ``GOSSIP_LIMIT`` entries read from one gossip
-message (256; ``gossip_limit``), ``PEER_GROUPS_LIMIT`` groups per peer
-(1000; ``group_limit``).  A group name longer than 255 bytes (legal in a
-HELLO) is kept, but cannot be shouted to: SHOUT names are short strings.
+:class:`Node` configures and starts a :class:`~.engine.NodeActor`, sends it
+the commands of :mod:`.commands`, and turns its events into
+:class:`~.events.NodeEvent` values.
 """
 import logging
 import time
 import uuid as _uuid
-from collections import namedtuple
 
 import gevent
-import zmq
 
-from zactors.actors.actor import Actor, command
 from zactors.actors.errors import ActorError
-from zactors.actors.beacon import Beacon, BeaconError
 from zactors.actors.heartbeat import Liveness
-from zactors.actors.outbox import Outbox, send_now
 
-from . import protocol as zre
+from . import commands as verbs
 from .endpoints import peer_endpoint
-from .group import Group
-from .peer import Peer
+from .engine import NodeActor
+from .events import convert, stop_event
 
-__all__ = ["Node", "NodeActor", "NodeEvent", "GOSSIP_HEADER", "GOSSIP_LIMIT", "PEER_GROUPS_LIMIT"]
+__all__ = ["Node"]
 
 log = logging.getLogger(__name__)
-
-
-GOSSIP_HEADER = "X-ZACTORS-GOSSIP"
-_GOSSIP_PEERS = b"\x00zactors/gossip/peers"
-_GOSSIP_BYE = b"\x00zactors/gossip/bye"
-#: gossip entries read from one message (more are counted and ignored); also what one carries
-GOSSIP_LIMIT = 256
-#: groups one peer may be in, as this node sees it (more are counted and ignored)
-PEER_GROUPS_LIMIT = 1000
-
-_Hello, _Whisper, _Shout, _Join, _Leave, _Ping, _PingOk = (
-    zre.Hello, zre.Whisper, zre.Shout, zre.Join, zre.Leave, zre.Ping, zre.PingOk)
-
-NodeEvent = namedtuple("NodeEvent", "type peer name group headers address frames")
-NodeEvent.__doc__ = """One event of a node.
-
-``type`` is ENTER, EXIT, JOIN, LEAVE, WHISPER, SHOUT, EVASIVE, SILENT or STOP;
-``peer`` the peer's UUID as 32 upper-case hex digits; ``name`` its name;
-``group`` for JOIN/LEAVE/SHOUT; ``headers`` and ``address`` (its endpoint)
-for ENTER; ``frames`` (list of bytes) for WHISPER/SHOUT.  Unused fields are None.
-"""
-
-
-class NodeActor(Actor):
-    """The node's engine (see the module docstring).
-
-    Commands: ``JOIN g``, ``LEAVE g``, ``WHISPER peer frames``, ``SHOUT g
-    frames``, ``CONNECT endpoint`` (no replies); ``PEERS``, ``PEER id``,
-    ``OWN_GROUPS``, ``PEER_GROUPS``, ``GROUP_PEERS g``, ``INFO`` (replies).
-    Events: ``ENTER id name headers endpoint``, ``EXIT id name``, ``JOIN id
-    name group``, ``LEAVE id name group``, ``WHISPER id name frames``,
-    ``SHOUT id name group frames``, ``EVASIVE id name``, ``SILENT id name``.
-    (:class:`Node` adds STOP, its own last event, once stopped.)
-    """
-
-    def __init__(self, config):
-        self.config = config
-        self.uuid = config["uuid"]
-        self.name = "Node-%s" % config["name"]
-        self.node_name = config["name"]
-        self.endpoint = None
-        self.beacon = None
-
-    # -- lifecycle ----------------------------------------------------------
-    def setup(self):
-        cfg = self.config
-        self.peers = {}          # identity (0x01 + uuid) -> Peer
-        self.by_id = {}          # hex id -> Peer
-        self.probes = {}         # endpoint -> Peer whose uuid is not known yet
-        self.peer_groups = {}    # name -> Group
-        self.own_groups = set()
-        self.status = 0
-        self.headers = dict(cfg["headers"])
-        if cfg["gossip"]:
-            self.headers[GOSSIP_HEADER] = "1"
-        self.liveness = Liveness(cfg["evasive"], cfg["expired"])
-        self._deadline = None
-        backlog = cfg["backlog"]
-        self.outbox = Outbox(self, self._transmit, limit=2 * backlog, high=backlog, on_held=self._on_held,
-                             on_drained=self._on_drained, on_overflow=self._on_overflow,
-                             on_unroutable=self._on_unroutable, retry_max=0.005)
-        self._send = self.outbox.send
-        self._paused = False
-        self._stopping = False
-        host = cfg["host"]
-        if cfg["beacon"]:
-            try:
-                self.beacon = Beacon(port=cfg["port"], interface=cfg["interface"], interval=cfg["interval"],
-                                     name="%s-beacon" % self.name)
-            except BeaconError as exc:
-                if cfg["interface"]:
-                    raise
-                log.warning("%s: no UDP discovery: %s", self.name, exc)
-        if self.beacon is not None:
-            self.watch(self.beacon, self._on_beacon_event)
-            host = host or self.beacon.address
-            bind_host = cfg["host"] or "*"
-        else:
-            host = host or "127.0.0.1"
-            bind_host = host
-        self.inbox = self.socket(zmq.ROUTER, router_handover=1, rcvhwm=cfg["hwm"])
-        port = self.inbox.bind_to_random_port("tcp://%s" % bind_host, 0xC000, 0xFFFF, max_tries=200)
-        self.endpoint = "tcp://%s:%d" % (host, port)
-        self.add_reader(self.inbox, self._on_inbox)
-        if self.beacon is not None:
-            self.beacon.send("SUBSCRIBE", zre.BEACON_PREFIX)
-            self.beacon.send("PUBLISH", zre.encode_beacon(self.uuid, port))
-        for endpoint in cfg["endpoints"]:
-            self._probe(endpoint)
-        log.debug("%s: %s at %s", self.name, self.uuid.hex(), self.endpoint)
-
-    def teardown(self):
-        self._stopping = True
-        if self.beacon is not None:
-            try:
-                self.beacon.call("PUBLISH", zre.encode_beacon(self.uuid, 0), timeout=2)
-            except Exception as exc:  # the node is going anyway
-                log.debug("%s: leaving beacon failed: %s", self.name, exc)
-            self.beacon.destroy()
-        for peer in list(self.peers.values()) + list(self.probes.values()):
-            if peer.gossip and peer.ready:
-                self._send(peer, zre.whisper_frames(peer.sequence(), [_GOSSIP_BYE]))
-            # Let queued messages (the goodbye among them) leave before the socket dies.
-            self.close_socket(peer.dealer, linger=0.5)
-
-    # -- peers --------------------------------------------------------------
-    def _hello(self, peer):
-        return zre.encode(_Hello(peer.sequence(), self.endpoint, sorted(self.own_groups), self.status,
-                                 self.node_name, self.headers))
-
-    def _valid(self, endpoint, source):
-        """True if a DEALER may be pointed at ``endpoint`` (learned from ``source``)."""
-        try:
-            peer_endpoint(endpoint)
-        except ValueError as exc:
-            self._bad("bad_endpoint", "%s from %s" % (exc, source))
-            return False
-        if endpoint == self.endpoint:
-            self._bad("bad_endpoint", "our own endpoint from %s" % source)
-            return False
-        return True
-
-    def _room(self):
-        """True if one more peer fits under ``max_peers``."""
-        if len(self.peers) + len(self.probes) < self.config["max_peers"]:
-            return True
-        self._bad("peer_limit", "%d peers and probes already" % (len(self.peers) + len(self.probes)))
-        return False
-
-    def _connect(self, peer):
-        """Open ``peer``'s DEALER; False (counted, nothing left open) if that fails."""
-        try:
-            peer.connect(self, self.uuid, self.config["hwm"])
-        except zmq.ZMQError as exc:
-            if peer.dealer is not None:
-                self.close_socket(peer.dealer)
-                peer.dealer = None
-            self._bad("connect_failed", "%s: %s" % (peer.endpoint, exc))
-            return False
-        return True
-
-    def _probe(self, endpoint):
-        """Say HELLO to an endpoint whose node we do not know yet."""
-        if endpoint == self.endpoint or endpoint in self.probes:
-            return
-        if any(p.endpoint == endpoint for p in self.peers.values()):
-            return
-        if not self._valid(endpoint, "probe") or not self._room():
-            return
-        peer = Peer(None, endpoint)
-        peer.probe = True
-        if not self._connect(peer):
-            return
-        self.probes[endpoint] = peer
-        self._send(peer, self._hello(peer))
-
-    def _adopt(self, uuid, endpoint):
-        """The probe that reached ``endpoint``, now known as ``uuid`` (or None)."""
-        peer = self.probes.pop(endpoint, None)
-        if peer is None:
-            # Advertised under another address: match the port if only one probe fits.
-            port = endpoint.rsplit(":", 1)[-1]
-            fits = [e for e in self.probes if e.rsplit(":", 1)[-1] == port]
-            if len(fits) != 1:
-                return None
-            peer = self.probes.pop(fits[0])
-        peer.set_uuid(uuid)
-        peer.endpoint = endpoint
-        self._add(peer)
-        return peer
-
-    def _add(self, peer):
-        self.peers[peer.identity] = peer
-        self.by_id[peer.id] = peer
-        self.liveness.touch(peer.identity)
-        self._arm()
-
-    def _require(self, uuid, endpoint, source):
-        """The peer with ``uuid``; new ones get a DEALER to ``endpoint`` and our HELLO.
-
-        None (counted) when ``endpoint`` is not one to connect to, there is no
-        room for another peer, or its DEALER cannot be made.
-        """
-        identity = zre.identity_of(uuid)
-        peer = self.peers.get(identity)
-        if peer is not None:
-            return peer
-        if not self._valid(endpoint, source):
-            return None
-        for other in list(self.peers.values()):
-            if other.endpoint == endpoint:  # a new node took over that endpoint
-                self._remove(other, "replaced by a new node on %s" % endpoint)
-        peer = self._adopt(uuid, endpoint) if endpoint in self.probes else None
-        if peer is not None:
-            return peer
-        if not self._room():
-            return None
-        peer = Peer(uuid, endpoint)
-        if not self._connect(peer):
-            return None
-        self._add(peer)
-        self._send(peer, self._hello(peer))
-        return peer
-
-    def _remove(self, peer, reason):
-        if self.peers.pop(peer.identity, None) is None:
-            return
-        self.by_id.pop(peer.id, None)
-        self.liveness.forget(peer.identity)
-        for name in peer.groups:
-            self._forget_member(name, peer)
-        dropped = len(self.outbox.drop(peer))
-        if dropped:
-            self.stats["dropped_on_exit"] += dropped
-            log.warning("%s: %d message(s) to %s dropped: peer %s", self.name, dropped, peer.name, reason)
-        self.close_socket(peer.dealer)
-        if peer.ready:
-            log.debug("%s: EXIT %s (%s)", self.name, peer.name, reason)
-            self.emit("EXIT", peer.id, peer.name)
-        if peer.probe and not self._stopping:
-            self._probe(peer.endpoint)
-
-    # -- sending (through the outbox: self._send is its bound send) --------
-    @staticmethod
-    def _transmit(peer, frames):
-        return send_now(peer.dealer, frames)
-
-    def _on_held(self, peer):
-        if not self._paused:
-            self._paused = True
-            self.stats["paused"] += 1
-            self.pause_commands()  # the application now blocks on the pipe
-            log.debug("%s: %s is %d messages behind; commands paused", self.name, peer.name,
-                      self.outbox.pending(peer))
-
-    def _on_drained(self, peer):
-        if self._paused and not self.outbox.held:
-            self._paused = False
-            self.resume_commands()
-
-    def _on_overflow(self, peer, frames):
-        self.stats["overflow"] += 1
-        # Not from inside the send: a SHOUT may be walking the group's peers.
-        self.call_later(0, self._remove, peer, "%d messages behind" % self.outbox.limit)
-
-    def _on_unroutable(self, peer, frames):
-        self.stats["unroutable"] += 1
-
-    # -- liveness -----------------------------------------------------------
-    def _arm(self):
-        """Time the next liveness check; earlier than a pending one if need be.
-
-        Called when a peer is added, after each check, and when an evasive peer
-        speaks again (its next deadline moves from expiry back to evasion).
-        """
-        due = self.liveness.next_deadline()
-        timer = self._deadline
-        if timer is not None:
-            if due is not None and due >= timer.deadline - 0.001:
-                return
-            timer.cancel()
-            self._deadline = None
-        if due is not None:
-            self._deadline = self.call_later(max(0.001, due - time.monotonic()), self._on_deadline)
-
-    def _on_deadline(self):
-        self._deadline = None
-        evasive, expired = self.liveness.check()
-        for identity in expired:
-            peer = self.peers.get(identity)
-            if peer is not None:
-                self._remove(peer, "expired")
-        for identity in evasive:
-            peer = self.peers.get(identity)
-            if peer is not None and peer.ready:
-                peer.evasive = 1
-                self._send(peer, zre.encode(_Ping(peer.sequence())))
-                self.emit("EVASIVE", peer.id, peer.name)
-        self._arm()
-
-    # -- input: beacons -----------------------------------------------------
-    def _on_beacon_event(self, event):
-        if self._stopping:
-            return
-        if event.name != "BEACON":
-            if event.name in ("$DIED", "$EXIT") and not self._stopping:
-                log.error("%s: beacon stopped (%s); UDP discovery is off", self.name, event.args)
-                self.beacon = None
-            return
-        address, payload = event.args
-        try:
-            uuid, port = zre.decode_beacon(payload)
-        except zre.ProtocolError:
-            self._bad("bad_beacon", "beacon from %s" % address)
-            return
-        if uuid == self.uuid:
-            return
-        identity = zre.identity_of(uuid)
-        if port == 0:
-            peer = self.peers.get(identity)
-            if peer is not None:
-                self._remove(peer, "left")
-            return
-        peer = self._require(uuid, "tcp://%s:%d" % (address, port), "a beacon")
-        if peer is not None and peer.ready:
-            if self.config["beacon_refresh"]:
-                self._touch(peer)
-            elif peer.evasive == 1:
-                peer.evasive = 2
-                self.emit("SILENT", peer.id, peer.name)
-
-    # -- input: peers -------------------------------------------------------
-    def _bad(self, kind, detail):
-        count = self.stats[kind] = self.stats[kind] + 1
-        if count in (1, 100, 10000):
-            log.warning("%s: %s: %s (%d so far)", self.name, kind.replace("_", " "), detail, count)
-        else:
-            log.debug("%s: %s: %s", self.name, kind, detail)
-
-    def _touch(self, peer):
-        self.liveness.touch(peer.identity)
-        if peer.evasive:
-            peer.evasive = 0
-            self._arm()
-
-    def _on_inbox(self, frames):
-        identity = frames[0]
-        try:
-            message = zre.decode(frames[1:])
-        except zre.UnknownMessage as exc:
-            self._bad("unknown_message", exc)
-            return
-        except zre.ProtocolError as exc:
-            self._bad("malformed", exc)
-            return
-        peer = self.peers.get(identity)
-        kind = type(message)
-        if kind is _Hello:
-            self._on_hello(identity, peer, message)
-            return
-        if peer is None or not peer.ready:
-            self._bad("not_ready", "%s before HELLO" % zre.NAMES[zre._ID_OF[kind]])
-            return
-        if not peer.check_sequence(message.sequence, False):
-            self._bad("sequence_errors", "%s sent %d, expected %d" % (peer.name, message.sequence, peer.want_sequence))
-            self._remove(peer, "lost messages")
-            return
-        self.liveness.touch(identity)
-        if peer.evasive:
-            peer.evasive = 0
-            self._arm()
-        if kind is _Whisper:
-            content = message.content
-            if peer.gossip and content and content[0][:1] == b"\x00" and self._on_gossip(peer, content):
-                return
-            self.emit("WHISPER", peer.id, peer.name, content)
-        elif kind is _Shout:
-            self.emit("SHOUT", peer.id, peer.name, message.group, message.content)
-        elif kind is _Join:
-            self._peer_status(peer, message.status)
-            self._join(peer, message.group)
-        elif kind is _Leave:
-            self._peer_status(peer, message.status)
-            if message.group in peer.groups:
-                peer.groups.discard(message.group)
-                self._forget_member(message.group, peer)
-            self.emit("LEAVE", peer.id, peer.name, message.group)
-        elif kind is _Ping:
-            self._send(peer, zre.encode(_PingOk(peer.sequence())))
-
-    def _join(self, peer, name):
-        """``peer`` joined group ``name``: JOIN event (unless it was in it, or in too many)."""
-        if name in peer.groups:
-            return
-        if len(peer.groups) >= PEER_GROUPS_LIMIT:
-            self._bad("group_limit", "%s is in %d groups already" % (peer.name, len(peer.groups)))
-            return
-        group = self.peer_groups.get(name)
-        if group is None:
-            group = self.peer_groups[name] = Group(name)
-        group.join(peer)
-        peer.groups.add(name)
-        self.emit("JOIN", peer.id, peer.name, name)
-
-    def _forget_member(self, name, peer):
-        """Take ``peer`` out of group ``name``; a group nobody is in is forgotten."""
-        group = self.peer_groups.get(name)
-        if group is not None:
-            group.leave(peer)
-            if not group.peers:
-                del self.peer_groups[name]
-
-    def _peer_status(self, peer, status):
-        expected = (peer.status + 1) & 0xFF
-        if status != expected:
-            self._bad("status_mismatch", "%s status %d, expected %d" % (peer.name, status, expected))
-        peer.status = status
-
-    def _on_hello(self, identity, peer, hello):
-        try:
-            uuid = zre.uuid_of(identity)
-        except zre.ProtocolError as exc:
-            self._bad("malformed", exc)
-            return
-        if not self._valid(hello.endpoint, "a HELLO"):
-            return
-        if uuid == self.uuid:  # a probe of ours reached ourselves
-            probe = self.probes.pop(hello.endpoint, None)
-            if probe is not None:
-                self.close_socket(probe.dealer)
-            return
-        if hello.sequence != 1:
-            self._bad("sequence_errors", "HELLO with sequence %d" % hello.sequence)
-            if peer is not None:
-                self._remove(peer, "bad HELLO")
-            return
-        if peer is not None and peer.ready:
-            self._remove(peer, "restarted")  # a second HELLO: it is a new incarnation
-            peer = None
-        if peer is None:
-            peer = self._adopt(uuid, hello.endpoint) or self._require(uuid, hello.endpoint, "a HELLO")
-            if peer is None:
-                return
-        peer.want_sequence = 1
-        peer.ready = True
-        peer.evasive = 0
-        peer.name = hello.name
-        peer.headers = hello.headers
-        peer.gossip = GOSSIP_HEADER in hello.headers
-        peer.endpoint = hello.endpoint
-        self.liveness.touch(identity)
-        self.emit("ENTER", peer.id, peer.name, peer.headers, peer.endpoint)
-        for name in hello.groups:
-            self._join(peer, name)
-        peer.status = hello.status
-        if self.config["gossip"]:
-            self._gossip_about(peer)
-
-    # -- gossip (zactors extension, only between nodes that announce it) ----
-    def _gossip_about(self, new):
-        others = [p for p in self.peers.values() if p.ready and p is not new]
-        if new.gossip and others:
-            entries = [("%s %s" % (p.id, p.endpoint)).encode() for p in others]
-            for start in range(0, len(entries), GOSSIP_LIMIT):
-                chunk = entries[start:start + GOSSIP_LIMIT]
-                self._send(new, zre.whisper_frames(new.sequence(), [_GOSSIP_PEERS] + chunk))
-        entry = ("%s %s" % (new.id, new.endpoint)).encode()
-        for peer in others:
-            if peer.gossip:
-                self._send(peer, zre.whisper_frames(peer.sequence(), [_GOSSIP_PEERS, entry]))
-
-    def _on_gossip(self, peer, content):
-        """Handle a gossip WHISPER; False if it is not one (an application's frame)."""
-        mark = content[0]
-        if mark == _GOSSIP_BYE:
-            self._remove(peer, "left")
-            return True
-        if mark != _GOSSIP_PEERS:
-            return False
-        if not self.config["gossip"]:
-            return True
-        entries = content[1:]
-        if len(entries) > GOSSIP_LIMIT:
-            self._bad("gossip_limit", "%s sent %d entries" % (peer.name, len(entries)))
-            entries = entries[:GOSSIP_LIMIT]
-        for entry in entries:
-            try:
-                hexid, endpoint = entry.decode().split(" ", 1)
-                uuid = bytes.fromhex(hexid)
-                if len(uuid) != 16:
-                    raise ValueError(entry)
-            except ValueError:
-                self._bad("malformed_gossip", entry[:60])
-                continue
-            if uuid != self.uuid and zre.identity_of(uuid) not in self.peers:
-                self._require(uuid, endpoint, "gossip")
-        return True
-
-    # -- commands -----------------------------------------------------------
-    @command
-    def whisper(self, peer_id, frames):
-        peer = self.by_id.get(peer_id)
-        if peer is None or not peer.ready:
-            self._bad("whisper_unknown_peer", peer_id)
-            return
-        self._send(peer, zre.whisper_frames(peer.sequence(), frames))
-
-    @command
-    def shout(self, group_name, frames):
-        group = self.peer_groups.get(group_name)
-        if group is None:
-            return
-        field = group.field
-        if field is None:
-            raise ValueError("group name longer than 255 bytes")
-        for peer in group.peers.values():
-            self._send(peer, zre.shout_frames(peer.sequence(), field, frames))
-
-    def _all_links(self):
-        return list(self.peers.values()) + list(self.probes.values())
-
-    @command
-    def join(self, group):
-        if group in self.own_groups:
-            return
-        zre.shout_head(group)  # refuse names that do not fit a ZRE string
-        self.own_groups.add(group)
-        self.status = (self.status + 1) & 0xFF
-        for peer in self._all_links():
-            self._send(peer, zre.encode(_Join(peer.sequence(), group, self.status)))
-
-    @command
-    def leave(self, group):
-        if group not in self.own_groups:
-            return
-        self.own_groups.discard(group)
-        self.status = (self.status + 1) & 0xFF
-        for peer in self._all_links():
-            self._send(peer, zre.encode(_Leave(peer.sequence(), group, self.status)))
-
-    @command
-    def connect(self, endpoint):
-        self._probe(endpoint)
-
-    @command("PEERS", reply=True)
-    def peers_(self):
-        return [p.id for p in self.peers.values() if p.ready]
-
-    @command(reply=True)
-    def peer(self, peer_id):
-        peer = self.by_id.get(peer_id)
-        if peer is None or not peer.ready:
-            return None
-        return {"id": peer.id, "name": peer.name, "headers": peer.headers, "address": peer.endpoint,
-                "groups": sorted(peer.groups), "backlog": self.outbox.pending(peer)}
-
-    @command("OWN_GROUPS", reply=True)
-    def own_groups_(self):
-        return sorted(self.own_groups)
-
-    @command("PEER_GROUPS", reply=True)
-    def peer_groups_(self):
-        return sorted(name for name, group in self.peer_groups.items() if group.peers)
-
-    @command(reply=True)
-    def group_peers(self, group):
-        found = self.peer_groups.get(group)
-        return [] if found is None else [p.id for p in found.peers.values()]
-
-    @command(reply=True)
-    def info(self):
-        return {"uuid": self.uuid.hex().upper(), "name": self.node_name, "endpoint": self.endpoint,
-                "beacon": None if self.beacon is None else self.beacon.interface}
 
 
 class Node:
@@ -685,7 +82,7 @@ class Node:
     def stop(self, timeout=5.0):
         """Leave politely (port-0 beacon, goodbyes) and stop; idempotent."""
         if self.actor is not None:
-            if self.actor.alive and self.actor._paused:
+            if self.actor.alive and self.actor.paused:
                 log.warning("%s: stopping while a slow peer blocks sending; queued commands dropped", self.name)
             self.actor.destroy(timeout)
         self._stopped = True
@@ -701,7 +98,7 @@ class Node:
     @property
     def blocked(self):
         """True while a slow peer's full backlog holds back ``whisper``/``shout`` (and every call)."""
-        return self.actor is not None and self.actor.alive and self.actor._paused
+        return self.actor is not None and self.actor.alive and self.actor.paused
 
     def _actor(self):
         if self.actor is None:
@@ -716,22 +113,22 @@ class Node:
         """Join ``group`` (at most 255 bytes of UTF-8, as ZRE strings are)."""
         if len(group.encode()) > 255:
             raise ValueError("group name longer than 255 bytes")
-        self._send("JOIN", group)
+        self._send(verbs.JOIN, group)
 
     def leave(self, group):
-        self._send("LEAVE", group)
+        self._send(verbs.LEAVE, group)
 
     def whisper(self, peer, *frames):
         """Send ``frames`` (bytes or str) to one peer (its id, or a ``uuid.UUID``)."""
-        self._send("WHISPER", _peer_id(peer), [_frame(f) for f in frames])
+        self._send(verbs.WHISPER, _peer_id(peer), [_frame(f) for f in frames])
 
     def shout(self, group, *frames):
         """Send ``frames`` to every peer in ``group``."""
-        self._send("SHOUT", group, [_frame(f) for f in frames])
+        self._send(verbs.SHOUT, group, [_frame(f) for f in frames])
 
     def connect(self, endpoint):
         """Say HELLO to the node at ``endpoint``, ``tcp://host:port`` (discovery without broadcast)."""
-        self._send("CONNECT", peer_endpoint(endpoint))
+        self._send(verbs.CONNECT, peer_endpoint(endpoint))
 
     # -- events -------------------------------------------------------------
     def recv(self, timeout=None):
@@ -746,14 +143,14 @@ class Node:
                 return self._last_words()
             if event is None:
                 return None
-            converted = _convert(event)
+            converted = convert(event)
             if converted is not None:
                 return converted
 
     def _last_words(self):
         if self._stopped and not self._said_stop:
             self._said_stop = True
-            return NodeEvent("STOP", self.id, self.name, None, None, None, None)
+            return stop_event(self.id, self.name)
         return None
 
     def events(self, timeout=None):
@@ -781,11 +178,11 @@ class Node:
     # -- state --------------------------------------------------------------
     def peers(self, timeout=10.0):
         """Hex ids of the peers that said HELLO."""
-        return self._actor().call("PEERS", timeout=timeout)
+        return self._actor().call(verbs.PEERS, timeout=timeout)
 
     def peer(self, peer, timeout=10.0):
         """``{id, name, headers, address, groups, backlog}`` of a peer, or None."""
-        return self._actor().call("PEER", _peer_id(peer), timeout=timeout)
+        return self._actor().call(verbs.PEER, _peer_id(peer), timeout=timeout)
 
     def peer_name(self, peer):
         found = self.peer(peer)
@@ -806,15 +203,15 @@ class Node:
     def peer_groups(self, peer=None):
         """Groups some peer is in; with ``peer``, that peer's groups."""
         if peer is None:
-            return self._actor().call("PEER_GROUPS", timeout=10)
+            return self._actor().call(verbs.PEER_GROUPS, timeout=10)
         found = self.peer(peer)
         return None if found is None else found["groups"]
 
     def peers_by_group(self, group):
-        return self._actor().call("GROUP_PEERS", group, timeout=10)
+        return self._actor().call(verbs.GROUP_PEERS, group, timeout=10)
 
     def own_groups(self):
-        return self._actor().call("OWN_GROUPS", timeout=10)
+        return self._actor().call(verbs.OWN_GROUPS, timeout=10)
 
     def stats(self):
         """Counters: malformed, unknown_message, status_mismatch, sequence_errors, ..."""
@@ -835,18 +232,3 @@ def _peer_id(peer):
 
 def _frame(value):
     return value.encode() if isinstance(value, str) else bytes(value)
-
-
-def _convert(event):
-    name, args = event.name, event.args
-    if name == "WHISPER":
-        return NodeEvent(name, args[0], args[1], None, None, None, args[2])
-    if name == "SHOUT":
-        return NodeEvent(name, args[0], args[1], args[2], None, None, args[3])
-    if name == "ENTER":
-        return NodeEvent(name, args[0], args[1], None, args[2], args[3], None)
-    if name in ("JOIN", "LEAVE"):
-        return NodeEvent(name, args[0], args[1], args[2], None, None, None)
-    if name in ("EXIT", "EVASIVE", "SILENT", "STOP"):
-        return NodeEvent(name, args[0], args[1], None, None, None, None)
-    return None  # $EXIT / $DIED: the stream ends with the actor

@@ -8,37 +8,63 @@
         ...
     client.close()
 
-Each request borrows a DEALER socket from a pool (at most ``pool_size`` at
-once; more callers wait for one), so any number of greenlets may call one
-client concurrently, e.g. from a gevent WSGI handler: MDP/Client is
-synchronous per socket, and each request in flight has its own.  A call
-parks only its own greenlet.  A client is not safe across OS threads: use one
-per thread.
+``Client(endpoint, *, timeout=2.5, retries=3, pool_size=64, framing="spec", curve=None)``:
 
-Retries follow the spec's recommendation: if no reply arrives within
-``timeout`` seconds (counted afresh after each partial), the socket is closed,
-a new one opened and the request sent again, up to ``retries`` attempts in
-all; then :class:`RequestTimeout` is raised.  After a retry, or when the
-broker gives a request to a second worker because the first one died,
-partials may arrive again: MDP workers are idempotent.
+* ``pool_size``: each request borrows a DEALER socket from a pool of at most
+  ``pool_size``; more concurrent callers wait for one.  So any number of
+  greenlets may call one client at once, e.g. from a gevent WSGI handler
+  (MDP/Client is synchronous per socket; each request in flight has its own).
+  A call parks only its own greenlet.  A client is not safe across OS
+  threads: use one per thread.
+* ``timeout`` and ``retries``: an attempt waits up to ``timeout`` seconds for
+  a reply (counted afresh after each partial); without one the socket is
+  closed, a new one opened and the request sent again, up to ``retries``
+  attempts in all.  The whole call, the wait for a pooled socket included,
+  is bounded: without any reply it ends within ``timeout * retries``
+  seconds, raising :class:`RequestTimeout`.
+* A broker that refuses the connection (a CURVE key it does not accept, a
+  wrong server key, CURVE on one side only) raises :class:`HandshakeFailed`
+  (a ``ConnectionRefusedError``) within a second or so, from the socket
+  monitor, instead of a timeout; ``str()`` says what happened.
+
+Retries can run a request more than once: a worker that got the first
+attempt may still be working and answer late (its reply is dropped), and
+when the broker gives a request to a second worker because the first one
+died, partials may arrive again.  That is MDP's design: make services
+idempotent, or keep ``retries=1`` for requests that must not repeat.
 """
 import logging
+import time
 
 import zmq
 from gevent.lock import BoundedSemaphore
 
 from zactors.actors.auth import curve_client
+from zactors.actors.monitor import HANDSHAKE, HandshakeFailed, Monitor, describe
 from zactors.actors.sockets import POLLIN, Socket, context
 
 from .protocol import FINAL, ProtocolError, framing as _framing
 
-__all__ = ["Client", "RequestTimeout"]
+__all__ = ["Client", "RequestTimeout", "HandshakeFailed"]
 
 log = logging.getLogger(__name__)
 
 
+#: while a new socket's handshake is not done, replies are awaited in slices this long (s)
+_HANDSHAKE_SLICE = 0.05
+
+
 class RequestTimeout(TimeoutError):
-    """No complete reply after every attempt."""
+    """No complete reply within the call's bound (see the module docstring).
+
+    ``connected`` is True when a handshake with the broker completed during
+    the call (no reply then means no worker answered in time), False when
+    none did (most likely no broker at the endpoint).
+    """
+
+    def __init__(self, message, connected=False):
+        super().__init__(message)
+        self.connected = connected
 
 
 def _bytes(value):
@@ -48,15 +74,20 @@ def _bytes(value):
 class Client:
     """An MDP/0.2 client of the broker at ``endpoint``.
 
-    ``curve`` is
-    ``(broker_public_key, client_keys)`` (an ``actors.auth`` Keypair or the
-    secret key) for a CURVE broker.  ``stats`` counts ``requests``, ``retries``,
-    ``failed``, ``invalid`` and ``stale`` replies.
+    ``timeout`` (seconds per attempt, > 0), ``retries`` (attempts in all,
+    >= 1) and ``pool_size`` (sockets, >= 1): see the module docstring.
+    ``curve`` is ``(broker_public_key, client_keys)`` (an ``actors.auth``
+    Keypair or the secret key) for a CURVE broker.  ``stats`` counts
+    ``requests``, ``retries``, ``failed``, ``invalid`` and ``stale`` replies.
     """
 
     def __init__(self, endpoint, *, timeout=2.5, retries=3, pool_size=64, framing="spec", curve=None):
-        if timeout <= 0 or retries < 1 or pool_size < 1:
-            raise ValueError("need timeout > 0, retries >= 1 and pool_size >= 1")
+        if not timeout > 0:
+            raise ValueError("timeout must be above 0 seconds, not %r" % (timeout,))
+        if retries < 1:
+            raise ValueError("retries must be 1 or more, not %r" % (retries,))
+        if pool_size < 1:
+            raise ValueError("pool_size must be 1 or more, not %r" % (pool_size,))
         self.endpoint = endpoint
         self.timeout = timeout
         self.retries = retries
@@ -64,13 +95,17 @@ class Client:
         self.curve = curve
         self.stats = dict.fromkeys(("requests", "retries", "failed", "invalid", "stale"), 0)
         self._idle = []
+        self.pool_size = pool_size
         self._slots = BoundedSemaphore(pool_size)
+        self._watches = {}      # socket -> Monitor, until its first handshake ends
+        self._handshakes = 0    # handshakes seen to succeed
         self._closed = False
 
     def request(self, service, *frames, timeout=None, retries=None):
         """Send a request and return every reply: ``[partial, ..., final]``, each a list of frames.
 
-        Blocks the calling greenlet; raises :class:`RequestTimeout`.
+        Blocks the calling greenlet; raises :class:`RequestTimeout` or
+        :class:`HandshakeFailed`.
         """
         return list(self.stream(service, *frames, timeout=timeout, retries=retries))
 
@@ -88,21 +123,32 @@ class Client:
         decode = self.framing.decode_for_client
         stats = self.stats
         stats["requests"] += 1
-        self._slots.acquire()
+        deadline = time.monotonic() + timeout * attempts  # the whole call, pool wait included
+        handshakes = self._handshakes
+        if not self._slots.acquire(timeout=timeout * attempts):
+            stats["failed"] += 1
+            raise RequestTimeout("no reply from service %r at %s within %gs: all %d pooled sockets stayed busy"
+                                 % (service.decode("ascii", "replace"), self.endpoint, timeout * attempts,
+                                    self.pool_size), connected=self._handshakes > handshakes)
         sock = self._idle.pop() if self._idle else self._socket()
+        connected = sock not in self._watches  # a pooled socket has answered before
         done = False
         try:
             for attempt in range(attempts):
+                wait = min(timeout, deadline - time.monotonic())
+                if wait <= 0:
+                    break
                 if attempt:
                     stats["retries"] += 1
                     log.debug("no reply from %r within %ss; retrying on a new socket", service, timeout)
-                    sock.close(0)
+                    self._discard(sock)
                     sock = self._socket()
                 try:
-                    sock.send_multipart(message, timeout=timeout)
+                    sock.send_multipart(message, timeout=wait)
                 except zmq.Again:  # not even queued: count it as a lost attempt
                     continue
-                while sock.wait(POLLIN, timeout):  # a reply is there (no recv-EAGAIN round first)
+                while self._wait(sock, wait):  # a reply is there (no recv-EAGAIN round first)
+                    connected = True
                     frames = sock.recv_frames()
                     try:
                         reply = decode(frames)
@@ -118,21 +164,65 @@ class Client:
                         yield reply.body
                         return
                     yield reply.body
+                    # progress: this attempt's clock starts again, and the call's bound moves with it
+                    wait = timeout
+                    deadline = max(deadline, time.monotonic() + timeout * (attempts - attempt))
             stats["failed"] += 1
-            raise RequestTimeout("no reply from service %r at %s after %d attempt(s) of %ss"
-                                 % (service.decode("ascii", "replace"), self.endpoint, attempts, timeout))
+            connected = connected or self._handshakes > handshakes
+            raise RequestTimeout("no reply from service %r at %s after %d attempt(s) of %gs"
+                                 % (service.decode("ascii", "replace"), self.endpoint, attempts, timeout),
+                                 connected=connected)
         finally:
             if done and not self._closed:
                 self._idle.append(sock)
             else:  # replies may still be on their way: never reuse this socket
-                sock.close(0)
+                self._discard(sock)
             self._slots.release()
+
+    def _wait(self, sock, timeout):
+        """Wait up to ``timeout`` s for a reply on ``sock``; raise HandshakeFailed if the broker refused it.
+
+        While the socket's first handshake has not ended, waits in short
+        slices and reads its monitor between them.
+        """
+        watch = self._watches.get(sock)
+        if watch is None:
+            return sock.wait(POLLIN, timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if sock.wait(POLLIN, max(0.0, min(_HANDSHAKE_SLICE, remaining))):
+                self._handshakes += 1
+                self._unwatch(sock)  # a reply proves the handshake
+                return True
+            for event in watch.events():
+                if event.event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self._handshakes += 1
+                    self._unwatch(sock)
+                    return sock.wait(POLLIN, max(0.0, deadline - time.monotonic()))
+                if event.event != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL or self.curve:
+                    self._unwatch(sock)
+                    raise HandshakeFailed("%s at %s" % (describe(event, "the broker", bool(self.curve)),
+                                                        self.endpoint), event)
+            if remaining <= 0:
+                return False
+
+    def _unwatch(self, sock):
+        watch = self._watches.pop(sock, None)
+        if watch is not None:
+            watch.close()
+
+    def _discard(self, sock):
+        self._unwatch(sock)
+        sock.close(0)
 
     def _socket(self):
         sock = context().socket(zmq.DEALER, socket_class=Socket)
         sock.linger = 0
         if self.curve:
             curve_client(sock, self.curve[1], self.curve[0])
+        # watched until its first handshake ends: how a refused key is told from silence
+        self._watches[sock] = Monitor(sock, HANDSHAKE)
         sock.connect(self.endpoint)
         return sock
 
@@ -140,7 +230,7 @@ class Client:
         """Close the idle sockets; requests in flight close theirs when they end."""
         self._closed = True
         while self._idle:
-            self._idle.pop().close(0)
+            self._discard(self._idle.pop())
 
     def __enter__(self):
         return self

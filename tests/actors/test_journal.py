@@ -137,7 +137,12 @@ def test_timestamps_never_go_backwards(tmp_path):
     with Journal(tmp_path) as j:
         j.append(b"a", b"", timestamp=100.0)
         j.append(b"b", b"", timestamp=50.0)
-        assert [r.timestamp for r in j.read(1)] == [100.0, 100.0]
+        j.append(b"c", b"", timestamp=101)
+        assert [r.timestamp for r in j.read(1)] == [100.0, 100.0, 101.0]
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            with pytest.raises(ValueError):
+                j.append(b"d", b"", timestamp=bad)
+        assert j.last_seq == 3
 
 
 @pytest.mark.parametrize("cache", [32 << 20, 0])
@@ -247,6 +252,7 @@ def test_kernel_names_still_import():
     from zactors.actors import Actor, ActorError, Event, Reactor, Socket, command, context
     import zactors.actors as actors
     assert Actor.__name__ == "Actor" and callable(command) and callable(context)
+    assert issubclass(ActorError, Exception) and Event and Reactor and Socket
     assert {"Actor", "Reactor", "Socket", "Event", "ActorError"} <= set(dir(actors))
     with pytest.raises(AttributeError):
         actors.NoSuchThing
@@ -255,3 +261,15 @@ def test_kernel_names_still_import():
 def test_sequence_gone_carries_first_seq():
     exc = SequenceGone(42)
     assert exc.first_seq == 42 and isinstance(exc, JournalError) and "42" in str(exc)
+
+
+def test_open_errors_are_journal_errors(tmp_path):
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(JournalError, match="ENOTDIR|EEXIST"):
+        Journal(tmp_path / "file")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / segment_name(1)).write_bytes(b"NOTAJOURNALSEGMENT" + b"\0" * 40)
+    with pytest.raises(JournalError, match="bad segment header"):
+        Journal(bad)
+    assert (bad / segment_name(1)).read_bytes().startswith(b"NOTAJOURNAL"), "a foreign file is not cut"

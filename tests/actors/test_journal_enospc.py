@@ -83,3 +83,33 @@ def test_reopen_after_enospc_keeps_what_was_written(small_disk):
     with Journal(small_disk / "stream") as j:
         assert j.last_seq == written, "the journal ends at the last record written"
         assert j.append(b"k", b"v") == written + 1
+
+
+def test_journal_actor_reports_enospc_and_retries(small_disk):
+    from tests.conftest import wait_for
+    from zactors.actors import CommandError
+    from zactors.actors.journal_actor import JournalActor
+
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (128 << 10))
+    actor = JournalActor(str(small_disk / "stream"), fsync="never", retry=0.05)
+    try:
+        refused = None
+        for i in range(10_000):
+            try:
+                actor.call("APPEND", b"k", b"v" * 500)
+            except CommandError as exc:
+                refused = exc
+                break
+        assert refused is not None and "ENOSPC" in str(refused), "appends are refused once the disk is full"
+        event = actor.recv_event(timeout=10)
+        assert event is not None and event[0] == "JOURNAL_ERROR" and "ENOSPC" in str(event)
+        first, last, written, _ = actor.call("RANGE")
+        assert written < last
+        filler.unlink()
+        wait_for(lambda: actor.call("RANGE")[2] == last, timeout=10, what="the retried write")
+        assert actor.recv_event(timeout=0) is None, "one JOURNAL_ERROR per failure, not per retry"
+        assert actor.call("APPEND", b"k", b"again") == last + 1
+        assert actor.call("FLUSH", timeout=10) == last + 1
+    finally:
+        actor.destroy()

@@ -92,3 +92,23 @@ def test_reopen_after_retention_reads_from_first(tmp_path):
         recs = j.read(first, max_records=1000)
         assert recs[0].seq == first and recs[-1].seq == 500
         assert recs[0].key == b"k%d" % (first - 1)
+
+
+def test_age_retention_empties_an_idle_journal_and_keeps_the_sequence(tmp_path):
+    with Journal(tmp_path, retain_seconds=60.0) as j:
+        for i in range(100):
+            j.append(b"k", b"v", timestamp=1000.0 + i)
+        j.write()
+        assert j.apply_retention(now=1000.0 + 99 + 30) == 0, "not old yet"
+        assert j.apply_retention(now=1000.0 + 99 + 61) == 1
+        assert (j.first_seq, j.last_seq) == (101, 100), "empty, and the sequence goes on"
+        with pytest.raises(SequenceGone) as info:
+            j.read(100)
+        assert info.value.first_seq == 101
+        assert j.read(101) == []
+        assert segs(tmp_path) == ["%020d.seg" % 101]
+    with Journal(tmp_path) as j:
+        assert (j.first_seq, j.last_seq) == (101, 100)
+        assert j.append(b"k", b"after") == 101
+    reader = JournalReader(tmp_path)
+    assert [r.body for r in reader.records()] == [b"after"]

@@ -375,3 +375,56 @@ def test_a_handler_send_on_another_drained_reader_loses_no_wakeup():
     r.close()
     for s in (x, p, y, q):
         s.close()
+
+
+# -- timers at scale ----------------------------------------------------------
+def test_cancel_and_rearm_cycles_leave_only_live_timers():
+    """A watchdog cancelled and re-armed 200k times: the heap holds O(live) entries."""
+    r = Reactor()
+    live = [r.call_every(10, lambda: None) for _ in range(10)]
+    watchdog = r.call_later(60, lambda: None)
+    for _ in range(200000):
+        watchdog.cancel()
+        watchdog = r.call_later(60, lambda: None)
+    assert len(r._timers) <= 2 * (len(live) + 1) + 64 + 1
+    fired = Event()
+    r.call_later(0, fired.set)
+    runner = gevent.spawn(r.run)
+    assert fired.wait(5)
+    r.stop()
+    runner.get(timeout=5)
+    r.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_million_armed_timers_cost_bounded_memory_and_rounds():
+    psutil = pytest.importorskip("psutil")
+    r = Reactor()
+    a, b = pair(zmq.PAIR, zmq.PAIR, "inproc://million-timers")
+    r.add_reader(b, lambda frames: b.send(frames[0], 1))  # echo
+    runner = gevent.spawn(r.run)
+
+    def round_trips(n):
+        started = time.perf_counter()
+        for _ in range(n):
+            a.send(b"x")
+            a.recv_multipart(timeout=5)
+        return time.perf_counter() - started
+
+    round_trips(200)
+    empty = min(round_trips(1000) for _ in range(3))
+    rss = psutil.Process().memory_info().rss
+    nothing = lambda: None  # noqa: E731
+    timers = [r.call_later(3600 + i * 1e-6, nothing) for i in range(1000000)]
+    grown = psutil.Process().memory_info().rss - rss
+    assert grown < 1000000 * 400, "%d bytes a timer" % (grown // 1000000)
+    armed = min(round_trips(1000) for _ in range(3))
+    # a round looks at the nearest deadline only: a million timers must not slow it down
+    assert armed < empty * 3 + 0.05, (empty, armed)
+    for timer in timers:
+        timer.cancel()
+    assert len(r._timers) <= 64 + 1, "cancelled timers were not compacted"
+    r.stop()
+    runner.get(timeout=5)
+    r.close()
+    a.close(); b.close()

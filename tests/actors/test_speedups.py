@@ -167,3 +167,65 @@ def test_recv_singles_matches_the_model_for_any_traffic(pair, messages, limit):
             if not batch and not dropped:
                 break
         assert (got, discarded) == (singles, multipart), name
+
+
+# -- whole messages only -------------------------------------------------------
+def _assert_next_message_is_whole(push, pull, send_message):
+    send_message(push, speedups.handle(push), [b"next", b"message"])
+    assert pull.recv_multipart() == [b"next", b"message"], "half a message was left behind"
+
+
+@pytest.mark.parametrize("position", [0, 1, 2])
+def test_a_non_contiguous_frame_fails_the_message_with_nothing_sent(impl, pair, position):
+    send_message = impl[2]
+    push, pull = pair
+    frames = [b"a", bytearray(b"b"), memoryview(b"c")]
+    frames[position] = memoryview(b"abcdef")[::2]  # strided: not contiguous
+    with pytest.raises(BufferError):
+        send_message(push, speedups.handle(push), frames)
+    _assert_next_message_is_whole(push, pull, send_message)
+
+
+def test_a_bad_frame_deep_in_a_long_message_fails_it_whole(impl, pair):
+    send_message = impl[2]
+    push, pull = pair
+    frames = [b"%d" % i for i in range(100)]  # longer than the C path's stack array
+    frames[70] = memoryview(bytearray(b"xyzxyz"))[1::2]
+    with pytest.raises(BufferError):
+        send_message(push, speedups.handle(push), frames)
+    frames[70] = "a str is not bytes-like"
+    with pytest.raises(TypeError, match="bytes-like"):
+        send_message(push, speedups.handle(push), frames)
+    frames[70] = b"70"
+    send_message(push, speedups.handle(push), frames)
+    assert pull.recv_multipart() == [b"%d" % i for i in range(100)]
+    _assert_next_message_is_whole(push, pull, send_message)
+
+
+def test_a_long_message_of_buffers_is_sent_and_released(impl, pair):
+    send_message = impl[2]
+    push, pull = pair
+    frames = [bytearray(b"%d" % i) for i in range(40)]
+    send_message(push, speedups.handle(push), frames)
+    assert pull.recv_multipart() == [bytes(f) for f in frames]
+    for f in frames:
+        f.extend(b"!")  # the buffers were released: a bytearray can grow again
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_socket_send_multipart_fails_whole_in_both_copy_modes(copy):
+    from zactors.actors.sockets import Socket
+    ctx = context()
+    push = ctx.socket(zmq.PUSH, socket_class=Socket)
+    pull = ctx.socket(zmq.PULL, socket_class=Socket)
+    endpoint = "inproc://speedups-%d" % next(_names)
+    pull.bind(endpoint)
+    push.connect(endpoint)
+    try:
+        with pytest.raises(BufferError):
+            push.send_multipart([b"first", memoryview(b"abcdef")[::2], b"last"], copy=copy)
+        push.send_multipart([b"whole", bytearray(b"one")], copy=copy)
+        assert pull.recv_multipart(timeout=5) == [b"whole", b"one"]
+    finally:
+        push.close(0)
+        pull.close(0)

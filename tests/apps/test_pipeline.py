@@ -2,6 +2,7 @@
 import os
 import signal
 import sys
+import time
 
 import gevent
 import gevent.subprocess
@@ -121,16 +122,16 @@ def test_cli_roles_in_separate_processes(role, tmp_path, curve):
     if curve:
         create_keypair(str(tmp_path), "server")
         create_keypair(str(tmp_path / "workers"), "worker")
-        server_opts = ["--curve-secret", str(tmp_path / "server.key_secret"),
+        server_opts = ["--curve", str(tmp_path / "server.key_secret"),
                        "--curve-clients", str(tmp_path / "workers")]
         worker_opts = ["--curve-server", str(tmp_path / "server.key"),
-                       "--curve-secret", str(tmp_path / "workers" / "worker.key_secret")]
+                       "--curve", str(tmp_path / "workers" / "worker.key_secret")]
     sink = role("sink", "--bind", "tcp://127.0.0.1:*", "--tasks", "500", "--timeout", "30", *server_opts)
     results = _endpoint(sink)
     ventilator = role("ventilate", "--bind", "tcp://127.0.0.1:*", "--tasks", "500", "--workers", "2",
                            "--wait", "30", *server_opts)
     tasks = _endpoint(ventilator)
-    workers = [role("work", "--tasks", tasks, "--results", results, "--threads", "1", *worker_opts)
+    workers = [role("work", "--ventilator", tasks, "--sink", results, "--threads", "1", *worker_opts)
                for _ in range(2)]
     out, err = sink.communicate(timeout=60)
     assert sink.returncode == 0, err
@@ -138,10 +139,11 @@ def test_cli_roles_in_separate_processes(role, tmp_path, curve):
     shares = [line for line in out.splitlines() if line.strip().startswith("squareworker-")]
     assert len(shares) == 2, out  # both workers took part
     assert ventilator.wait(timeout=30) == 0
-    for worker in workers:
-        worker.send_signal(signal.SIGINT)
-        out, _ = worker.communicate(timeout=20)
-        assert " done, " in out
+    for worker, sig in zip(workers, (signal.SIGINT, signal.SIGTERM)):
+        worker.send_signal(sig)  # a worker is a server: asked to stop, it says what it did and exits 0
+        out, err = worker.communicate(timeout=20)
+        assert " done, 0 failed" in out and worker.returncode == 0, (out, err)
+        assert "Traceback" not in err
 
 
 @settings(max_examples=300, deadline=None)
@@ -178,3 +180,72 @@ def test_runs_back_to_back_leave_the_shared_context_working():
     finally:
         pull.close()
         push.close()
+
+
+@pytest.mark.timeout(60)
+def test_ventilator_counts_only_completed_handshakes(tmp_path):
+    """A raw TCP client, a worker with a refused key and an HTTP request never count as workers."""
+    import socket
+    from zactors.actors.auth import Authenticator, curve_client, curve_server, generate_keypair
+    server, good, stranger = generate_keypair(), generate_keypair(), generate_keypair()
+    create_keypair(str(tmp_path), "unused")
+    (tmp_path / "good.key").write_text("metadata\ncurve\n    public-key = \"%s\"\n" % good.public.decode())
+    auth = Authenticator(curve=str(tmp_path))
+    ventilator = Ventilator(secure=lambda sock: curve_server(sock, server))
+    sink = Sink(secure=lambda sock: curve_server(sock, server))
+    crew = []
+    try:
+        host, port = ventilator.endpoint.rsplit("//", 1)[1].rsplit(":", 1)
+        idle = socket.create_connection((host, int(port)))           # never speaks
+        http = socket.create_connection((host, int(port)))
+        http.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        refused = SquareWorker(ventilator.endpoint, sink.endpoint,
+                               secure=lambda sock: curve_client(sock, stranger, server.public))
+        crew.append(refused)
+        event = refused.recv_event(timeout=10)
+        assert event is not None and event.name == "REFUSED" and "refused our key" in event.args[0]
+        http.close()
+        crew.append(SquareWorker(ventilator.endpoint, sink.endpoint,
+                                 secure=lambda sock: curve_client(sock, good, server.public)))
+        assert ventilator.wait_for_workers(1, timeout=20)
+        assert ventilator.workers == 1 and ventilator.peers.failed >= 1
+        idle.close()
+    finally:
+        for worker in crew:
+            worker.destroy()
+        ventilator.close()
+        sink.close()
+        auth.destroy()
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_with_a_refused_key_exits_4_at_once(role, tmp_path):
+    create_keypair(str(tmp_path), "server")
+    create_keypair(str(tmp_path / "workers"), "worker")
+    create_keypair(str(tmp_path / "others"), "stranger")
+    ventilator = role("ventilate", "--bind", "tcp://127.0.0.1:*", "--tasks", "1", "--workers", "1", "--wait", "2",
+                      "--curve", str(tmp_path / "server.key_secret"), "--curve-clients", str(tmp_path / "workers"))
+    tasks = _endpoint(ventilator)
+    started = time.monotonic()
+    worker = role("work", "--ventilator", tasks, "--sink", "tcp://127.0.0.1:9", "--curve-server",
+                  str(tmp_path / "server.key"), "--curve", str(tmp_path / "others" / "stranger.key_secret"))
+    out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 4, (out, err)
+    assert time.monotonic() - started < 10
+    assert "the ventilator at %s refused our key" % tasks in err
+    out, err = ventilator.communicate(timeout=30)
+    assert ventilator.returncode == 1
+    assert "only 0 of 1 workers connected" in err and "failed the handshake" in err
+
+
+def test_sink_throughput_is_timed_from_the_first_result():
+    from zactors.apps.commands.pipeline import _Tally, _report
+    from zactors.apps.pipeline import Result
+    tally = _Tally()
+    tally.first = None
+    for i in range(3):
+        tally.add(Result(i, "w", b""))
+    tally.first, tally.last = 100.0, 100.5   # three results over half a second, whenever the sink started
+    lines = []
+    assert _report(lines.append, tally, 3)
+    assert lines[-1] == "  3 of 3 results in 0.50s (4 tasks/s, first to last result)"

@@ -44,3 +44,13 @@ def test_errors_are_clear_json(server):
     assert pool.spawn(fetch, server + "/nowhere").get(timeout=30) == (404, {"error": "try /hit/KEY or /top"})
     status, body = pool.spawn(fetch, server + "/hit/" + "x" * 300).get(timeout=30)
     assert status == 400 and "1-200" in body["error"]
+
+
+def test_percent_encoded_utf8_paths_are_decoded(server):
+    pool = gevent.get_hub().threadpool
+    status, body = pool.spawn(fetch, server + "/hit/%E2%9C%93").get(timeout=30)
+    assert (status, body) == (200, {"key": "\u2713", "count": 1})
+    status, body = pool.spawn(fetch, server + "/top").get(timeout=30)
+    assert body["top"] == [["\u2713", 1]]
+    status, body = pool.spawn(fetch, server + "/hit/%FF").get(timeout=30)
+    assert status == 400 and "not UTF-8" in body["error"]

@@ -15,7 +15,7 @@ import pytest
 from zactors.patterns.harmony import GOSSIP_HEADER, Node
 from zactors.patterns.harmony import protocol as zre
 from zactors.patterns.harmony.endpoints import peer_endpoint
-from zactors.patterns.harmony.node import GOSSIP_LIMIT
+from zactors.patterns.harmony.gossip import GOSSIP_LIMIT
 from tests.conftest import wait_for
 from tests.patterns.harmony.peers import expect
 
@@ -128,7 +128,7 @@ def test_hello_with_a_group_name_longer_than_a_shout_can_carry(pair, raw):
 
 
 def test_too_many_groups_in_a_hello_are_capped(nodes, raw):
-    from zactors.patterns.harmony.node import PEER_GROUPS_LIMIT
+    from zactors.patterns.harmony.engine import PEER_GROUPS_LIMIT
     a = nodes("a")
     peer = raw(a)
     peer.hello(groups=["g%d" % i for i in range(PEER_GROUPS_LIMIT + 50)])
@@ -185,3 +185,17 @@ def test_a_dealer_that_cannot_be_made_drops_that_peer_only(processes):
     result = json.loads(out.decode().strip().splitlines()[-1])
     assert result["alive"] and result["frames"] == ["still here"]
     assert result["stats"]["connect_failed"] >= 100
+
+
+def test_a_hello_claiming_a_live_peers_endpoint_does_not_evict_it(pair, raw):
+    a, b = pair
+    impostor = raw(a)
+    impostor.send(zre.Hello(1, b.endpoint, [], 0, "impostor", {}))
+    gossip = raw(a)
+    gossip.send(zre.Hello(1, gossip.endpoint, [], 0, "gossip", {GOSSIP_HEADER: "1"}))
+    gossip.seq = 1
+    expect(a, "ENTER", peer=gossip.id)
+    gossip.send(zre.Whisper(gossip.next(), [GOSSIP_PEERS, ("%s %s" % (random.randbytes(16).hex(), b.endpoint)).encode()]))
+    wait_for(lambda: a.stats().get("endpoint_conflict", 0) == 2, 10, "both claims refused")
+    assert sorted(a.peers()) == sorted([b.id, gossip.id])
+    still_serves(a, b)

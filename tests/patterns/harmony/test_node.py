@@ -286,3 +286,8 @@ def test_embedded_in_a_gevent_web_server(nodes):
         assert shouts == 10
     finally:
         server.stop()
+
+
+def test_the_handle_and_the_engine_share_one_command_table():
+    from zactors.patterns.harmony import NodeActor, commands
+    assert {getattr(commands, name) for name in commands.__all__} == set(NodeActor._commands)

@@ -1,14 +1,17 @@
 """``zactors mdp ...``: a broker and a worker as real processes, requests from the CLI entry point."""
+import json
 import re
 import signal
 import sys
+import time
 
 import gevent
 import gevent.subprocess
 import pytest
 
 from zactors.apps.cli import main
-from zactors.patterns.majordomo import Broker
+from zactors.patterns.majordomo import Broker, Worker
+from tests.apps.cli_helpers import zactors
 from tests.conftest import wait_for
 from tests.patterns.majordomo.conftest import Count
 
@@ -31,7 +34,8 @@ def test_broker_and_worker_commands(run, capsys):
     wait_for(lambda: main(["-q", "mdp", "mmi", "echo", "--connect", endpoint]) == 0, 20, "worker registered")
     capsys.readouterr()
     assert main(["-q", "mdp", "request", "echo", "hi", "there", "--connect", endpoint]) == 0
-    assert capsys.readouterr().out.splitlines() == ["PARTIAL hi | there", "PARTIAL hi | there", "FINAL   hi | there"]
+    assert capsys.readouterr().out.splitlines() == ['PARTIAL ["hi", "there"]', 'PARTIAL ["hi", "there"]',
+                                                    'FINAL   ["hi", "there"]']
     for proc in (worker, broker):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
@@ -55,27 +59,77 @@ def test_curve_broker_command(run, capsys, tmp_path):
     wait_for(lambda: main(["-q", "mdp", "mmi", "echo", *me]) == 0, 20, "CURVE worker registered")
     capsys.readouterr()
     assert main(["-q", "mdp", "request", "echo", "sealed", *me]) == 0
-    assert capsys.readouterr().out.splitlines() == ["FINAL   sealed"]
+    assert capsys.readouterr().out.splitlines() == ['FINAL   ["sealed"]']
+    # refused: said within a second or two, exit status 4, whatever the timeout
     stranger = ["--connect", endpoint, "--curve", str(tmp_path / "others" / "stranger.key_secret")] + server
-    assert main(["-q", "mdp", "request", "echo", "x", "--timeout", "0.3", "--retries", "1", *stranger]) == 1
+    wrong_server = ["--connect", endpoint, "--curve", str(tmp_path / "clients" / "me.key_secret"),
+                    "--curve-server", str(tmp_path / "clients" / "me.key")]
+    for argv, says in [(stranger, "the broker refused our key (ZAP 400)"),
+                       (wrong_server, "the server public key we use is not its key"),
+                       (["--connect", endpoint], "it uses CURVE: give its public key and ours")]:
+        for command in (["request", "echo", "x"], ["mmi", "echo"]):
+            started = time.monotonic()
+            result = zactors("mdp", *command, "--timeout", "20", *argv)
+            assert result.returncode == 4, result
+            assert says in result.stderr, result.stderr
+            assert time.monotonic() - started < 10
+    worker_refused = zactors("mdp", "worker", "other", *stranger)
+    assert worker_refused.returncode == 4 and "refused our key" in worker_refused.stderr
     for proc in (worker, broker):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
 
 
-def test_request_and_mmi_against_an_in_process_broker(capsys):
+def test_request_and_mmi_against_an_in_process_broker(capsys, caplog):
     with Broker() as broker:
         worker = Count(broker.endpoint)
         try:
             wait_for(lambda: broker.call("INFO")["workers"] == 1, 5, "worker")
             assert main(["-q", "mdp", "request", "count", "1", "--connect", broker.endpoint]) == 0
-            assert capsys.readouterr().out.splitlines() == ["PARTIAL 0", "FINAL   done"]
+            assert capsys.readouterr().out.splitlines() == ['PARTIAL ["0"]', 'FINAL   ["done"]']
             assert main(["-q", "mdp", "mmi", "nothing", "--connect", broker.endpoint]) == 1
             assert "no workers (404)" in capsys.readouterr().out
             assert main(["-q", "mdp", "request", "nothing", "x", "--connect", broker.endpoint,
                          "--timeout", "0.1", "--retries", "2"]) == 1
+            assert "the broker is there: is a worker for 'nothing'" in caplog.text
         finally:
             worker.destroy()
+
+
+def test_mmi_tells_no_workers_from_no_broker(caplog):
+    with Broker() as broker:
+        assert main(["-q", "mdp", "mmi", "nothing", "--connect", broker.endpoint]) == 1
+        endpoint = broker.endpoint
+    assert main(["-q", "mdp", "mmi", "nothing", "--connect", endpoint, "--timeout", "0.3"]) == 3
+    assert main(["-q", "mdp", "request", "nothing", "x", "--connect", endpoint, "--timeout", "0.2",
+                 "--retries", "1"]) == 3
+    assert "no broker answered at %s" % endpoint in caplog.text
+
+
+def test_request_output_is_unambiguous(capsys):
+    with Broker() as broker:
+        worker = Echo(broker.endpoint)
+        try:
+            wait_for(lambda: broker.call("INFO")["workers"] == 1, 5, "worker")
+            frames = ["a | b", "c", "tab\there", '"quoted"']
+            assert main(["-q", "mdp", "request", "echo", *frames, "--connect", broker.endpoint]) == 0
+            line = capsys.readouterr().out.strip()
+            assert line.startswith("FINAL   ")
+            assert json.loads(line.split(None, 1)[1]) == frames
+        finally:
+            worker.destroy()
+
+
+class Echo(Worker):
+    service = b"echo"
+
+    def handle(self, request):
+        return request
+
+
+def test_request_help_warns_that_retries_can_repeat_work():
+    result = zactors("mdp", "request", "--help")
+    assert "Retries can run a request more than once" in " ".join(result.stdout.split())
 
 
 def test_demo_part_runs(capsys):

@@ -1,0 +1,110 @@
+"""JournalActor: a :class:`~zactors.actors.journal.Journal` as an actor, for standalone use.
+
+A pattern that consults its journal per message (the ZEPS broker) owns a
+plain ``Journal`` and a :class:`~zactors.actors.group_commit.GroupCommit`;
+this actor wraps the two for everyone else (a service that wants a durable
+log beside its own loop).
+
+Commands (arguments and replies are msgpack values):
+
+``APPEND key body [timestamp]``
+    reply: the record's sequence.  Buffered; written next round.
+``FLUSH [durable]``
+    deferred reply: ``written_seq`` once every record appended before it is
+    written (survives ``kill -9``), or with ``durable`` true ``synced_seq``
+    once fsynced (survives power loss).
+``READ from_seq [max_records] [max_bytes]``
+    reply: ``[[seq, timestamp, key, body], ...]`` (read on the threadpool,
+    so a cold disk never stalls the actor).  Error ``SequenceGone`` (its
+    message names the first available sequence) before ``first_seq``.
+``SEQ_AT_TIME timestamp``
+    reply: the first sequence at or after it.
+``RANGE``
+    reply: ``[first_seq, last_seq, written_seq, synced_seq]``.
+``STATS``
+    reply: the journal's ``stats()`` dict.
+``RETAIN``
+    reply: the number of segments retention removed.
+
+Events: ``JOURNAL_ERROR message`` when a write or fsync fails (appends are
+refused with the same error until a retried write succeeds).
+"""
+from .actor import Actor, command
+from .group_commit import GroupCommit
+from .journal import Journal
+
+__all__ = ["JournalActor"]
+
+
+class JournalActor(Actor):
+    """A journal directory served by an actor (see the module docstring).
+
+    ``fsync`` / ``interval`` / ``retry``: the group-commit policy
+    (:class:`GroupCommit`); other keyword arguments go to :class:`Journal`.  The journal is opened in
+    ``setup`` (errors are raised in the parent) and closed in ``teardown``.
+    """
+
+    def __init__(self, directory, *, fsync="interval", interval=0.1, retry=1.0, **journal_options):
+        self.directory = directory
+        self._fsync = fsync
+        self._interval = interval
+        self._retry = retry
+        self._options = journal_options
+        self.journal = None
+        self.commit = None
+
+    def setup(self):
+        self.journal = Journal(self.directory, **self._options)
+        self.commit = GroupCommit(self, self.journal, fsync=self._fsync, interval=self._interval,
+                                  retry=self._retry, on_error=self._on_error)
+        self.commit.start()
+
+    def teardown(self):
+        if self.commit is not None:
+            self.commit.stop()
+        if self.journal is not None:
+            self.journal.close()
+
+    def _on_error(self, exc):
+        self.stats["journal_errors"] += 1
+        self.emit("JOURNAL_ERROR", str(exc))
+
+    @command(reply=True)
+    def append(self, key, body, timestamp=None):
+        seq = self.journal.append(key, body, timestamp)
+        self.commit.kick()
+        return seq
+
+    @command(deferred=True)
+    def flush(self, reply, durable=False):
+        if durable:
+            self.commit.when_synced(reply)
+        else:
+            self.commit.when_written(reply)
+
+    @command(deferred=True)
+    def read(self, reply, from_seq, max_records=1024, max_bytes=1 << 20):
+        def done(records, error):
+            if error is not None:
+                reply.error(error)
+            else:
+                reply([list(rec) for rec in records])
+
+        self.run_in_thread(self.journal.read, from_seq, max_records, max_bytes, on_done=done)
+
+    @command(reply=True)
+    def seq_at_time(self, timestamp):
+        return self.journal.seq_at_time(timestamp)
+
+    @command("RANGE", reply=True)
+    def range_(self):
+        j = self.journal
+        return [j.first_seq, j.last_seq, j.written_seq, j.synced_seq]
+
+    @command("STATS", reply=True)
+    def stats_(self):
+        return self.journal.stats()
+
+    @command(reply=True)
+    def retain(self):
+        return self.journal.apply_retention()

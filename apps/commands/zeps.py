@@ -1,0 +1,394 @@
+"""ZEPS commands: ``zactors zeps broker|publish|subscribe|streams|dump`` and the ZEPS part of the demo."""
+import datetime
+import logging
+import os
+import re
+import signal
+import sys
+import time
+
+import gevent
+from gevent.event import Event
+
+ORDER = 40
+log = logging.getLogger("zactors.zeps")
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5570"
+
+
+def register(sub):
+    zeps = sub.add_parser("zeps", help="ZEPS: journaled publish-subscribe with replay and credit flow control",
+                          description="ZEPS: a broker that journals every message and replays it to "
+                                      "late or slow subscribers.")
+    cmds = zeps.add_subparsers(dest="zeps_command", metavar="SUBCOMMAND")
+    zeps.set_defaults(func=lambda args: zeps.print_help() or 2)
+
+    broker = cmds.add_parser("broker", help="run a broker until Ctrl-C",
+                             description="Run a ZEPS broker journaling under --journal.")
+    broker.add_argument("--journal", required=True, metavar="DIR",
+                        help="journal directory (one subdirectory per stream)")
+    broker.add_argument("--bind", default=DEFAULT_ENDPOINT,
+                        help="endpoint for clients, e.g. tcp://*:5570 for every interface (default: %(default)s)")
+    broker.add_argument("--fsync", default="100ms", metavar="POLICY",
+                        help="'never', 'batch' (after every write) or a period such as 100ms or 1s "
+                             "(default: %(default)s)")
+    broker.add_argument("--retain", action="append", default=[], metavar="LIMIT",
+                        help="keep at most this much per stream: a size (500M, 10G) or an age (30m, 12h, 7d); "
+                             "may be given twice (default: keep everything)")
+    broker.add_argument("--heartbeat", type=float, default=1.0,
+                        help="seconds between heartbeats (default: %(default)s)")
+    broker.add_argument("--expiry", type=float, default=5.0,
+                        help="seconds of silence before a peer is dropped (default: %(default)s)")
+    broker.add_argument("--max-message", type=_size, default=1 << 20, metavar="SIZE",
+                        help="largest key + body accepted (default: 1M)")
+    broker.add_argument("--curve", metavar="KEYFILE", help="serve CURVE with this secret certificate (zactors keygen)")
+    broker.add_argument("--curve-clients", metavar="DIR",
+                        help="with --curve: accept only clients whose public key is in DIR (default: any)")
+    broker.add_argument("--permissions", metavar="FILE",
+                        help="with --curve: which client keys may publish and subscribe to which streams")
+    broker.add_argument("--stats", type=float, default=0, metavar="SECONDS",
+                        help="log streams and counters every SECONDS (default: never)")
+    broker.set_defaults(func=run_broker)
+
+    publish = cmds.add_parser("publish", help="publish BODY, or each line of stdin, under KEY",
+                              description="Publish to STREAM under routing KEY: BODY if given, else one message "
+                                          "per line of standard input.  Returns once the broker has written all.")
+    publish.add_argument("stream", help="stream name")
+    publish.add_argument("key", help="routing key")
+    publish.add_argument("body", nargs="?", help="message body (default: lines from stdin)")
+    _connect(publish)
+    publish.set_defaults(func=run_publish)
+
+    subscribe = cmds.add_parser("subscribe", help="print messages of STREAM matching PATTERN",
+                                description="Print 'SEQ KEY BODY' for each message of STREAM whose key matches "
+                                            "PATTERN (a prefix; re:REGEX or glob:GLOB), until Ctrl-C or --count.")
+    subscribe.add_argument("stream", help="stream name")
+    subscribe.add_argument("pattern", nargs="?", default="", help="subscription pattern (default: everything)")
+    start = subscribe.add_mutually_exclusive_group()
+    start.add_argument("--from", dest="from_seq", type=int, metavar="SEQ",
+                       help="start at sequence SEQ (default: 1, the whole journal)")
+    start.add_argument("--since", type=_time, metavar="TIME",
+                       help="start at a time: seconds since the epoch, an ISO date, or an age such as 10m")
+    start.add_argument("--new", action="store_true", help="only messages published from now on")
+    subscribe.add_argument("--count", type=int, default=0, help="stop after N messages (default: never)")
+    subscribe.add_argument("--window", type=_size, default=8 << 20, metavar="SIZE",
+                           help="credit window (default: 8M)")
+    _connect(subscribe)
+    subscribe.set_defaults(func=run_subscribe)
+
+    streams = cmds.add_parser("streams", help="show a broker's streams, subscribers and counters",
+                              description="Ask a running broker for its streams (sequence range, rate, bytes "
+                                          "on disk), subscribers (patterns, mode, lag, credit) and counters.")
+    _connect(streams)
+    streams.add_argument("--json", action="store_true", help="print the raw JSON")
+    streams.set_defaults(func=run_streams)
+
+    dump = cmds.add_parser("dump", help="print a journal directory offline",
+                           description="Print the records of a stream's journal directory (no broker needed); "
+                                       "given a broker's --journal directory, list its streams.")
+    dump.add_argument("dir", help="a stream's journal directory, or a broker's --journal directory")
+    dump.add_argument("--from", dest="from_seq", type=int, default=None, metavar="SEQ", help="first sequence")
+    dump.add_argument("--count", type=int, default=0, help="stop after N records (default: all)")
+    dump.set_defaults(func=run_dump)
+
+
+def _connect(parser):
+    parser.add_argument("--connect", default=DEFAULT_ENDPOINT, help="broker endpoint (default: %(default)s)")
+    parser.add_argument("--curve", metavar="KEYFILE", help="connect with CURVE, using this secret certificate")
+    parser.add_argument("--curve-server", metavar="KEYFILE", help="with --curve: the broker's public certificate")
+    parser.add_argument("--timeout", type=float, default=5.0,
+                        help="seconds to wait for the broker (default: %(default)s)")
+
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_AGES = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _size(text):
+    match = re.fullmatch(r"(\d+)\s*([kmgt]?)i?b?", text.strip().lower())
+    if not match:
+        raise ValueError("not a size: %r (say 500M or 10G)" % text)
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _age(text):
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)", text.strip().lower())
+    if not match:
+        return None
+    return float(match.group(1)) * _AGES[match.group(2)]
+
+
+def _time(text):
+    """Seconds since the epoch from a number, an ISO date, or an age (10m: ten minutes ago)."""
+    age = _age(text)
+    if age is not None:
+        return time.time() - age
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError("not a time: %r (say 1700000000, 2026-11-23T12:00, or 10m for ten minutes ago)"
+                         % text) from None
+
+
+_size.__name__ = "size"  # argparse names the type in its error messages
+_time.__name__ = "time"
+
+
+def _fsync(text):
+    if text in ("never", "batch"):
+        return text
+    age = _age(text)
+    if age is None or age <= 0:
+        raise ValueError("--fsync takes never, batch or a period such as 100ms, got %r" % text)
+    return age
+
+
+def _retention(limits):
+    size = age = None
+    for limit in limits:
+        seconds = _age(limit)
+        if seconds is not None:
+            age = seconds
+        else:
+            size = _size(limit)
+    return size, age
+
+
+def _curve_client(args):
+    if not args.curve:
+        if args.curve_server:
+            raise ValueError("--curve-server needs --curve (this client's secret certificate)")
+        return None
+    if not args.curve_server:
+        raise ValueError("--curve needs --curve-server (the broker's public key file)")
+    from zactors.actors.auth import load_keypair, load_public_key
+    return load_public_key(args.curve_server), load_keypair(args.curve)
+
+
+def _until_signal():
+    """Park until SIGINT or SIGTERM."""
+    stop = Event()
+    handlers = [gevent.signal_handler(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)]
+    try:
+        stop.wait()
+    finally:
+        for handler in handlers:
+            handler.cancel()
+
+
+def run_broker(args):
+    from zactors.patterns.zeps.broker import Broker
+
+    fsync = _fsync(args.fsync)
+    retain_bytes, retain_seconds = _retention(args.retain)
+    keys = auth = permissions = None
+    if args.curve:
+        from zactors.actors.auth import Authenticator, load_keypair
+        keys = load_keypair(args.curve)
+        if keys.secret is None:
+            raise ValueError("%s holds no secret key (use the .key_secret file)" % args.curve)
+        if args.permissions:
+            from zactors.patterns.zeps.permissions import Permissions
+            permissions = Permissions.load(args.permissions)
+        auth = Authenticator(curve=args.curve_clients or "*")
+    elif args.curve_clients or args.permissions:
+        raise ValueError("--curve-clients and --permissions need --curve")
+    try:
+        broker = Broker(args.journal, args.bind, fsync=fsync, heartbeat=args.heartbeat, expiry=args.expiry,
+                        max_message=args.max_message, retain_bytes=retain_bytes, retain_seconds=retain_seconds,
+                        curve=keys, permissions=permissions)
+    except BaseException:
+        if auth is not None:
+            auth.destroy()
+        raise
+    log.info("broker on %s, journal %s (fsync %s%s%s); Ctrl-C stops", broker.endpoint, broker.journal_dir,
+             args.fsync, "" if keys is None else ", CURVE, public key %s" % keys.public.decode(),
+             "" if permissions is None else ", %d grants" % len(permissions.grants))
+    ticker = gevent.spawn(_log_stats, broker, args.stats) if args.stats > 0 else None
+    try:
+        _until_signal()
+    finally:
+        if ticker is not None:
+            ticker.kill()
+        broker.destroy()
+        if auth is not None:
+            auth.destroy()
+    return 0
+
+
+def _log_stats(broker, every):
+    while True:
+        gevent.sleep(every)
+        info = broker.call("INFO", timeout=5)
+        streams = ", ".join("%s: %d..%d %.0f/s %d subscribers"
+                            % (name, s["first_seq"], s["last_seq"], s["rate"], len(s["subscribers"]))
+                            for name, s in sorted(info["streams"].items())) or "no streams"
+        log.info("%s | %s", streams, " ".join("%s=%d" % kv for kv in sorted(info["counters"].items())))
+
+
+def run_publish(args):
+    from zactors.patterns.zeps import Publisher
+
+    with Publisher(args.connect, args.stream, curve=_curve_client(args), timeout=args.timeout) as pub:
+        count = 0
+        if args.body is not None:
+            pub.publish(args.key, args.body.encode())
+            count = 1
+        else:
+            for line in sys.stdin.buffer:
+                pub.publish(args.key, line.rstrip(b"\r\n"))
+                count += 1
+                if count % 1000 == 0:
+                    gevent.sleep(0)
+        pub.flush(timeout=max(args.timeout, 10.0))
+    print("published %d message(s) to %s, written by the broker" % (count, args.stream), file=sys.stderr)
+    return 0
+
+
+def run_subscribe(args):
+    from zactors.patterns.zeps import Subscriber
+
+    sub = Subscriber(args.connect, args.stream, args.pattern.encode(), from_seq=args.from_seq, since=args.since,
+                     new=args.new or None, window=args.window, curve=_curve_client(args), timeout=args.timeout)
+    out = sys.stdout
+    stopper = gevent.spawn(_until_signal)
+    stopper.link(lambda _: sub.destroy())
+    try:
+        seen = 0
+        for message in sub:
+            out.write("%d\t%s\t%s\n" % (message.seq, message.key.decode("utf-8", "backslashreplace"),
+                                        message.body.decode("utf-8", "backslashreplace")))
+            seen += 1
+            if seen == args.count:
+                break
+            if not sub.pending:  # about to wait: show what we have
+                out.flush()
+        out.flush()
+    finally:
+        stopper.kill()
+        sub.destroy()
+    return 0
+
+
+def run_streams(args):
+    import json
+
+    from zactors.patterns.zeps import query
+
+    info = query(args.connect, curve=_curve_client(args), timeout=args.timeout)
+    if args.json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+        return 0
+    print("broker %s, journal %s, %d peer(s)" % (info["endpoint"], info["journal"], info["peers"]))
+    for name, s in sorted(info["streams"].items()):
+        print("stream %-20s seq %d..%d  written %d  synced %d  %.0f msg/s  %s on disk" % (
+            name, s["first_seq"], s["last_seq"], s["written_seq"], s["synced_seq"], s["rate"], _human(s["bytes"])))
+        for sub in s["subscribers"]:
+            print("  subscriber %s  %-6s lag %-8d credit %-10d delivered %-8d patterns %s" % (
+                sub["peer"], sub["mode"], sub["lag"], sub["credit"], sub["delivered"],
+                " ".join(repr(x) for x in sub["patterns"])))
+    print("counters: %s" % (" ".join("%s=%d" % kv for kv in sorted(info["counters"].items())) or "none"))
+    return 0
+
+
+def _human(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return "%.0f %s" % (n, unit) if unit == "B" else "%.1f %s" % (n, unit)
+        n /= 1024.0
+
+
+def run_dump(args):
+    from zactors.actors.journal import JournalError, JournalReader
+    from zactors.patterns.zeps.broker import stream_name
+
+    if not os.path.isdir(args.dir):
+        raise ValueError("no such directory: %s" % args.dir)
+    if not any(name.endswith(".seg") for name in os.listdir(args.dir)):
+        streams = sorted((stream_name(d), d) for d in os.listdir(args.dir)
+                         if os.path.isdir(os.path.join(args.dir, d)) and stream_name(d) is not None)
+        if not streams:
+            raise ValueError("%s holds no journal segments and no stream directories" % args.dir)
+        for name, directory in streams:
+            try:
+                with JournalReader(os.path.join(args.dir, directory)) as reader:
+                    print("%-30s %-30s seq %d..%d" % (name.decode("ascii", "replace"), directory, reader.first_seq,
+                                                      reader.last_seq))
+            except JournalError as exc:
+                print("%-30s %-30s unreadable: %s" % (name.decode("ascii", "replace"), directory, exc))
+        return 0
+    out = sys.stdout
+    with JournalReader(args.dir) as reader:
+        seen = 0
+        for record in reader.records(from_seq=args.from_seq):
+            stamp = datetime.datetime.fromtimestamp(record.timestamp).isoformat(timespec="microseconds")
+            out.write("%d\t%s\t%s\t%s\n" % (record.seq, stamp, record.key.decode("utf-8", "backslashreplace"),
+                                            record.body.decode("utf-8", "backslashreplace")))
+            seen += 1
+            if seen == args.count:
+                break
+    return 0
+
+
+def demo(out):
+    """ZEPS: a journaled stream, a slow subscriber that catches up, a late joiner that replays history"""
+    import shutil
+    import tempfile
+
+    from zactors.patterns.zeps import Publisher, Subscriber
+    from zactors.patterns.zeps.broker import Broker
+
+    journal = tempfile.mkdtemp(prefix="zactors-zeps-demo-")
+    broker = Broker(journal)
+    pub = Publisher(broker.endpoint, "ticks")
+    fast = Subscriber(broker.endpoint, "ticks")
+    slow = Subscriber(broker.endpoint, "ticks", window=4096)   # a small window: it falls behind at once
+    late = None
+    try:
+        n = 20000
+        out("broker on %s, journal in %s" % (broker.endpoint, journal))
+        started = time.perf_counter()
+        for i in range(n):
+            pub.publish(b"eu.%d" % (i % 7) if i % 2 else b"us.%d" % (i % 5), b"tick %d" % i)
+            if i % 1000 == 0:
+                gevent.sleep(0)
+        pub.flush()
+        out("published %d messages and flushed (all written): %.0f msg/s"
+            % (n, n / (time.perf_counter() - started)))
+
+        def take(sub, count, delay=0.0):
+            seqs = []
+            for _ in range(count):
+                seqs.append(sub.get(timeout=30).seq)
+                if delay and len(seqs) % 2000 == 0:
+                    gevent.sleep(delay)
+            return seqs
+
+        readers = [gevent.spawn(take, fast, n), gevent.spawn(take, slow, n, 0.05)]
+        gevent.joinall(readers, raise_error=True)
+        ok = [r.value == list(range(1, n + 1)) for r in readers]
+        info = broker.call("INFO")
+        out("fast subscriber: %d messages, in order, none missing: %s" % (len(readers[0].value), ok[0]))
+        out("slow subscriber (4 KiB credit window, pausing as it reads): switched to replay %d time(s), "
+            "caught up with all %d in order: %s" % (info["counters"].get("to_replay", 0), n, ok[1]))
+        late = Subscriber(broker.endpoint, "ticks", b"eu.3", from_seq=0)
+        history = take(late, sum(1 for i in range(n) if i % 2 and i % 7 == 3))
+        pub.publish(b"eu.3", b"live")
+        pub.flush()
+        live = late.get(timeout=10)
+        out("late joiner on 'eu.3' from sequence 1: replayed %d matching messages, then live: %d %s"
+            % (len(history), live.seq, live.body.decode()))
+        stream = broker.call("INFO")["streams"]["ticks"]
+        out("stream 'ticks': sequences %d..%d, %s on disk"
+            % (stream["first_seq"], stream["last_seq"], _human(stream["bytes"])))
+    finally:
+        for sub in (fast, slow, late):
+            if sub is not None:
+                sub.destroy()
+        pub.close()
+        broker.destroy()
+        shutil.rmtree(journal, ignore_errors=True)

@@ -1,0 +1,390 @@
+"""ZEPS benchmark: zactors beside Redis Streams (the real server) and the raw ceilings, in one run.
+
+Run: ``python benchmarks/zeps.py [--messages N] [--replay N] [--rate R]``
+(smoke run: ``--messages 2000 --replay 5000 --paced 0.5``).
+
+Every party is its own process on loopback TCP; 100-byte messages.
+
+- publish -> journal -> deliver, 1 publisher and 1 subscriber, then 1
+  publisher and 10 subscribers: messages/s with the publisher unpaced
+  (publish as fast as it can; rate = messages / time until the last
+  subscriber has the last one), and p50/p99 latency (publish to receive,
+  CLOCK_MONOTONIC, shared by processes) at a paced ``--rate``; messages lost
+  (must be 0).
+- replay catch-up: ``--replay`` messages journaled first, then a late joiner
+  reads them all from the start (messages/s).
+
+zactors: the ZEPS broker, fsync every 100 ms (group commit).  Redis
+Streams: the Debian ``redis-server`` this script starts on a free loopback
+port in a temporary directory (skipped, with the reason, if it cannot), with
+AOF ``appendfsync everysec`` and with persistence off; pipelined ``XADD``
+(1000 per pipeline) and a blocking ``XREAD`` consumer (``COUNT 1000``).
+Raw ceilings: plain pyzmq PUSH -> PULL, and framed appends to a file.
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SIZE = 100
+_STAMP = struct.Struct("<dQ")  # send time (monotonic), index
+PAD = b"x" * (SIZE - _STAMP.size)
+STREAM = "bench"
+
+
+def body(i):
+    return _STAMP.pack(time.monotonic(), i) + PAD
+
+
+def _pace(i, start, rate):
+    """Sleep until message ``i`` is due at ``rate``/s (no-op when unpaced)."""
+    if rate:
+        due = start + i / rate
+        delay = due - time.monotonic()
+        if delay > 0:
+            return delay
+    return 0
+
+
+def _report(received, latencies, first, last):
+    latencies.sort()
+    n = len(latencies)
+    print(json.dumps({"received": received, "first": first, "last": last,
+                      "p50": latencies[n // 2] if n else None, "p99": latencies[min(n - 1, n * 99 // 100)] if n else None}),
+          flush=True)
+
+
+# -- roles (each runs in its own process) -------------------------------------------
+def role_zeps_broker(journal):
+    import gevent
+    from zactors.patterns.zeps.broker import Broker
+    broker = Broker(journal, "tcp://127.0.0.1:*", fsync=0.1)
+    print(broker.endpoint, flush=True)
+    gevent.get_hub().join()
+
+
+def role_zeps_sub(endpoint, n, from_start):
+    from zactors.patterns.zeps import Subscriber
+    sub = Subscriber(endpoint, STREAM, from_seq=1 if from_start else None, new=not from_start, window=16 << 20,
+                     timeout=30)
+    print("ready", flush=True)
+    latencies, received, first = [], 0, None
+    unpack, clock, get = _STAMP.unpack_from, time.monotonic, sub.get
+    while received < n:
+        message = get(timeout=20)
+        if message is None:
+            break
+        now = clock()
+        if first is None:
+            first = now
+        latencies.append(now - unpack(message.body)[0])
+        received += 1
+    _report(received, latencies, first, clock())
+    sub.destroy()
+
+
+def role_zeps_pub(endpoint, n, rate):
+    import gevent
+    from zactors.patterns.zeps import Publisher
+    pub = Publisher(endpoint, STREAM, timeout=30)
+    sys.stdin.readline()  # go
+    start = time.monotonic()
+    publish = pub.publish
+    for i in range(n):
+        delay = _pace(i, start, rate)
+        if delay:
+            gevent.sleep(delay)
+        publish(b"k.%d" % (i & 7), body(i))
+    pub.flush(timeout=120)
+    print(json.dumps({"start": start, "end": time.monotonic()}), flush=True)
+    pub.close()
+
+
+def role_redis_sub(port, n, from_start):
+    import redis
+    r = redis.Redis(port=port)
+    last = "0-0" if from_start else "$"
+    print("ready", flush=True)
+    latencies, received, first = [], 0, None
+    unpack, clock = _STAMP.unpack_from, time.monotonic
+    while received < n:
+        reply = r.xread({STREAM: last}, count=1000, block=20000)
+        if not reply:
+            break
+        now = clock()
+        if first is None:
+            first = now
+        entries = reply[0][1]
+        for _, fields in entries:
+            latencies.append(now - unpack(fields[b"b"])[0])
+        received += len(entries)
+        last = entries[-1][0]
+    _report(received, latencies, first, clock())
+
+
+def role_redis_pub(port, n, rate):
+    import redis
+    r = redis.Redis(port=port)
+    sys.stdin.readline()
+    start = time.monotonic()
+    pipe = r.pipeline(transaction=False)
+    batch = 1000 if not rate else max(1, int(rate / 1000))  # paced: a pipeline per millisecond or so
+    for i in range(n):
+        delay = _pace(i, start, rate)
+        if delay:
+            time.sleep(delay)
+        pipe.xadd(STREAM, {"k": b"k.%d" % (i & 7), "b": body(i)})
+        if len(pipe) >= batch:
+            pipe.execute()
+    if len(pipe):
+        pipe.execute()
+    print(json.dumps({"start": start, "end": time.monotonic()}), flush=True)
+
+
+def role_push(endpoint, n):
+    import zmq
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock.connect(endpoint)
+    sys.stdin.readline()
+    start = time.monotonic()
+    payload = b"x" * SIZE
+    for _ in range(n):
+        sock.send(payload)
+    print(json.dumps({"start": start, "end": time.monotonic()}), flush=True)
+    sock.close(linger=-1)
+
+
+def role_pull(n):
+    import zmq
+    sock = zmq.Context.instance().socket(zmq.PULL)
+    sock.bind("tcp://127.0.0.1:*")
+    print(sock.last_endpoint.decode(), flush=True)
+    print("ready", flush=True)
+    received, first = 0, None
+    while received < n:
+        sock.recv()
+        if first is None:
+            first = time.monotonic()
+        received += 1
+    _report(received, [], first, time.monotonic())
+
+
+# -- orchestration ------------------------------------------------------------------
+def spawn(*args):
+    return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", *map(str, args)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def fan(pub_args, sub_args, subscribers, n):
+    """Start ``subscribers`` subscriber processes, then the publisher; per-message figures."""
+    subs = [spawn(*sub_args) for _ in range(subscribers)]
+    for proc in subs:
+        assert proc.stdout.readline().strip() == "ready"
+    pub = spawn(*pub_args)
+    pub.stdin.write("go\n")
+    pub.stdin.flush()
+    sent = json.loads(pub.stdout.readline())
+    results = [json.loads(proc.stdout.readline()) for proc in subs]
+    for proc in subs + [pub]:
+        proc.wait(30)
+    last = max(r["last"] for r in results)
+    return {"rate": n / (last - sent["start"]), "lost": sum(n - r["received"] for r in results),
+            "p50": max(r["p50"] or 0 for r in results), "p99": max(r["p99"] or 0 for r in results)}
+
+
+def catch_up(sub_args, n):
+    proc = spawn(*sub_args)
+    assert proc.stdout.readline().strip() == "ready"
+    result = json.loads(proc.stdout.readline())
+    proc.wait(30)
+    return {"rate": result["received"] / (result["last"] - result["first"]) if result["received"] > 1 else 0,
+            "lost": n - result["received"]}
+
+
+def zeps_rows(args):
+    rows = {}
+    journal = tempfile.mkdtemp(prefix="zeps-bench-")
+    broker = spawn("zeps_broker", journal)
+    endpoint = broker.stdout.readline().strip()
+    try:
+        for subs in (1, 10):
+            rows["deliver %d sub" % subs] = fan(("zeps_pub", endpoint, args.messages, 0),
+                                                ("zeps_sub", endpoint, args.messages, 0), subs, args.messages)
+            paced_n = int(args.rate * args.paced)
+            paced = fan(("zeps_pub", endpoint, paced_n, args.rate), ("zeps_sub", endpoint, paced_n, 0), subs, paced_n)
+            rows["deliver %d sub" % subs].update(p50=paced["p50"], p99=paced["p99"], lost=rows["deliver %d sub" % subs]
+                                                 ["lost"] + paced["lost"])
+    finally:
+        broker.kill()
+        broker.wait()
+    # replay: a fresh journal of --replay messages, then a late joiner from the start
+    shutil.rmtree(journal, ignore_errors=True)
+    broker = spawn("zeps_broker", journal)
+    endpoint = broker.stdout.readline().strip()
+    try:
+        pub = spawn("zeps_pub", endpoint, args.replay, 0)
+        pub.stdin.write("go\n")
+        pub.stdin.flush()
+        json.loads(pub.stdout.readline())
+        pub.wait(60)
+        rows["replay"] = catch_up(("zeps_sub", endpoint, args.replay, 1), args.replay)
+    finally:
+        broker.kill()
+        broker.wait()
+        shutil.rmtree(journal, ignore_errors=True)
+    return rows
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_redis(persistence):
+    """A redis-server on loopback in a temp dir: (process, port, dir), or a reason string."""
+    server = shutil.which("redis-server")
+    if server is None:
+        return "redis-server not found (apt-get install redis-server)"
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        return "the redis client is not installed (pip install redis hiredis)"
+    directory = tempfile.mkdtemp(prefix="zeps-bench-redis-")
+    port = _free_port()
+    options = ["--port", str(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "",
+               "--protected-mode", "yes", "--daemonize", "no", "--logfile", os.path.join(directory, "log")]
+    options += ["--appendonly", "yes", "--appendfsync", "everysec"] if persistence else ["--appendonly", "no"]
+    proc = subprocess.Popen([server, *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            redis.Redis(port=port).ping()
+            return proc, port, directory
+        except redis.ConnectionError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    shutil.rmtree(directory, ignore_errors=True)
+    return "redis-server did not start on port %d" % port
+
+
+def redis_rows(args, persistence):
+    started = start_redis(persistence)
+    if isinstance(started, str):
+        return started
+    proc, port, directory = started
+    import redis
+    rows = {}
+    try:
+        for subs in (1, 10):
+            redis.Redis(port=port).delete(STREAM)
+            row = rows["deliver %d sub" % subs] = fan(("redis_pub", port, args.messages, 0),
+                                                      ("redis_sub", port, args.messages, 0), subs, args.messages)
+            redis.Redis(port=port).delete(STREAM)
+            paced_n = int(args.rate * args.paced)
+            paced = fan(("redis_pub", port, paced_n, args.rate), ("redis_sub", port, paced_n, 0), subs, paced_n)
+            row.update(p50=paced["p50"], p99=paced["p99"], lost=row["lost"] + paced["lost"])
+        redis.Redis(port=port).delete(STREAM)
+        pub = spawn("redis_pub", port, args.replay, 0)
+        pub.stdin.write("go\n")
+        pub.stdin.flush()
+        json.loads(pub.stdout.readline())
+        pub.wait(120)
+        rows["replay"] = catch_up(("redis_sub", port, args.replay, 1), args.replay)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(directory, ignore_errors=True)
+    return rows
+
+
+def raw_rows(args):
+    pull = spawn("pull", args.messages)
+    endpoint = pull.stdout.readline().strip()
+    assert pull.stdout.readline().strip() == "ready"
+    push = spawn("push", endpoint, args.messages)
+    push.stdin.write("go\n")
+    push.stdin.flush()
+    sent = json.loads(push.stdout.readline())
+    got = json.loads(pull.stdout.readline())
+    push.wait(30)
+    pull.wait(30)
+    rows = {"push->pull": {"rate": args.messages / (got["last"] - sent["start"]), "lost": args.messages - got["received"]}}
+    directory = tempfile.mkdtemp(prefix="zeps-bench-file-")
+    try:
+        frame = struct.Struct("<IIQd")
+        payload = b"x" * SIZE
+        buf = bytearray()
+        start = time.perf_counter()
+        with open(os.path.join(directory, "log"), "wb", buffering=0) as f:
+            for i in range(args.replay):
+                buf += frame.pack(SIZE, 0, i, 0.0)
+                buf += payload
+                if len(buf) >= 1 << 16:
+                    f.write(buf)
+                    buf.clear()
+            f.write(buf)
+        rows["file appends"] = {"rate": args.replay / (time.perf_counter() - start)}
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--messages", type=int, default=200000, help="messages per delivery run (default 200000)")
+    parser.add_argument("--replay", type=int, default=1000000, help="messages to replay (default 1000000)")
+    parser.add_argument("--rate", type=int, default=20000, help="paced rate for the latency runs (default 20000/s)")
+    parser.add_argument("--paced", type=float, default=3.0, help="seconds of each paced run (default 3)")
+    parser.add_argument("--stacks", default="raw,zeps,redis-aof,redis-none", help="comma-separated subset to run")
+    args = parser.parse_args()
+    if args.role:
+        role, *rest = args.role
+        globals()["role_" + role](*[int(x) if x.isdigit() else x for x in rest])
+        return 0
+    stacks = args.stacks.split(",")
+    table = {}
+    if "raw" in stacks:
+        table["raw"] = raw_rows(args)
+    if "zeps" in stacks:
+        table["zactors ZEPS (fsync 100 ms)"] = zeps_rows(args)
+    if "redis-aof" in stacks:
+        table["Redis Streams (AOF everysec)"] = redis_rows(args, True)
+    if "redis-none" in stacks:
+        table["Redis Streams (no persistence)"] = redis_rows(args, False)
+    print("\n%d messages of %d bytes per delivery run; latency at %d msg/s paced; replay of %d"
+          % (args.messages, SIZE, args.rate, args.replay))
+    print("%-32s %-16s %12s %10s %10s %6s" % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost"))
+    for stack, rows in table.items():
+        if isinstance(rows, str):
+            print("%-32s skipped: %s" % (stack, rows))
+            continue
+        for run, row in rows.items():
+            print("%-32s %-16s %12.0f %10s %10s %6s" % (
+                stack, run, row["rate"],
+                "%.3f" % (row["p50"] * 1e3) if row.get("p50") is not None else "-",
+                "%.3f" % (row["p99"] * 1e3) if row.get("p99") is not None else "-",
+                row.get("lost", "-")))
+    zeps, aof = table.get("zactors ZEPS (fsync 100 ms)"), table.get("Redis Streams (AOF everysec)")
+    if isinstance(zeps, dict) and isinstance(aof, dict):
+        print("\nZEPS / Redis AOF: deliver 1 sub x%.2f (target >= 1.5), replay x%.2f (target >= 2)"
+              % (zeps["deliver 1 sub"]["rate"] / aof["deliver 1 sub"]["rate"], zeps["replay"]["rate"] / aof["replay"]["rate"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

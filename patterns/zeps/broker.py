@@ -1,0 +1,710 @@
+"""The ZEPS broker: journaled publish-subscribe with replay and credit flow control.
+
+::
+
+    broker = Broker("/var/lib/zeps", "tcp://127.0.0.1:*")   # returns once bound
+    broker.endpoint                                          # the real endpoint
+    broker.call("INFO")                                      # streams, subscribers, counters
+    broker.destroy()
+
+Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
+
+- One ROUTER (the kernel's :class:`~zactors.actors.router.Router`, whose
+  per-peer backlog is the backpressure under the credit); one peering (a
+  client DEALER) attaches one stream.  A stream is created on its first
+  ATTACH: a directory under ``journal_dir`` whose name is the stream name
+  with every byte outside ``[A-Za-z0-9_-]`` escaped as ``%XX``, so ``../x``
+  or ``/etc`` never leave ``journal_dir``.  Stream names are at most
+  ``max_stream_name`` bytes; streams at most ``max_streams``.
+- Every PUBLISH is appended to the stream's journal and gets the next
+  sequence.  Appends are buffered and handed to the OS once per loop round
+  (after the socket drain), so the loop never waits on the disk; ``fsync``
+  follows ``fsync``: ``"never"``, a period in seconds (default 0.1: group
+  commit), or ``"batch"`` (after every write), always on the hub's
+  threadpool.  A publisher is never refused for speed.  A journal that
+  refuses an append (disk full, I/O error) answers that PUBLISH with INVALID.
+- A PING is answered with PING-OK only once every PUBLISH received before it
+  on that peering is written to the journal (it survives ``kill -9`` of the
+  broker): ``Client.flush`` is built on that.
+- Credit flow, as the spec says: a subscriber whose credit covers a message
+  (its DELIVER frame size) gets it straight from the publish path, with no
+  disk read.  One whose credit does not is switched to replay at that
+  sequence; once credit comes back it is replayed from the journal (the
+  journal's tail cache, or the disk) by one cooperative task for all
+  replaying subscribers, filtered by its patterns, and switched back to live
+  when it has caught up.  Every subscriber gets each matching message once,
+  in sequence order, with no gap, whatever its speed.
+- Heartbeats: the broker PINGs a peer silent for ``heartbeat`` seconds and
+  drops a peer silent for ``expiry`` seconds (sending it DETACH).  Memory per
+  peer is bounded: at most ``max_patterns`` patterns, credit capped, the
+  Router's per-peer backlog; at most ``max_peers`` attached peers.
+- Invalid or out-of-order commands are answered with INVALID (a readable
+  reason) and counted (``invalid``); nothing a peer sends stops the broker
+  or another peer's flow.
+- CURVE (``curve=keys``) through :mod:`zactors.actors.auth`, and per-stream
+  permissions (``permissions=``, a :class:`~.permissions.Permissions`): a
+  peer's key (the ZAP User-Id) must be allowed to publish or subscribe to the
+  stream, else INVALID (counted as ``refused``).
+
+Commands: ``INFO`` (reply: streams with their sequence range, rate and bytes
+on disk; subscribers with pattern, mode, lag and credit; counters), and
+``$STATS``/``$TERM``.  The handle is an actor handle: safe from many
+greenlets of its thread, not across OS threads.  Tools reach ``INFO`` over
+the network with the QUERY extension command (see :mod:`.protocol`).
+"""
+import json
+import logging
+import os
+import struct
+import time
+
+from zactors.actors.actor import Actor, command
+from zactors.actors.auth import curve_server
+from zactors.actors.heartbeat import Liveness
+from zactors.actors.journal import Journal, JournalError, SequenceGone
+from zactors.actors.router import Router
+
+from . import protocol as p
+from .matcher import Filter, Matcher, PatternError
+
+__all__ = ["Broker", "stream_directory", "stream_name"]
+
+log = logging.getLogger(__name__)
+
+_monotonic = time.monotonic
+_deliver = p.deliver
+_unpack_u32 = struct.Struct(">I").unpack_from
+_LIVE, _REPLAY = "live", "replay"
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_MAX_CREDIT = 2 ** 62
+
+
+def stream_directory(name):
+    """The directory name of stream ``name`` (bytes): reversible, never a path."""
+    return "".join(chr(c) if c in _SAFE else "%%%02X" % c for c in name)
+
+
+def stream_name(directory):
+    """The stream name (bytes) of a directory made by :func:`stream_directory`, or None."""
+    out, i = bytearray(), 0
+    while i < len(directory):
+        c = directory[i]
+        if c == "%":
+            try:
+                out.append(int(directory[i + 1:i + 3], 16))
+            except ValueError:
+                return None
+            i += 3
+        else:
+            out.append(ord(c))
+            i += 1
+    return bytes(out) if stream_directory(bytes(out)) == directory else None
+
+
+class _Stream:
+    __slots__ = ("name", "journal", "matcher", "peers", "fresh", "delivered_seq", "samples", "publishes")
+
+    def __init__(self, name, journal):
+        self.name = name
+        self.journal = journal
+        self.matcher = Matcher()
+        self.peers = {}           # identity -> _Peer attached here
+        self.fresh = []           # (seq, key, body) appended this round: written, then delivered live
+        self.delivered_seq = journal.last_seq  # the publish path delivered up to here
+        self.samples = []         # (monotonic, last_seq) for the rate
+        self.publishes = 0
+
+
+class _Peer:
+    __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
+                 "key", "may_publish", "delivered", "held")
+
+    def __init__(self, identity, stream, key):
+        self.identity = identity
+        self.stream = stream
+        self.key = key            # CURVE public key (z85) or None
+        self.filter = None        # a Filter once subscribed
+        self.credit = 0
+        self.next = 0             # next sequence to deliver (replay mode)
+        self.floor = 0            # live mode: deliver only sequences >= floor
+        self.mode = None
+        self.published = 0        # last sequence this peer published
+        self.may_publish = None   # permission, decided on the first PUBLISH
+        self.delivered = 0
+        self.held = False         # its transport backlog is full: no more sends until drained
+
+
+class Broker(Actor):
+    """A ZEPS broker journaling under ``journal_dir``.  See the module docstring."""
+
+    #: replay: records read per journal call (one task step)
+    replay_batch = 256
+    #: messages a subscriber's transport may hold before it is switched to replay
+    transport_high = 1000
+
+    def __init__(self, journal_dir, endpoint="tcp://127.0.0.1:*", *, fsync=0.1, heartbeat=1.0, expiry=5.0,
+                 max_message=1 << 20, max_streams=1024, max_peers=100000, max_patterns=64,
+                 max_stream_name=80, segment_bytes=64 << 20, retain_bytes=None, retain_seconds=None,
+                 curve=None, curve_domain=None, permissions=None, name=None):
+        if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
+            raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
+        if not 0 < heartbeat <= expiry:
+            raise ValueError("need 0 < heartbeat <= expiry")
+        self.journal_dir = os.path.abspath(journal_dir)
+        self.endpoint = endpoint
+        self.fsync = fsync
+        self.heartbeat = heartbeat
+        self.expiry = expiry
+        self.max_message = max_message
+        self.max_streams = max_streams
+        self.max_peers = max_peers
+        self.max_patterns = max_patterns
+        self.max_stream_name = max_stream_name
+        self.journal_options = dict(segment_bytes=segment_bytes, retain_bytes=retain_bytes,
+                                    retain_seconds=retain_seconds)
+        self.curve = curve
+        self.curve_domain = curve_domain
+        self.permissions = permissions
+        if permissions is not None and curve is None:
+            raise ValueError("permissions need CURVE: they are granted to client keys")
+        if name:
+            self.name = name
+
+    # -- setup ----------------------------------------------------------------------
+    def setup(self):
+        os.makedirs(self.journal_dir, exist_ok=True)
+        self._streams = {}
+        self._peers = {}
+        self._replaying = {}        # peers with credit waiting to be replayed (ordered set)
+        self._pumping = False
+        self._flush_due = False
+        self._syncing = set()
+        self._alive = Liveness(self.heartbeat, self.expiry)
+        self._alive_timer = None
+        self._heard = set()         # identities heard from since the last liveness sweep
+        self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,
+                             on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
+                             high=self.transport_high, backlog=self.transport_high * 2)
+        self._outbox_send = self.router.outbox.send
+        self.add_reader(self.router.socket, self._on_frames)  # ours: the PUBLISH fast path
+        if self.curve is not None:
+            curve_server(self.router.socket, self.curve, self.curve_domain)
+        if self.permissions is not None:
+            self._keys = {}
+            from .permissions import key_reader
+            key_reader(self, self.router.socket, self._on_frames, self._keys)
+        self.endpoint = self.router.bind(self.endpoint)
+        if isinstance(self.fsync, (int, float)):
+            self.call_every(self.fsync, self._sync_all)
+        self.call_every(1.0, self._sample)
+        self.call_every(10.0, self._retain)
+        log.debug("%s: serving %s, journal %s", self.name, self.endpoint, self.journal_dir)
+
+    def teardown(self):
+        for identity in list(self._peers):
+            self._send(identity, p.DETACH_FRAME)
+        for stream in self._streams.values():
+            stream.journal.close(sync=self.fsync != "never")  # logs what it could not write
+
+    # -- the hot path ---------------------------------------------------------------
+    def _on_frames(self, frames):
+        """Every message on the ROUTER: a PUBLISH from an attached peer is parsed inline."""
+        if len(frames) == 2:
+            identity, frame = frames
+            peer = self._peers.get(identity)
+            if peer is not None:
+                self._heard.add(identity)
+                size = len(frame)
+                if size > 7 and frame[2] == 6 and frame[0] == 0xAA and frame[1] == 0xA5:
+                    end = 4 + frame[3]
+                    if size >= end + 4 and _unpack_u32(frame, end)[0] == size - end - 4:
+                        self._publish(peer, frame[4:end], frame[end + 4:])
+                        return
+            self._on_message(identity, [frame])
+        elif len(frames) > 2:
+            self._on_message(frames[0], frames[1:])
+        else:
+            self.stats["router_malformed"] += 1
+
+    def _on_message(self, identity, frames):
+        if len(frames) != 1:
+            self._invalid(identity, "one ZEPS command per message, got %d frames" % len(frames))
+            return
+        frame = frames[0]
+        try:
+            message = p.decode(frame)
+        except p.ProtocolError as exc:
+            self._invalid(identity, str(exc))
+            return
+        peer = self._peers.get(identity)
+        kind = type(message)
+        if kind is p.Publish:
+            if peer is None:
+                self._unattached(identity, "PUBLISH")
+            else:
+                self._publish(peer, message.key, message.body)
+        elif kind is p.Credit:
+            if peer is None:
+                self._unattached(identity, "CREDIT")
+            else:
+                self._credit(peer, message.credit)
+        elif kind is p.Ping:
+            self._ping(identity, peer)
+        elif kind is p.PingOk or kind is p.DetachOk:
+            pass
+        elif kind is p.Attach:
+            self._attach(identity, peer, message)
+        elif kind is p.Subscribe or kind is p.SubscribeSince:
+            self._subscribe(identity, peer, message)
+        elif kind is p.Detach:
+            if peer is not None:
+                self.stats["detached"] += 1
+                self._drop(peer)
+            self._send(identity, p.DETACH_OK_FRAME)
+        elif kind is p.Query:
+            self.stats["queries"] += 1
+            self._send(identity, p.query_ok(json.dumps(self.info()).encode()))
+        else:
+            self._invalid(identity, "a broker does not accept %s" % p.NAMES[message.id])
+
+    def _publish(self, peer, key, body):
+        stream = peer.stream
+        if len(key) + len(body) > self.max_message:
+            self._invalid(peer.identity, "message of %d bytes is over the limit of %d"
+                          % (len(key) + len(body), self.max_message))
+            return
+        if peer.may_publish is not True:
+            if not self._allowed(peer, "publish"):
+                return
+        try:
+            seq = stream.journal.append(key, body)
+        except JournalError as exc:
+            self.stats["journal_refused"] += 1
+            self._invalid(peer.identity, "stream %s refused the message: %s" % (stream.name.decode(), exc))
+            return
+        peer.published = seq
+        stream.fresh.append((seq, key, body))
+        if not self._flush_due:
+            self._flush_due = True
+            self.call_later(0, self._flush_all)
+
+    def _flush_all(self):
+        """Once per loop round: write what was appended, then deliver it live."""
+        self._flush_due = False
+        for stream in self._streams.values():
+            if stream.fresh and not self._flush(stream) and not self._flush_due:
+                self._flush_due = True
+                self.call_later(0.1, self._flush_all)  # the journal could not write: try again soon
+
+    def _flush(self, stream):
+        """Write ``stream``'s journal, then deliver its fresh messages to live subscribers.
+
+        Written first: a subscriber never holds a message that a crash of the
+        broker could take back (its sequence would be given to another).
+        """
+        if not self._write(stream):
+            return False
+        fresh, stream.fresh = stream.fresh, []
+        stream.publishes += len(fresh)
+        stream.delivered_seq = fresh[-1][0]
+        matcher = stream.matcher
+        if not matcher:
+            return True
+        match = matcher.match
+        send = self._outbox_send
+        for seq, key, body in fresh:
+            owners = match(key)
+            if owners:
+                frame = _deliver(seq, key, body)
+                cost = len(frame)
+                for sub in owners:
+                    if seq < sub.floor or sub.mode is not _LIVE:
+                        continue
+                    if sub.credit >= cost and not sub.held:
+                        sub.credit -= cost
+                        sub.delivered += 1
+                        send(sub.identity, [frame])
+                    else:
+                        self._to_replay(sub, seq)
+        return True
+
+    def _to_replay(self, sub, seq):
+        """``sub`` could not take message ``seq`` live: replay from it."""
+        sub.stream.matcher.remove(sub.filter)
+        sub.mode = _REPLAY
+        sub.next = seq
+        self.stats["to_replay"] += 1
+
+    def _credit(self, peer, amount):
+        peer.credit = min(peer.credit + amount, _MAX_CREDIT)
+        if peer.mode is _REPLAY and peer.identity not in self._replaying:
+            self._replaying[peer.identity] = peer
+            self._pump()
+
+    # -- replay ---------------------------------------------------------------------
+    def _pump(self):
+        if not self._pumping and self._replaying:
+            self._pumping = True
+            self.start_task(self._replay(), self._replay_done)
+
+    def _replay(self):
+        """The cooperative task serving every replaying subscriber in turn, a batch per step."""
+        replaying = self._replaying
+        while replaying:
+            for identity in list(replaying):
+                peer = replaying.get(identity)
+                if peer is None:
+                    continue
+                if not self._replay_step(peer):
+                    replaying.pop(identity, None)
+                yield
+
+    def _replay_done(self, task):
+        self._pumping = False
+        if task.error is not None:
+            log.error("%s: replay failed: %s", self.name, task.error)
+        self._pump()  # credit may have come in at the very end
+
+    def _replay_step(self, peer):
+        """Deliver up to a batch from the journal; True if there is more to do now.
+
+        Replay goes up to the last sequence the publish path has delivered
+        live (``stream.delivered_seq``); past it the subscriber is live again
+        and the next flush delivers the rest.
+        """
+        stream = peer.stream
+        if peer.held:
+            return False
+        limit = stream.delivered_seq
+        if peer.next > limit:
+            self._go_live(peer)
+            return False
+        try:
+            records = stream.journal.read(peer.next, max_records=self.replay_batch, max_bytes=4 << 20)
+        except SequenceGone as gone:
+            self.stats["replay_skipped_retention"] += 1
+            log.info("%s: %r asked for %d, retention kept from %d", self.name, peer.identity, peer.next,
+                     gone.first_available)
+            peer.next = gone.first_available
+            return True
+        except JournalError as exc:
+            log.error("%s: replay of %s failed: %s", self.name, stream.name, exc)
+            self.stats["replay_errors"] += 1
+            return False
+        match = peer.filter
+        send = self.router.send
+        identity = peer.identity
+        sent = 0
+        more = True
+        for seq, _, key, body in records:
+            if seq > limit:
+                break
+            if match(key):
+                frame = _deliver(seq, key, body)
+                cost = len(frame)
+                if peer.credit < cost:
+                    more = False
+                    break
+                peer.credit -= cost
+                if not send(identity, [frame]):  # gone (dropped by on_unroutable)
+                    more = False
+                    break
+                sent += 1
+                if peer.held:  # the transport is full: sent, but go no further now
+                    peer.next = seq + 1
+                    more = False
+                    break
+            peer.next = seq + 1
+        peer.delivered += sent
+        self.stats["replayed"] += sent
+        if not more:
+            return False
+        if peer.next > limit:
+            self._go_live(peer)
+            return False
+        if not records:
+            self.stats["replay_errors"] += 1
+            log.error("%s: stream %s: journal returned nothing at %d (written up to %d)", self.name,
+                      stream.name, peer.next, limit)
+            return False
+        return True
+
+    def _go_live(self, peer):
+        peer.mode = _LIVE
+        peer.floor = peer.next
+        peer.stream.matcher.add(peer.filter)
+
+    # -- the journal ----------------------------------------------------------------
+    def _write(self, stream):
+        try:
+            stream.journal.write()
+        except (JournalError, OSError) as exc:
+            self.stats["journal_write_errors"] += 1
+            log.error("%s: stream %s: journal write failed: %s", self.name, stream.name, exc)
+            return False
+        if self.fsync == "batch":
+            self._sync(stream)
+        return True
+
+    def _sync_all(self):
+        for stream in self._streams.values():
+            journal = stream.journal
+            if journal.written_seq > journal.synced_seq:
+                self._sync(stream)
+
+    def _sync(self, stream):
+        if stream.name in self._syncing:
+            return
+        self._syncing.add(stream.name)
+
+        def done(result, error):
+            self._syncing.discard(stream.name)
+            if error is not None:
+                self.stats["journal_sync_errors"] += 1
+                log.error("%s: stream %s: fsync failed: %s", self.name, stream.name, error)
+
+        self.run_in_thread(stream.journal.sync, on_done=done)
+
+    def _retain(self):
+        for stream in self._streams.values():
+            try:
+                stream.journal.apply_retention()
+            except (JournalError, OSError) as exc:
+                log.error("%s: stream %s: retention failed: %s", self.name, stream.name, exc)
+
+    # -- commands from peers --------------------------------------------------------
+    def _attach(self, identity, peer, message):
+        if peer is not None:
+            self._invalid(identity, "already attached to stream %s" % peer.stream.name.decode())
+            return
+        if message.version != p.VERSION:
+            self._invalid(identity, "protocol version %d not supported (this broker speaks 1)" % message.version)
+            return
+        name = message.stream
+        if len(name) > self.max_stream_name:
+            self._invalid(identity, "stream name over %d bytes" % self.max_stream_name)
+            return
+        if name.startswith(b"$"):
+            self._invalid(identity, "stream names starting with $ are reserved")
+            return
+        if len(self._peers) >= self.max_peers:
+            self._invalid(identity, "broker full: %d peerings" % self.max_peers)
+            return
+        key = None
+        if self.permissions is not None:
+            key = self._keys.pop(identity, None)
+            if not self.permissions.may_attach(key, name):
+                self._refuse(identity, "key may not use stream %s" % name.decode())
+                return
+        stream = self._streams.get(name)
+        if stream is None:
+            stream = self._open(identity, name)
+            if stream is None:
+                return
+        peer = self._peers[identity] = stream.peers[identity] = _Peer(identity, stream, key)
+        self._alive.touch(identity)
+        if self._alive_timer is None:
+            self._arm_liveness()
+        self.stats["attached"] += 1
+        self._send(identity, p.ATTACH_OK_FRAME)
+
+    def _open(self, identity, name):
+        if len(self._streams) >= self.max_streams:
+            self._invalid(identity, "too many streams (%d)" % self.max_streams)
+            return None
+        directory = os.path.join(self.journal_dir, stream_directory(name))
+        try:
+            journal = Journal(directory, **self.journal_options)
+        except (JournalError, OSError) as exc:
+            self.stats["journal_open_errors"] += 1
+            self._invalid(identity, "cannot open stream %s: %s" % (name.decode(), exc))
+            return None
+        stream = self._streams[name] = _Stream(name, journal)
+        stream.samples.append((_monotonic(), journal.last_seq))
+        log.info("%s: stream %s open (sequences %d..%d)", self.name, name.decode(), journal.first_seq,
+                 journal.last_seq)
+        return stream
+
+    def _subscribe(self, identity, peer, message):
+        if peer is None:
+            self._unattached(identity, "SUBSCRIBE")
+            return
+        if not self._allowed(peer, "subscribe"):
+            return
+        first = peer.filter is None
+        flt = peer.filter or Filter(peer)
+        if len(flt) >= self.max_patterns and message.pattern not in flt.patterns:
+            self._invalid(identity, "at most %d patterns per peering" % self.max_patterns)
+            return
+        if not first:
+            live = peer.mode is _LIVE
+            try:
+                flt.add(message.pattern)
+            except PatternError as exc:
+                self._invalid(identity, str(exc))
+                return
+            if live:
+                peer.stream.matcher.add(flt)
+            self._send(identity, p.SUBSCRIBE_OK_FRAME)
+            return
+        try:
+            flt.add(message.pattern)
+        except PatternError as exc:
+            self._invalid(identity, str(exc))
+            return
+        journal = peer.stream.journal
+        if type(message) is p.SubscribeSince:
+            start = journal.seq_at_time(message.since / 1e6)
+        elif message.latest == p.NEW:
+            start = journal.last_seq + 1
+        else:
+            start = message.latest + 1
+        peer.filter = flt
+        peer.next = max(start, 1)
+        self.stats["subscribed"] += 1
+        self._send(identity, p.SUBSCRIBE_OK_FRAME)
+        if peer.next > peer.stream.delivered_seq:
+            self._go_live(peer)
+        else:
+            peer.mode = _REPLAY
+            if peer.credit:
+                self._replaying[identity] = peer
+                self._pump()
+
+    def _ping(self, identity, peer):
+        if peer is None:  # no peering here (the broker restarted?): tell it to attach again
+            self._send(identity, p.DETACH_FRAME)
+            return
+        stream = peer.stream
+        if stream.fresh and peer.published > stream.delivered_seq and not self._flush(stream):
+            self._invalid(identity, "stream %s cannot write its journal" % stream.name.decode())
+            return
+        self._send(identity, p.PING_OK_FRAME)
+
+    def _allowed(self, peer, action):
+        if self.permissions is None:
+            if action == "publish":
+                peer.may_publish = True
+            return True
+        allowed = self.permissions.allows(peer.key, action, peer.stream.name)
+        if action == "publish":
+            peer.may_publish = allowed
+        if not allowed:
+            self._refuse(peer.identity, "not allowed to %s on stream %s" % (action, peer.stream.name.decode()))
+        return allowed
+
+    def _refuse(self, identity, reason):
+        self.stats["refused"] += 1
+        log.info("%s: refused %r: %s", self.name, identity, reason)
+        self._send(identity, p.invalid(reason))
+
+    # -- peers ----------------------------------------------------------------------
+    def _send(self, identity, frame):
+        return self.router.send(identity, [frame])
+
+    def _invalid(self, identity, reason):
+        stats = self.stats
+        stats["invalid"] += 1
+        if stats["invalid"] % 1000 == 1:
+            log.warning("%s: invalid command from %r: %s (%d so far)", self.name, identity, reason, stats["invalid"])
+        self._send(identity, p.invalid(reason))
+
+    def _unattached(self, identity, what):
+        """A stream command from a peer with no peering: INVALID, then DETACH (attach again)."""
+        self._invalid(identity, "%s before ATTACH (no peering: attach first)" % what)
+        self._send(identity, p.DETACH_FRAME)
+
+    def _drop(self, peer):
+        identity = peer.identity
+        if self._peers.pop(identity, None) is None:
+            return
+        peer.stream.peers.pop(identity, None)
+        if peer.filter is not None:
+            peer.stream.matcher.remove(peer.filter)
+        self._replaying.pop(identity, None)
+        self._alive.forget(identity)
+        self.router.drop(identity)
+
+    def _on_unroutable(self, identity, frames):
+        peer = self._peers.get(identity)
+        if peer is not None:
+            self.stats["peers_lost"] += 1
+            self._drop(peer)
+        else:
+            self.stats["unroutable"] += 1
+
+    def _on_overflow(self, identity, frames):
+        self.stats["overflow"] += 1  # never for subscribers: held at transport_high, limit is twice that
+
+    def _on_held(self, identity):
+        peer = self._peers.get(identity)
+        if peer is not None:
+            peer.held = True
+            self.stats["held"] += 1
+
+    def _on_drained(self, identity):
+        peer = self._peers.get(identity)
+        if peer is not None:
+            peer.held = False
+            if peer.mode is _REPLAY and peer.credit and identity not in self._replaying:
+                self._replaying[identity] = peer
+                self._pump()
+
+    def _arm_liveness(self):
+        deadline = self._alive.next_deadline()
+        self._alive_timer = None if deadline is None else self.call_later(
+            max(0.0, deadline - _monotonic()), self._check_liveness)
+
+    def _check_liveness(self):
+        heard, self._heard = self._heard, set()
+        touch, peers = self._alive.touch, self._peers
+        for identity in heard:  # touched here, not per message: the hot path only adds to a set
+            if identity in peers:
+                touch(identity)
+        evasive, expired = self._alive.check()
+        for identity in evasive:
+            self._send(identity, p.PING_FRAME)
+        for identity in expired:
+            peer = self._peers.get(identity)
+            if peer is not None:
+                self.stats["peers_expired"] += 1
+                log.info("%s: peer %r silent for %gs; dropped", self.name, identity, self.expiry)
+                self._send(identity, p.DETACH_FRAME)
+                self._drop(peer)
+        self._arm_liveness()
+
+    # -- introspection --------------------------------------------------------------
+    def _sample(self):
+        now = _monotonic()
+        for stream in self._streams.values():
+            samples = stream.samples
+            samples.append((now, stream.journal.last_seq))
+            if len(samples) > 11:
+                del samples[0]
+
+    @command(reply=True)
+    def info(self):
+        """Streams, subscribers and counters (see the module docstring)."""
+        streams = {}
+        for stream in self._streams.values():
+            journal = stream.journal
+            (t0, s0), (t1, s1) = stream.samples[0], (_monotonic(), journal.last_seq)
+            stats = journal.stats()
+            subscribers = []
+            for peer in stream.peers.values():
+                if peer.filter is None:
+                    continue
+                lag = journal.last_seq - (peer.next - 1) if peer.mode is _REPLAY else \
+                    self.router.backlog_of(peer.identity)
+                patterns = [x.decode("utf-8", "replace") for x in peer.filter.patterns]
+                subscribers.append({"peer": peer.identity.hex(), "patterns": patterns, "mode": peer.mode,
+                                    "lag": lag, "credit": peer.credit, "delivered": peer.delivered})
+            streams[stream.name.decode()] = {
+                "first_seq": journal.first_seq, "last_seq": journal.last_seq,
+                "written_seq": journal.written_seq, "synced_seq": journal.synced_seq,
+                "rate": round((s1 - s0) / (t1 - t0), 1) if t1 > t0 else 0.0,
+                "bytes": stats["disk_bytes"],
+                "peers": len(stream.peers), "subscribers": subscribers,
+            }
+        return {"endpoint": self.endpoint, "journal": self.journal_dir, "streams": streams,
+                "peers": len(self._peers), "counters": dict(self.stats)}

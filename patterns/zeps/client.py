@@ -1,0 +1,478 @@
+"""ZEPS clients: :class:`Publisher` and :class:`Subscriber`.
+
+::
+
+    pub = Publisher("tcp://127.0.0.1:5570", "orders")
+    pub.publish(b"eu.fr", b"...")        # asynchronous: never waits for the broker
+    pub.flush()                           # returns once the broker has written all of it
+
+    sub = Subscriber("tcp://127.0.0.1:5570", "orders", b"eu.", from_seq=0)
+    for message in sub:                   # Message(seq, key, body), in sequence order
+        ...
+
+Each is one peering (one DEALER).  Both keep the peering alive with PING
+(every ``heartbeat`` seconds of quiet) and take a broker silent for
+``expiry`` seconds, or a DETACH from it, as lost: they connect again and
+ATTACH again.  A subscriber then subscribes from the last sequence it
+received, so it sees no gap and no duplicate across the loss.  Messages a
+publisher sent after its last successful :meth:`Publisher.flush` may be lost
+with a broker that dies: ``flush`` is the durability point (the broker has
+written them; they survive ``kill -9`` of the broker).
+
+:class:`Publisher` may be used from many greenlets at once (a gevent WSGI
+handler, say): a publish never yields unless the broker is at its
+high-water mark, and its reads (flush, heartbeats) are serialised by a lock.
+:class:`Subscriber` is an actor owning its socket: it answers heartbeats and
+replenishes credit by itself; messages wait in a local queue bounded by the
+credit window (``window`` bytes) until the application takes them, by
+iterating, with :meth:`Subscriber.get`, or through a ``callback`` run in the
+subscriber's own greenlet.  Neither is safe across OS threads.
+"""
+import logging
+import struct
+import time
+from collections import deque, namedtuple
+
+import gevent
+import zmq
+from gevent.event import Event
+from gevent.lock import Semaphore
+
+from zactors.actors.actor import Actor, command
+from zactors.actors.auth import curve_client
+from zactors.actors.sockets import POLLIN, Socket, context
+from zactors.actors.speedups import events as _events, send_message
+
+from . import protocol as p
+
+__all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "query"]
+
+log = logging.getLogger(__name__)
+
+_monotonic = time.monotonic
+
+_PUBLISH_HEAD = struct.Struct(">2sBB").pack
+_u32 = struct.Struct(">I").pack
+_unpack_u32 = struct.Struct(">I").unpack_from
+_unpack_u64 = struct.Struct(">Q").unpack_from
+
+Message = namedtuple("Message", "seq key body")
+Message.__doc__ = "One delivered message: its stream sequence, routing key and body (bytes)."
+
+
+class ZepsError(Exception):
+    """The broker refused something (its INVALID reason is the message), or did not answer."""
+
+
+def _bytes(value):
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _dealer(endpoint, curve):
+    sock = context().socket(zmq.DEALER, socket_class=Socket)
+    sock.linger = 0
+    if curve:
+        curve_client(sock, curve[1], curve[0])
+    sock.connect(endpoint)
+    return sock
+
+
+def _attach(sock, stream, timeout):
+    """ATTACH on a fresh socket and wait for ATTACH-OK (ZepsError on INVALID or silence)."""
+    sock.send(p.attach(stream))
+    deadline = _monotonic() + timeout
+    while True:
+        remaining = deadline - _monotonic()
+        if remaining <= 0 or not sock.wait(POLLIN, remaining):
+            raise ZepsError("no answer to ATTACH from the broker within %ss" % timeout)
+        message = p.decode(sock.recv_frames()[0])
+        if type(message) is p.AttachOk:
+            return
+        if type(message) is p.Invalid:
+            raise ZepsError(message.reason)
+
+
+class Publisher:
+    """Publishes to ``stream`` on the broker at ``endpoint``.  See the module docstring.
+
+    ``curve`` is ``(broker_public_key, client_keys)`` for a CURVE broker.
+    Construction waits (up to ``timeout``) for ATTACH-OK and raises
+    :class:`ZepsError` if the broker refuses the stream.
+    """
+
+    def __init__(self, endpoint, stream, *, curve=None, heartbeat=1.0, expiry=5.0, timeout=5.0):
+        self.endpoint = endpoint
+        self.stream = _bytes(stream)
+        self.curve = curve
+        self.heartbeat = heartbeat
+        self.expiry = expiry
+        self.stats = dict.fromkeys(("published", "flushes", "reattached", "invalid"), 0)
+        self._errors = []
+        self._lock = Semaphore()  # held by whoever reads the socket (flush, heartbeats)
+        self._closed = False
+        self._sock = _dealer(endpoint, curve)
+        try:
+            _attach(self._sock, self.stream, timeout)
+        except Exception:
+            self._sock.close(0)
+            raise
+        self._heard = _monotonic()
+        self._pong = 0
+        self._keepalive = gevent.spawn(self._keep_alive)
+
+    def publish(self, key, body):
+        """Publish ``body`` under routing ``key`` (bytes or str).  Asynchronous: the broker never confirms.
+
+        Parks the calling greenlet only while the broker is at its high-water mark.
+        """
+        if self._closed:
+            raise ZepsError("publisher is closed")
+        if type(key) is not bytes or len(key) > 255:
+            key = _bytes(key)
+            if len(key) > 255:
+                raise ValueError("key is %d bytes; a ZEPS string holds at most 255" % len(key))
+        frame = b"".join((_PUBLISH_HEAD(p.SIGNATURE, p.PUBLISH, len(key)), key, _u32(len(body)), body))
+        sock = self._sock
+        try:
+            send_message(sock, sock.handle, (frame,))
+        except zmq.Again:
+            sock.send_multipart([frame])  # parks this greenlet until the broker takes it
+        stats = self.stats
+        n = stats["published"] = stats["published"] + 1
+        if not n & 63 and _events(sock, sock.handle) & POLLIN and self._lock.acquire(blocking=False):
+            try:  # a DETACH (the broker restarted) must be seen before many more publishes
+                self._service()
+            finally:
+                self._lock.release()
+
+    def flush(self, timeout=10.0):
+        """Wait until the broker has written every message published so far.
+
+        Raises :class:`ZepsError` with the broker's reasons if it refused any
+        message since the last flush, or if it did not answer within ``timeout``.
+        """
+        with self._lock:
+            self._service()
+            target = self._pong + 1
+            self._sock.send(p.PING_FRAME)
+            deadline = _monotonic() + timeout
+            while self._pong < target:
+                remaining = deadline - _monotonic()
+                if remaining <= 0:
+                    raise ZepsError("the broker did not confirm within %ss" % timeout)
+                # Short waits: another greenlet's send may take the socket's FD edge.
+                self._sock.wait(POLLIN, min(remaining, 0.01))
+                if self._service():  # the peering was lost: those messages may be gone
+                    raise ZepsError("the broker lost this peering; messages since the last flush may be lost")
+            self.stats["flushes"] += 1
+            errors, self._errors = self._errors, []
+        if errors:
+            raise ZepsError("; ".join(errors[:5]) + (" (and %d more)" % (len(errors) - 5) if len(errors) > 5 else ""))
+
+    def _service(self):
+        """Read what the broker sent (the lock held); True if the peering was lost (and attached again)."""
+        lost = False
+        sock = self._sock
+        while True:
+            try:
+                frames = sock.recv_frames()
+            except zmq.Again:
+                return lost
+            self._heard = _monotonic()
+            try:
+                message = p.decode(frames[0])
+            except p.ProtocolError as exc:
+                log.debug("invalid frame from the broker dropped: %s", exc)
+                continue
+            kind = type(message)
+            if kind is p.PingOk:
+                self._pong += 1
+            elif kind is p.Ping:
+                sock.send(p.PING_OK_FRAME)
+            elif kind is p.Invalid:
+                self.stats["invalid"] += 1
+                if len(self._errors) < 100:
+                    self._errors.append(message.reason)
+            elif kind is p.Detach:
+                lost = True
+                self._reattach()
+
+    def _reattach(self, new_socket=False):
+        self.stats["reattached"] += 1
+        log.info("publisher: peering on %s lost; attaching again", self.stream.decode())
+        if new_socket:
+            self._sock.close(0)
+            self._sock = _dealer(self.endpoint, self.curve)
+        self._sock.send(p.attach(self.stream))  # pipelined: publishes queue behind it
+        self._heard = _monotonic()
+
+    def _keep_alive(self):
+        while not self._closed:
+            gevent.sleep(self.heartbeat / 2)
+            if self._closed:
+                return
+            with self._lock:
+                self._service()
+                quiet = _monotonic() - self._heard
+                if quiet > self.expiry:
+                    self._reattach(new_socket=True)
+                elif quiet > self.heartbeat:
+                    self._sock.send(p.PING_FRAME)
+
+    def close(self):
+        """Detach and close (unflushed messages still queued are dropped: flush first)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._keepalive.kill()
+        try:
+            self._sock.send(p.DETACH_FRAME, zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        self._sock.close(0.1 * 1000)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Subscriber(Actor):
+    """Subscribes to ``patterns`` of ``stream``.  See the module docstring.
+
+    Start point: ``from_seq=N`` delivers from sequence N (0 or 1: the whole
+    retained journal), ``since=T`` from the first message journaled at or
+    after time T (seconds since the epoch; the SUBSCRIBE-SINCE extension),
+    ``new=True`` only messages published from now on; the default is
+    ``from_seq=0``.  ``window`` is the credit in bytes the subscriber keeps
+    open (at least the largest message).  ``callback(message)``, if given,
+    runs in the subscriber's greenlet for each message instead of the queue.
+
+    Commands: ``INFO`` (reply: stream, last sequence, counters).
+    """
+
+    def __init__(self, endpoint, stream, *patterns, from_seq=None, since=None, new=False, window=8 << 20,
+                 callback=None, curve=None, heartbeat=1.0, expiry=5.0, timeout=5.0, name=None):
+        if sum(x is not None and x is not False for x in (from_seq, since, new or None)) > 1:
+            raise ValueError("give at most one of from_seq, since and new")
+        self.endpoint = endpoint
+        self.stream = _bytes(stream)
+        self.patterns = [_bytes(x) for x in (patterns or (b"",))]
+        for pattern in self.patterns:
+            if len(pattern) > p.MAX_STRING:
+                raise ValueError("a pattern is at most 255 bytes")
+        self.since = since
+        self.latest = p.NEW if new else max(0, (from_seq or 0) - 1)
+        self.window = window
+        self._quarter = window >> 2   # credit goes back in quarters of the window
+        self.callback = callback
+        self.curve = curve
+        self.heartbeat = heartbeat
+        self.expiry = expiry
+        self.timeout = timeout
+        self.last_seq = None        # the last sequence received
+        self._queue = deque()
+        self._ready = Event()
+        self._queued_bytes = 0
+        self._consumed = 0          # bytes taken by the application, not yet given back as credit
+        self._credit_posted = False
+        self._error = None
+        self._closed = False
+        self.ready_timeout = timeout + 1
+        if name:
+            self.name = name
+
+    # -- application side -----------------------------------------------------------
+    def get(self, timeout=None):
+        """The next :class:`Message`; None after ``timeout`` seconds with none, or once closed.
+
+        Raises :class:`ZepsError` if the broker refused the subscription.
+        """
+        queue = self._queue
+        if not queue:
+            if self._error is not None:
+                raise self._error
+            if self._closed:
+                return None
+            self._ready.clear()
+            self._ready.wait(timeout)
+            if not queue:
+                if self._error is not None:
+                    raise self._error
+                return None
+        message = queue.popleft()
+        cost = 16 + len(message[1]) + len(message[2])  # its DELIVER frame size: what it cost in credit
+        self._queued_bytes -= cost
+        consumed = self._consumed = self._consumed + cost
+        if consumed >= self._quarter and not self._credit_posted:
+            self._credit_posted = True
+            self.post(self._give_credit)
+        return message
+
+    @property
+    def pending(self):
+        """Messages received and not yet taken."""
+        return len(self._queue)
+
+    def __iter__(self):
+        while True:
+            message = self.get(None)
+            if message is None:  # closed
+                return
+            yield message
+
+    # -- actor side -----------------------------------------------------------------
+    def setup(self):
+        self._sock = None
+        self._heard = _monotonic()
+        self._stats = self.stats
+        self._connect()
+        deadline = _monotonic() + self.timeout
+        while not (self._attached and self._subscribed == len(self.patterns)):  # subscribed, or raise
+            remaining = deadline - _monotonic()
+            if remaining <= 0 or not self._sock.wait(POLLIN, remaining):
+                raise ZepsError("no answer to ATTACH/SUBSCRIBE from %s within %ss" % (self.endpoint, self.timeout))
+            self._on_frames(self._sock.recv_frames())
+            if self._error is not None:
+                raise self._error
+        self.add_reader(self._sock, self._on_frames)
+        self.call_every(self.heartbeat / 2, self._keep_alive)
+
+    def teardown(self):
+        if self._sock is not None:
+            try:
+                self._sock.send(p.DETACH_FRAME, zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+        self._closed = True
+        self._ready.set()
+
+    def _connect(self):
+        if self._sock is not None:
+            self.close_socket(self._sock)
+        sock = self._sock = self.socket(zmq.DEALER)
+        if self.curve:
+            curve_client(sock, self.curve[1], self.curve[0])
+        sock.connect(self.endpoint)
+        self._attached = False
+        self._subscribed = 0
+        self._credit_given = 0
+        sock.send(p.attach(self.stream))
+        if self.last_seq is not None:
+            first = p.subscribe(self.patterns[0], self.last_seq)
+        elif self.since is not None:
+            first = p.subscribe_since(self.patterns[0], self.since)
+        else:
+            first = p.subscribe(self.patterns[0], self.latest)
+        sock.send(first)
+        for pattern in self.patterns[1:]:
+            sock.send(p.subscribe(pattern, 0))
+        # What the queue holds already counts against the window.
+        self._consumed = 0
+        self._credit_posted = False
+        credit = max(0, self.window - self._queued_bytes)
+        if credit:
+            sock.send(p.credit(credit))
+        self._heard = _monotonic()
+
+    def _give_credit(self):
+        self._credit_posted = False
+        amount, self._consumed = self._consumed, 0
+        if amount and self._sock is not None:
+            self._sock.send(p.credit(amount))
+
+    def _on_frames(self, frames):
+        self._heard = _monotonic()
+        frame = frames[0]
+        size = len(frame)
+        if size >= 16 and frame[2] == 7 and frame[0] == 0xAA and frame[1] == 0xA5:  # DELIVER, inline
+            end = 12 + frame[11]
+            if size >= end + 4 and _unpack_u32(frame, end)[0] == size - end - 4:
+                seq = _unpack_u64(frame, 3)[0]
+                last = self.last_seq
+                if last is not None and seq <= last:
+                    self._stats["duplicates"] += 1
+                    return
+                self.last_seq = seq
+                item = Message(seq, frame[12:end], frame[end + 4:])
+                if self.callback is None:
+                    self._queue.append(item)
+                    self._queued_bytes += size
+                    self._ready.set()
+                else:
+                    self._callback(item, size)
+                return
+        try:
+            message = p.decode(frame)
+        except p.ProtocolError as exc:
+            self._stats["invalid_from_broker"] += 1
+            log.debug("%s: invalid frame from the broker dropped: %s", self.name, exc)
+            return
+        kind = type(message)
+        # (every valid DELIVER took the inline path above)
+        if kind is p.Ping:
+            self._sock.send(p.PING_OK_FRAME)
+        elif kind is p.PingOk:
+            pass
+        elif kind is p.AttachOk:
+            self._attached = True
+        elif kind is p.SubscribeOk:
+            self._subscribed += 1
+        elif kind is p.Detach:
+            self._stats["reattached"] += 1
+            log.info("%s: the broker closed the peering; attaching again from %s", self.name, self.last_seq)
+            self._reconnect()
+        elif kind is p.Invalid:
+            self._stats["invalid"] += 1
+            log.warning("%s: broker says: %s", self.name, message.reason)
+            if not self._attached or self._subscribed < len(self.patterns):
+                self._error = ZepsError(message.reason)
+                self._ready.set()
+
+    def _callback(self, item, size):
+        try:
+            self.callback(item)
+        finally:
+            self._consumed += size
+            if self._consumed >= self._quarter:
+                self._give_credit()
+
+    def _reconnect(self):
+        was_reading = self._sock is not None
+        self._connect()
+        if was_reading:
+            self.add_reader(self._sock, self._on_frames)
+
+    def _keep_alive(self):
+        quiet = _monotonic() - self._heard
+        if quiet > self.expiry:
+            self._stats["reattached"] += 1
+            log.info("%s: broker silent for %.1fs; connecting again from %s", self.name, quiet, self.last_seq)
+            self._reconnect()
+        elif quiet > self.heartbeat:
+            self._sock.send(p.PING_FRAME)
+
+    @command(reply=True)
+    def info(self):
+        return {"stream": self.stream.decode(), "last_seq": self.last_seq, "queued": len(self._queue),
+                "credit_outstanding": self.window - self._consumed - self._queued_bytes, "counters": dict(self.stats)}
+
+
+def query(endpoint, *, curve=None, timeout=5.0):
+    """The broker's introspection (the QUERY extension): a dict, see ``Broker.info``."""
+    import json
+
+    sock = _dealer(endpoint, curve)
+    try:
+        sock.send(p.encode(p.Query()))
+        if not sock.wait(POLLIN, timeout):
+            raise ZepsError("no answer from %s within %ss" % (endpoint, timeout))
+        message = p.decode(sock.recv_frames()[0])
+        if type(message) is p.Invalid:
+            raise ZepsError(message.reason)
+        if type(message) is not p.QueryOk:
+            raise ZepsError("unexpected answer %s" % p.NAMES[message.id])
+        return json.loads(message.report)
+    finally:
+        sock.close(0)

@@ -1,0 +1,169 @@
+"""Per-stream permissions for a CURVE broker: which client keys may publish or subscribe where.
+
+A permissions file has one grant per line; ``#`` at the start of a line or
+after a space starts a comment (z85 keys may contain ``#``)::
+
+    # KEY                                       ACTIONS            STREAMS
+    rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7     publish            orders.*
+    clients/alice.key                           publish,subscribe  *
+    *                                           subscribe          public.*
+
+``KEY`` is a client's public key (40 z85 characters), a certificate file
+(``.key`` or ``.key_secret``, relative to the permissions file), or ``*``
+for any client the broker's authenticator accepted.  ``ACTIONS`` is
+``publish``, ``subscribe`` or both, comma-separated.  ``STREAMS`` is a shell
+glob of stream names.  Grants add up; what no line grants is refused (the
+broker answers INVALID and counts ``refused``).
+
+The broker learns a peer's key from the ZAP ``User-Id`` of its ATTACH, so an
+:class:`~zactors.actors.auth.Authenticator` must run in the broker's process
+(``CURVE dir`` or ``CURVE_ANY``; pyzmq's policy makes the User-Id the z85
+public key).  :func:`key_reader` is how the broker reads that property:
+libzmq gives message properties only to a ``copy=False`` receive, so a
+broker with permissions reads its ROUTER that way (somewhat slower than the
+kernel's C receive) instead of through the reactor's reader.
+"""
+import fnmatch
+import logging
+import os
+import re
+
+import zmq
+
+from zactors.actors.auth import load_public_key
+from zactors.actors.sockets import NOBLOCK, POLLIN
+from zactors.actors.reactor import DRAIN_CAP
+
+__all__ = ["Permissions", "PermissionsError", "key_reader", "ACTIONS"]
+
+log = logging.getLogger(__name__)
+
+ACTIONS = ("publish", "subscribe")
+_COMMENT = re.compile(r"(^|\s)#.*")
+_Z85 = re.compile(r"[0-9a-zA-Z.\-:+=^!/*?&<>()\[\]{}@%$#]{40}\Z")
+
+
+class PermissionsError(ValueError):
+    """A permissions file that cannot be used; the message names the line."""
+
+
+class Permissions:
+    """Grants of (key or ``*``, actions, stream glob).  Plain object; see the module docstring."""
+
+    __slots__ = ("grants",)
+
+    def __init__(self, grants=()):
+        self.grants = []
+        for key, actions, streams in grants:
+            self.grant(key, actions, streams)
+
+    def grant(self, key, actions, streams):
+        """Allow ``key`` (z85 str/bytes, or ``*``) the ``actions`` on streams matching the glob ``streams``."""
+        if isinstance(key, bytes):
+            key = key.decode("ascii")
+        if key != "*" and not _Z85.match(key):
+            raise PermissionsError("not a z85 public key: %r" % key)
+        if isinstance(actions, str):
+            actions = [a.strip() for a in actions.split(",") if a.strip()]
+        bad = [a for a in actions if a not in ACTIONS]
+        if bad or not actions:
+            raise PermissionsError("actions must be publish and/or subscribe, got %r" % (actions,))
+        if isinstance(streams, str):
+            streams = streams.encode()
+        regex = re.compile(fnmatch.translate(streams.decode("latin-1")).encode("latin-1"), re.DOTALL)
+        self.grants.append((key, frozenset(actions), regex.match))
+
+    @classmethod
+    def load(cls, path):
+        """Read a permissions file; :class:`PermissionsError` (naming the line) if it is wrong."""
+        base = os.path.dirname(os.path.abspath(path))
+        perms = cls()
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                line = _COMMENT.sub("", line).strip()  # a z85 key may hold '#': comments follow a space
+                if not line:
+                    continue
+                fields = line.split()
+                if len(fields) != 3:
+                    raise PermissionsError("%s:%d: expected KEY ACTIONS STREAMS, got %d field(s)"
+                                           % (path, number, len(fields)))
+                key, actions, streams = fields
+                if key != "*" and not _Z85.match(key):
+                    try:
+                        key = load_public_key(os.path.join(base, key)).decode("ascii")
+                    except (OSError, ValueError) as exc:
+                        raise PermissionsError("%s:%d: %s is neither a z85 key nor a readable certificate (%s)"
+                                               % (path, number, fields[0], exc)) from None
+                try:
+                    perms.grant(key, actions, streams)
+                except PermissionsError as exc:
+                    raise PermissionsError("%s:%d: %s" % (path, number, exc)) from None
+        return perms
+
+    def allows(self, key, action, stream):
+        """True if ``key`` (z85 str, or None when unknown) may do ``action`` on ``stream`` (bytes)."""
+        for who, actions, match in self.grants:
+            if action in actions and (who == "*" or who == key) and match(stream):
+                if who == "*" and not key:
+                    continue  # '*' means any authenticated client, not an unauthenticated one
+                return True
+        return False
+
+    def may_attach(self, key, stream):
+        """True if ``key`` may do anything at all on ``stream``."""
+        return any(self.allows(key, action, stream) for action in ACTIONS)
+
+
+#: ATTACH command id at byte 2 of a ZEPS frame
+_ATTACH = 1
+#: at most this many keys waiting for their ATTACH to be handled
+_MAX_PENDING_KEYS = 10000
+
+
+def key_reader(actor, sock, deliver, keys):
+    """Read the ROUTER ``sock`` with message properties: ``deliver(frames)`` each message, and
+    ``keys[identity] = User-Id`` for each ATTACH.
+
+    Replaces the reactor's reader of that socket with a descriptor watch,
+    draining up to the reactor's cap per wake-up and then again in the next
+    round.  The broker's own sends may consume the socket's ``ZMQ_FD`` edge
+    (libzmq's edge-triggered notification), which the reactor guards
+    against only for its readers: a guard timer re-checks ``EVENTS`` every
+    ``guard`` seconds, so no message waits longer than that.
+    """
+    recv = sock.recv
+    state = {"again": None}
+
+    def drain():
+        state["again"] = None
+        for _ in range(DRAIN_CAP):
+            try:
+                first = recv(NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            frames = [first]
+            while frames[-1].more:
+                frames.append(recv(NOBLOCK, copy=False))
+            data = [f.bytes for f in frames]
+            if len(data) == 2 and len(data[1]) > 2 and data[1][2] == _ATTACH:
+                if len(keys) >= _MAX_PENDING_KEYS:
+                    keys.clear()
+                try:
+                    keys[data[0]] = first.get("User-Id") or None
+                except zmq.ZMQError:
+                    keys[data[0]] = None
+            deliver(data)
+        if state["again"] is None:  # the cap was hit: the rest next round
+            state["again"] = actor.call_later(0, drain)
+
+    def guard():
+        if sock.events() & POLLIN and state["again"] is None:
+            drain()
+
+    actor.remove_reader(sock)
+    actor.add_fd(sock.getsockopt(zmq.FD), drain)
+    actor.call_every(key_reader.guard, guard)
+
+
+#: seconds between the guard's EVENTS checks
+key_reader.guard = 0.01

@@ -1,0 +1,330 @@
+"""ZEPS codec: every command of the ZEPS ABNF, one command per ZeroMQ frame.
+
+Each command is ``AA A5`` (the signature), a one-byte command id, then its
+fields: ``string`` = 1-byte length + bytes, ``chunk`` = 4-byte length +
+bytes, numbers unsigned big-endian.  :func:`decode` turns one frame into a
+typed message (a namedtuple below) or raises :class:`ProtocolError` (and
+nothing else) with a reason a person can read; the encoders return one
+``bytes`` frame.  Pure functions: no sockets, safe everywhere.
+
+Where the spec is silent, zactors decides (the README says the same):
+
+* **latest** (SUBSCRIBE) is the last sequence the client already has: the
+  broker delivers from ``latest + 1``.  ``0`` replays the whole retained
+  journal (sequences start at 1).  :data:`NEW` (``2**64 - 1``) means "only
+  messages published after this SUBSCRIBE".  A ``latest + 1`` that retention
+  already removed starts at the first retained message: the client sees the
+  jump in the sequence numbers.
+* **credit**: one DELIVER costs its encoded frame size in bytes,
+  ``deliver_cost(key, body) = 16 + len(key) + len(body)``.  The broker sends a
+  message once the credit covers its whole cost, so a client's window must be
+  at least the largest message (the broker bounds messages).
+* **several SUBSCRIBEs on one peering** add patterns to one subscription: a
+  message matching any of them is delivered once.  The first SUBSCRIBE sets
+  the start point; later ones take effect from the peering's current
+  position (their ``latest`` is ignored).  Use one peering per start point.
+* **PING** may come from either side; the receiver answers PING-OK.  The
+  broker answers a client's PING only once every PUBLISH received before it
+  on that peering is written to the journal (``Client.flush`` uses that).
+* **DETACH**: a client's DETACH is answered with DETACH-OK and ends the
+  peering; the broker sends DETACH when it drops a peering (shutdown, a
+  silent peer) and expects no answer (a DETACH-OK from the client is
+  ignored).
+* **strings**: ``protocol``, ``stream`` and ``reason`` are printable ASCII
+  (``stream`` also non-empty); ``key`` and ``pattern`` may hold any bytes
+  (UTF-8 routing keys work).
+
+zactors extension, never seen by a spec-only client: **SUBSCRIBE-SINCE**
+(command id 13) = ``signature %d13 pattern since``, ``since`` a number-8 of
+microseconds since the Unix epoch: replay from the first message journaled
+at or after that time (Redis ``XRANGE`` by time, JetStream
+``by_start_time``), then live.  Only zactors clients send it, and only when
+asked for a time; a broker that does not know it answers INVALID.
+
+zactors extension for tools: **QUERY** (id 14, no fields) asks the broker
+for its introspection, answered by **QUERY-OK** (id 15) = ``signature %d15
+report``, ``report`` a chunk of JSON (streams, subscribers, counters).  A
+peering needs no ATTACH to QUERY.
+"""
+import struct
+from collections import namedtuple
+
+__all__ = [
+    "SIGNATURE", "VERSION", "PROTOCOL", "NEW", "MAX_STRING", "MAX_CHUNK",
+    "ATTACH", "ATTACH_OK", "SUBSCRIBE", "SUBSCRIBE_OK", "CREDIT", "PUBLISH", "DELIVER",
+    "PING", "PING_OK", "DETACH", "DETACH_OK", "INVALID", "SUBSCRIBE_SINCE", "QUERY", "QUERY_OK", "NAMES",
+    "Attach", "AttachOk", "Subscribe", "SubscribeOk", "Credit", "Publish", "Deliver",
+    "Ping", "PingOk", "Detach", "DetachOk", "Invalid", "SubscribeSince", "Query", "QueryOk",
+    "ProtocolError", "decode", "encode", "deliver_cost",
+    "attach", "subscribe", "subscribe_since", "credit", "publish", "deliver", "invalid", "query_ok",
+    "ATTACH_OK_FRAME", "SUBSCRIBE_OK_FRAME", "PING_FRAME", "PING_OK_FRAME", "DETACH_FRAME",
+    "DETACH_OK_FRAME", "QUERY_FRAME",
+]
+
+SIGNATURE = b"\xaa\xa5"
+PROTOCOL = b"ZEPS"
+VERSION = 1
+#: ``latest`` meaning "only messages published from now on"
+NEW = 2 ** 64 - 1
+MAX_STRING = 255
+MAX_CHUNK = 2 ** 32 - 1
+
+# Command ids (the ABNF's %dN), and SUBSCRIBE-SINCE, the zactors extension.
+ATTACH, ATTACH_OK, SUBSCRIBE, SUBSCRIBE_OK, CREDIT, PUBLISH, DELIVER = 1, 2, 3, 4, 5, 6, 7
+PING, PING_OK, DETACH, DETACH_OK, INVALID, SUBSCRIBE_SINCE, QUERY, QUERY_OK = 8, 9, 10, 11, 12, 13, 14, 15
+
+NAMES = {ATTACH: "ATTACH", ATTACH_OK: "ATTACH-OK", SUBSCRIBE: "SUBSCRIBE", SUBSCRIBE_OK: "SUBSCRIBE-OK",
+         CREDIT: "CREDIT", PUBLISH: "PUBLISH", DELIVER: "DELIVER", PING: "PING", PING_OK: "PING-OK",
+         DETACH: "DETACH", DETACH_OK: "DETACH-OK", INVALID: "INVALID", SUBSCRIBE_SINCE: "SUBSCRIBE-SINCE",
+         QUERY: "QUERY", QUERY_OK: "QUERY-OK"}
+
+Attach = namedtuple("Attach", "stream version")
+AttachOk = namedtuple("AttachOk", "")
+Subscribe = namedtuple("Subscribe", "pattern latest")
+SubscribeOk = namedtuple("SubscribeOk", "")
+Credit = namedtuple("Credit", "credit")
+Publish = namedtuple("Publish", "key body")
+Deliver = namedtuple("Deliver", "sequence key body")
+Ping = namedtuple("Ping", "")
+PingOk = namedtuple("PingOk", "")
+Detach = namedtuple("Detach", "")
+DetachOk = namedtuple("DetachOk", "")
+Invalid = namedtuple("Invalid", "reason")
+SubscribeSince = namedtuple("SubscribeSince", "pattern since")
+Query = namedtuple("Query", "")
+QueryOk = namedtuple("QueryOk", "report")
+
+for _cls, _id in ((Attach, ATTACH), (AttachOk, ATTACH_OK), (Subscribe, SUBSCRIBE), (SubscribeOk, SUBSCRIBE_OK),
+                  (Credit, CREDIT), (Publish, PUBLISH), (Deliver, DELIVER), (Ping, PING), (PingOk, PING_OK),
+                  (Detach, DETACH), (DetachOk, DETACH_OK), (Invalid, INVALID), (SubscribeSince, SUBSCRIBE_SINCE),
+                  (Query, QUERY), (QueryOk, QUERY_OK)):
+    _cls.id = _id
+    _cls.__doc__ = "ZEPS %s (command %d)." % (NAMES[_id], _id)
+
+# The commands without fields are singletons: decode returns these very objects.
+_ATTACH_OK, _SUBSCRIBE_OK, _PING, _PING_OK, _DETACH, _DETACH_OK, _QUERY = (
+    AttachOk(), SubscribeOk(), Ping(), PingOk(), Detach(), DetachOk(), Query())
+
+
+class ProtocolError(ValueError):
+    """A frame that is not a valid ZEPS command; ``str()`` is a readable reason."""
+
+
+# -- encoders -------------------------------------------------------------------------
+_u8 = struct.Struct(">B").pack
+_u16 = struct.Struct(">H").pack
+_u32 = struct.Struct(">I").pack
+_u64 = struct.Struct(">Q").pack
+_HEAD = struct.Struct(">2sB").pack
+_DELIVER_HEAD = struct.Struct(">2sBQB").pack   # signature, 7, sequence, key length
+_PUBLISH_HEAD = struct.Struct(">2sBB").pack    # signature, 6, key length
+
+ATTACH_OK_FRAME = SIGNATURE + b"\x02"
+SUBSCRIBE_OK_FRAME = SIGNATURE + b"\x04"
+PING_FRAME = SIGNATURE + b"\x08"
+PING_OK_FRAME = SIGNATURE + b"\x09"
+DETACH_FRAME = SIGNATURE + b"\x0a"
+DETACH_OK_FRAME = SIGNATURE + b"\x0b"
+QUERY_FRAME = SIGNATURE + b"\x0e"
+
+
+def _string(value, field):
+    if isinstance(value, str):
+        value = value.encode()
+    if len(value) > MAX_STRING:
+        raise ValueError("%s is %d bytes; a ZEPS string holds at most %d" % (field, len(value), MAX_STRING))
+    return _u8(len(value)) + value
+
+
+def _number(value, field, bits):
+    if not 0 <= value < 1 << bits:
+        raise ValueError("%s must fit in %d unsigned bits, got %r" % (field, bits, value))
+    return value
+
+
+def attach(stream, version=VERSION):
+    """C: ATTACH ``stream`` (protocol "ZEPS", ``version``)."""
+    return _HEAD(SIGNATURE, ATTACH) + _string(PROTOCOL, "protocol") + _u16(_number(version, "version", 16)) + \
+        _string(stream, "stream")
+
+
+def subscribe(pattern, latest=0):
+    """C: SUBSCRIBE ``pattern`` from ``latest + 1`` (0: from the start; :data:`NEW`: only new)."""
+    return _HEAD(SIGNATURE, SUBSCRIBE) + _string(pattern, "pattern") + _u64(_number(latest, "latest", 64))
+
+
+def subscribe_since(pattern, since):
+    """C: SUBSCRIBE-SINCE (zactors extension) ``pattern`` from ``since`` (seconds since the epoch)."""
+    micros = max(0, int(round(since * 1e6)))
+    return _HEAD(SIGNATURE, SUBSCRIBE_SINCE) + _string(pattern, "pattern") + _u64(_number(micros, "since", 64))
+
+
+def credit(amount):
+    """C: CREDIT ``amount`` bytes."""
+    return _HEAD(SIGNATURE, CREDIT) + _u64(_number(amount, "credit", 64))
+
+
+def publish(key, body):
+    """C: PUBLISH ``body`` (bytes) under routing ``key`` (bytes or str)."""
+    if isinstance(key, str):
+        key = key.encode()
+    if len(key) > MAX_STRING:
+        raise ValueError("key is %d bytes; a ZEPS string holds at most %d" % (len(key), MAX_STRING))
+    if len(body) > MAX_CHUNK:
+        raise ValueError("body is larger than a ZEPS chunk (4 GiB)")
+    return b"".join((_PUBLISH_HEAD(SIGNATURE, PUBLISH, len(key)), key, _u32(len(body)), body))
+
+
+def deliver(sequence, key, body):
+    """S: DELIVER message ``sequence`` (hot path: key and body are bytes, no checks beyond struct's)."""
+    return b"".join((_DELIVER_HEAD(SIGNATURE, DELIVER, sequence, len(key)), key, _u32(len(body)), body))
+
+
+def deliver_cost(key, body):
+    """Credit one DELIVER of ``key`` and ``body`` costs: its encoded size in bytes."""
+    return 16 + len(key) + len(body)
+
+
+def invalid(reason):
+    """S: INVALID with a printable ``reason`` (cut to 255 bytes, unprintables replaced)."""
+    if isinstance(reason, bytes):
+        reason = reason.decode("ascii", "replace")
+    text = "".join(c if " " <= c <= "~" else "?" for c in reason)[:MAX_STRING].encode("ascii")
+    return _HEAD(SIGNATURE, INVALID) + _u8(len(text)) + text
+
+
+def query_ok(report):
+    """S: QUERY-OK with ``report`` (JSON bytes)."""
+    return _HEAD(SIGNATURE, QUERY_OK) + _u32(len(report)) + report
+
+
+_CONSTANT = {AttachOk: ATTACH_OK_FRAME, SubscribeOk: SUBSCRIBE_OK_FRAME, Ping: PING_FRAME, PingOk: PING_OK_FRAME,
+             Detach: DETACH_FRAME, DetachOk: DETACH_OK_FRAME, Query: QUERY_FRAME}
+
+
+def encode(message):
+    """The frame for any message object of this module."""
+    kind = type(message)
+    frame = _CONSTANT.get(kind)
+    if frame is not None:
+        return frame
+    if kind is Attach:
+        return attach(message.stream, message.version)
+    if kind is Subscribe:
+        return subscribe(message.pattern, message.latest)
+    if kind is SubscribeSince:
+        return _HEAD(SIGNATURE, SUBSCRIBE_SINCE) + _string(message.pattern, "pattern") + \
+            _u64(_number(message.since, "since", 64))
+    if kind is Credit:
+        return credit(message.credit)
+    if kind is Publish:
+        return publish(message.key, message.body)
+    if kind is Deliver:
+        _number(message.sequence, "sequence", 64)
+        _string(message.key, "key")
+        return deliver(message.sequence, message.key, message.body)
+    if kind is Invalid:
+        return invalid(message.reason)
+    if kind is QueryOk:
+        return query_ok(message.report)
+    raise TypeError("not a ZEPS message: %r" % (message,))
+
+
+# -- decoder --------------------------------------------------------------------------
+_unpack_u16 = struct.Struct(">H").unpack_from
+_unpack_u32 = struct.Struct(">I").unpack_from
+_unpack_u64 = struct.Struct(">Q").unpack_from
+
+
+def _printable(value):
+    return value.isascii() and value.isprintable()
+
+
+def _read_string(frame, at, field):
+    if at >= len(frame):
+        raise ProtocolError("%s: missing (frame ends at byte %d)" % (field, at))
+    end = at + 1 + frame[at]
+    if end > len(frame):
+        raise ProtocolError("%s: length %d runs past the end of the frame" % (field, frame[at]))
+    return frame[at + 1:end], end
+
+
+def _read_number(unpack, size, frame, at, field):
+    if at + size > len(frame):
+        raise ProtocolError("%s: needs %d bytes, the frame has %d left" % (field, size, max(0, len(frame) - at)))
+    return unpack(frame, at)[0], at + size
+
+
+def _end(frame, at, name):
+    if at != len(frame):
+        raise ProtocolError("%s: %d unexpected byte(s) after the last field" % (name, len(frame) - at))
+
+
+def _text(value, field, allow_empty=True):
+    if not _printable(value.decode("latin-1")):
+        raise ProtocolError("%s must be printable ASCII" % field)
+    if not allow_empty and not value:
+        raise ProtocolError("%s must not be empty" % field)
+    return value
+
+
+def decode(frame):
+    """One frame -> a message object; :class:`ProtocolError` for anything else."""
+    if type(frame) is not bytes:
+        try:
+            frame = bytes(frame)
+        except TypeError:
+            raise ProtocolError("a ZEPS command is a bytes frame, got %s" % type(frame).__name__) from None
+    if len(frame) < 3:
+        raise ProtocolError("a ZEPS command has at least 3 bytes, got %d" % len(frame))
+    if frame[0] != 0xAA or frame[1] != 0xA5:
+        raise ProtocolError("bad signature %s (expected aa a5)" % frame[:2].hex(" "))
+    command = frame[2]
+    if command == PUBLISH:  # the hot path first
+        key, at = _read_string(frame, 3, "PUBLISH key")
+        size, at = _read_number(_unpack_u32, 4, frame, at, "PUBLISH body length")
+        if at + size != len(frame):
+            raise ProtocolError("PUBLISH body: length %d but %d byte(s) follow" % (size, len(frame) - at))
+        return Publish(key, frame[at:])
+    if command == DELIVER:
+        sequence, at = _read_number(_unpack_u64, 8, frame, 3, "DELIVER sequence")
+        key, at = _read_string(frame, at, "DELIVER key")
+        size, at = _read_number(_unpack_u32, 4, frame, at, "DELIVER body length")
+        if at + size != len(frame):
+            raise ProtocolError("DELIVER body: length %d but %d byte(s) follow" % (size, len(frame) - at))
+        return Deliver(sequence, key, frame[at:])
+    if command == CREDIT:
+        amount, at = _read_number(_unpack_u64, 8, frame, 3, "CREDIT credit")
+        _end(frame, at, "CREDIT")
+        return Credit(amount)
+    if command in _SINGLETONS:
+        _end(frame, 3, NAMES[command])
+        return _SINGLETONS[command]
+    if command == ATTACH:
+        protocol, at = _read_string(frame, 3, "ATTACH protocol")
+        if protocol != PROTOCOL:
+            raise ProtocolError("ATTACH protocol must be \"ZEPS\", got %r" % protocol[:16])
+        version, at = _read_number(_unpack_u16, 2, frame, at, "ATTACH version")
+        stream, at = _read_string(frame, at, "ATTACH stream")
+        _end(frame, at, "ATTACH")
+        return Attach(_text(stream, "ATTACH stream", allow_empty=False), version)
+    if command == SUBSCRIBE or command == SUBSCRIBE_SINCE:
+        name = NAMES[command]
+        pattern, at = _read_string(frame, 3, name + " pattern")
+        number, at = _read_number(_unpack_u64, 8, frame, at, name + (" latest" if command == SUBSCRIBE else " since"))
+        _end(frame, at, name)
+        return Subscribe(pattern, number) if command == SUBSCRIBE else SubscribeSince(pattern, number)
+    if command == INVALID:
+        reason, at = _read_string(frame, 3, "INVALID reason")
+        _end(frame, at, "INVALID")
+        return Invalid(_text(reason, "INVALID reason").decode("ascii"))
+    if command == QUERY_OK:
+        size, at = _read_number(_unpack_u32, 4, frame, 3, "QUERY-OK report length")
+        if at + size != len(frame):
+            raise ProtocolError("QUERY-OK report: length %d but %d byte(s) follow" % (size, len(frame) - at))
+        return QueryOk(frame[at:])
+    raise ProtocolError("unknown command id %d" % command)
+
+
+_SINGLETONS = {ATTACH_OK: _ATTACH_OK, SUBSCRIBE_OK: _SUBSCRIBE_OK, PING: _PING, PING_OK: _PING_OK,
+               DETACH: _DETACH, DETACH_OK: _DETACH_OK, QUERY: _QUERY}
