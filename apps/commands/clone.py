@@ -42,6 +42,10 @@ def register(sub):
                         help="seconds between Binary Star state messages (default: %(default)s)")
     server.add_argument("--dialect", choices=("spec", "guide"), default="spec",
                         help="how KVSYNC/HUGZ are filled: 'spec' or 'guide' (the Guide's clonecli6 clients)")
+    server.add_argument("--persist", metavar="DIR",
+                        help="keep the map in a journal in DIR; a restarted server starts from it")
+    server.add_argument("--fsync", choices=("interval", "batch", "never"), default="interval",
+                        help="with --persist: fsync every 0.1 s, after every write, or never (default: %(default)s)")
     options.curve_options(server, "server")
     server.add_argument("--stats", type=options.non_negative_float, default=0, metavar="SECONDS",
                         help="log state, sequence and counters every SECONDS (default: never)")
@@ -116,7 +120,8 @@ def run_server(args):
     try:
         server = CloneServer(args.port, host=args.host, role=role,
                              peer=endpoints(*_base(args.peer)) if args.peer else None, hugz=args.hugz,
-                             heartbeat=args.heartbeat, dialect=args.dialect, curve=args.curve)
+                             heartbeat=args.heartbeat, dialect=args.dialect, curve=args.curve,
+                             persist=args.persist, fsync=args.fsync)
     except BaseException as exc:
         if auth is not None:
             auth.destroy()

@@ -39,6 +39,8 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   updates are applied and published *before* that snapshot is answered.
   Split brain: the primary wins; the backup yields, logs and re-syncs.
 - Malformed messages on any socket are dropped and counted (``malformed``).
+- ``persist=DIR`` keeps the map in the kernel's Journal (see :mod:`.persist`):
+  a restarted server starts from it, at the same sequence.
 - ``curve=keys`` (an ``actors.auth`` Keypair or secret key) makes every
   socket CURVE; peers use ``peer_public`` (default: our own public key).
 
@@ -64,6 +66,7 @@ from zactors.actors.speedups import send_message
 
 from . import bstar
 from .bstar import BinaryStar, decode_state, encode_state
+from .persist import MapJournal
 from .protocol import (HUGZ, KTHXBAI, SPEC, ProtocolError, decode_icanhaz, decode_kvmsg, decode_kvset,
                        decode_properties, dialect as _dialect, encode_icanhaz, encode_kthxbai, encode_properties,
                        pack_sequence, parse_ttl)
@@ -106,7 +109,7 @@ class CloneServer(Actor):
     def __init__(self, port=None, *, host="127.0.0.1", snapshot=None, publisher=None, collector=None, state=None,
                  role=None, peer=None, hugz=0.2, heartbeat=0.2, dialect=SPEC, window=2000, chunk=100,
                  snapshot_timeout=30.0, snapshot_hwm=10000, expire_batch=10000, max_pending=1000000, curve=None, peer_public=None,
-                 name=None):
+                 persist=None, fsync="interval", name=None):
         if role not in (None, "primary", "backup"):
             raise ValueError("role must be None (alone), 'primary' or 'backup'")
         if port is not None:
@@ -128,6 +131,8 @@ class CloneServer(Actor):
         self.max_pending = max_pending
         self.curve = curve
         self.peer_public = peer_public
+        self.persist = persist
+        self.fsync = fsync
         self.name = name or "clone-%s" % (role or "server")
 
     # -- setup ----------------------------------------------------------------
@@ -135,6 +140,10 @@ class CloneServer(Actor):
         self.map = {}
         self.sequence = 0
         self._ttl = []            # heap of (deadline, sequence, key)
+        self.store = None
+        if self.persist is not None:
+            self.store = MapJournal(self, self.persist, fsync=self.fsync)
+            self._restore(*self.store.recover())
         self._snapshots = {}      # identity -> task
         self._pending = OrderedDict()  # uuid -> (KVMsg, ttl): client updates the active has not published yet
         self._seen = OrderedDict()     # uuids the active published before their KVSET reached us
@@ -200,6 +209,24 @@ class CloneServer(Actor):
         self.feed.connect(publisher)
         self.add_reader(self.feed, self._on_feed)
 
+    def _restore(self, entries, sequence):
+        now, wall = _monotonic(), time.time()
+        for key, (seq, uid, props, value, expires) in entries.items():
+            deadline = None if expires is None else now + (expires - wall)
+            self.map[key] = _Entry(value, seq, uid, props, deadline)
+            if deadline is not None:
+                self._ttl.append((deadline, seq, key))
+        heapq.heapify(self._ttl)
+        self.sequence = sequence
+
+    def _expires(self, entry):
+        """An entry's deadline as wall-clock time (for the journal), or None."""
+        return None if entry.deadline is None else time.time() + (entry.deadline - _monotonic())
+
+    def teardown(self):
+        if self.store is not None:
+            self.store.close()
+
     @property
     def active(self):
         return self.fsm is None or self.fsm.state == bstar.ACTIVE
@@ -222,6 +249,9 @@ class CloneServer(Actor):
             "peer_silent": fsm.peer_silent(_monotonic()) if fsm else None,
             "endpoints": list(self.endpoints),
             "dialect": self.dialect.name,
+            "persist": None if self.store is None else {"directory": self.store.directory,
+                                                        "generation": self.store.generation,
+                                                        "compactions": self.store.compactions},
             "counters": dict(self.stats),
         }
 
@@ -267,6 +297,9 @@ class CloneServer(Actor):
             self.map[key] = _Entry(value, sequence, uuid, properties, deadline)
         else:
             self.map.pop(key, None)
+        if self.store is not None:
+            self.store.record(key, sequence, uuid, properties, value,
+                              None if ttl is None or not value else time.time() + ttl)
 
     def _apply(self, msg, ttl, now):
         """Active: give a client update the next sequence, store it and publish it."""
@@ -311,7 +344,10 @@ class CloneServer(Actor):
             n += 1
             del self.map[key]
             self.sequence = new = self.sequence + 1
-            send_message(pub, pub.handle, (key, pack_sequence(new), _uuid.uuid4().bytes, entry.properties, b""))
+            uid = _uuid.uuid4().bytes
+            send_message(pub, pub.handle, (key, pack_sequence(new), uid, entry.properties, b""))
+            if self.store is not None:
+                self.store.record(key, new, uid, entry.properties, b"", None)
             self.stats["expired"] += 1
 
     def _send_hugz(self):
@@ -319,6 +355,8 @@ class CloneServer(Actor):
             self.pub.send_multipart(self.dialect.hugz(self.sequence, _uuid.uuid4().bytes))
 
     def _housekeeping(self):
+        if self.store is not None:
+            self.store.maybe_compact(self.map, self._expires)
         if self._stalled:
             horizon = _monotonic() - self.snapshot_timeout
             for identity, since in list(self._stalled.items()):
@@ -555,6 +593,8 @@ class CloneServer(Actor):
         for entry in built.values():
             if entry.uuid:
                 self._pending.pop(entry.uuid, None)
+        if self.store is not None:  # the journal describes the old map: write the new one
+            self.store.compact(self.map, self._expires)
         log.info("%s: synced from the peer at sequence %d (%d keys)", self.name, sequence, len(built))
         self.stats["synced"] += 1
         self._feed_progress = True
