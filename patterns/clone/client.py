@@ -203,6 +203,7 @@ class Clone(Actor):
         for _snapshot, _publisher, collector in self.servers:
             self.pub.connect(collector)
         self.snapshot = self.sub = self._ask_timer = None
+        self._received = self._counted = 0  # messages that show the server alive, and those seen by the check
         self._building = None
         self._buffer = []
         self._connect(0)
@@ -274,7 +275,12 @@ class Clone(Actor):
         self._ask(buffered)
 
     def _check_silence(self):
-        if _monotonic() - self._heard > self.timeout:
+        now = _monotonic()
+        if self._received != self._counted:  # anything arrived since the last check
+            self._counted = self._received
+            self._heard = now
+            return
+        if now - self._heard > self.timeout:
             nxt = (self.current + 1) % len(self.servers)
             log.info("%s: server %s silent for %.1fs; trying %s", self.name, self.servers[self.current][0],
                      self.timeout, self.servers[nxt][0])
@@ -282,18 +288,21 @@ class Clone(Actor):
             self._connect(nxt)
 
     def _on_snapshot(self, frames):
-        if self._building is None:
+        building = self._building
+        if building is None:
             return
-        try:
-            msg = decode_kvmsg(frames)
-        except ProtocolError:
+        self._received += 1
+        # The hot path of a snapshot: only the key and the value matter in a KVSYNC.
+        if len(frames) != 5 or len(frames[1]) != 8 or not frames[0]:
             self.stats["malformed"] += 1
             return
-        self._heard = _monotonic()
-        if msg.key != KTHXBAI:
-            if msg.value and msg.key.startswith(self.subtree):
-                self._building[msg.key] = msg.value
+        key = frames[0]
+        if key != KTHXBAI:
+            value = frames[4]
+            if value and (not self.subtree or key.startswith(self.subtree)):
+                building[key] = value
             return
+        msg = decode_kvmsg(frames)
         built, buffered = self._building, self._buffer
         self._building, self._buffer = None, []
         old, self.map = self.map, built
@@ -330,7 +339,7 @@ class Clone(Actor):
         if self._building is not None:  # only the snapshot itself shows a request was accepted
             self._buffer.append(frames)
             return
-        self._heard = _monotonic()
+        self._received += 1
         self._update(frames)
 
     def _update(self, frames):
