@@ -4,7 +4,7 @@ import pytest
 from zactors.patterns.clone.client import Clone
 from zactors.patterns.clone.server import CloneServer
 from tests.conftest import wait_for
-from tests.patterns.clone.conftest import client_of
+from tests.patterns.clone.conftest import client_of, rebind
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -12,8 +12,8 @@ pytestmark = pytest.mark.timeout(120)
 def _restart(server, make, path):
     endpoints = list(server.endpoints)
     server.destroy()
-    return make(CloneServer, snapshot=endpoints[0], publisher=endpoints[1], collector=endpoints[2],
-                persist=str(path))
+    return rebind(make, CloneServer, snapshot=endpoints[0], publisher=endpoints[1], collector=endpoints[2],
+                  persist=str(path))
 
 
 def test_restart_keeps_map_sequence_and_ttls(make, tmp_path):
