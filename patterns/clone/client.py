@@ -45,6 +45,7 @@ Safe from many greenlets of one thread (a gevent WSGI server's handlers,
 say); not across OS threads.
 """
 import logging
+import struct
 import time
 import uuid as _uuid
 
@@ -66,6 +67,7 @@ log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
 _ZERO = pack_sequence(0)
+_unpack_seq = struct.Struct("!Q").unpack
 
 
 def server_endpoints(server):
@@ -343,12 +345,10 @@ class Clone(Actor):
         self._update(frames)
 
     def _update(self, frames):
-        try:
-            msg = decode_kvmsg(frames)
-        except ProtocolError:
+        if len(frames) != 5 or len(frames[1]) != 8 or not frames[0]:
             self.stats["malformed"] += 1
             return
-        seq, key = msg.sequence, msg.key
+        key, seq = frames[0], _unpack_seq(frames[1])[0]  # only what a client uses: no full decode
         if key == HUGZ:
             if seq > self.sequence and not self.subtree:  # the Guide's HUGZ carry the sequence: a lost tail
                 self._resync("HUGZ at %d, we are at %d" % (seq, self.sequence))
@@ -359,13 +359,14 @@ class Clone(Actor):
             self._resync("gap: expected %d, got %d" % (self.sequence + 1, seq))
             return
         self.sequence = seq
-        value = msg.value
+        value = frames[4]
         if value:
             self.map[key] = value
         else:
             self.map.pop(key, None)
-        if msg.uuid:
-            ack = self._acks.get(msg.uuid)
+        uid = frames[2]
+        if uid and self._acks:
+            ack = self._acks.get(uid)
             if ack is not None:
                 ack.set(seq)
         if self._callbacks or self._watchers:

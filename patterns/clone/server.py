@@ -67,7 +67,7 @@ from zactors.actors.speedups import send_message
 from . import bstar
 from .bstar import BinaryStar, decode_state, encode_state
 from .persist import MapJournal
-from .protocol import (HUGZ, KTHXBAI, SPEC, ProtocolError, decode_icanhaz, decode_kvmsg, decode_kvset,
+from .protocol import (HUGZ, KTHXBAI, MAX_KEY, RESERVED_KEYS, SPEC, ProtocolError, decode_icanhaz, decode_kvmsg, decode_kvset,
                        decode_properties, dialect as _dialect, encode_icanhaz, encode_kthxbai, encode_properties,
                        pack_sequence, parse_ttl)
 
@@ -316,6 +316,19 @@ class CloneServer(Actor):
         self.stats["updates"] += 1
 
     def _on_collect(self, frames):
+        # The hot path: an active server, a KVSET without properties (so no ttl to parse).
+        if (len(frames) == 5 and not frames[3] and self.active and self.store is None and 0 < len(frames[0]) <= MAX_KEY
+                and len(frames[1]) == 8 and len(frames[2]) in (0, 16) and frames[0] not in RESERVED_KEYS):
+            key, _seq, uid, props, value = frames
+            self.sequence = seq = self.sequence + 1
+            if value:
+                self.map[key] = _Entry(value, seq, uid, b"", None)
+            else:
+                self.map.pop(key, None)
+            pub = self.pub
+            send_message(pub, pub.handle, (key, pack_sequence(seq), uid, b"", value))
+            self.stats["updates"] += 1
+            return
         try:
             msg, ttl = decode_kvset(frames)
         except ProtocolError as exc:
