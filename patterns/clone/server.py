@@ -55,6 +55,7 @@ import heapq
 import logging
 import time
 import uuid as _uuid
+import weakref
 from collections import OrderedDict
 
 import zmq
@@ -101,6 +102,16 @@ def _with_ttl(properties, ttl_text):
     props = decode_properties(properties)
     props["ttl"] = ttl_text
     return encode_properties(props)
+
+
+class _Cut:
+    """A copy of the map at one sequence, shared by the snapshots started while nothing changed."""
+
+    __slots__ = ("entries", "sequence", "__weakref__")
+
+    def __init__(self, entries, sequence):
+        self.entries = entries
+        self.sequence = sequence
 
 
 class _SnapshotRouter(Router):
@@ -151,6 +162,7 @@ class CloneServer(Actor):
             self.store = MapJournal(self, self.persist, fsync=self.fsync)
             self._restore(*self.store.recover())
         self._snapshots = {}      # identity -> task
+        self._cut_ref = None      # weak reference to the newest _Cut
         self._pending = OrderedDict()  # uuid -> (KVMsg, ttl): client updates the active has not published yet
         self._seen = OrderedDict()     # uuids the active published before their KVSET reached us
         self._syncing = None      # while re-syncing from the peer: dict being built
@@ -424,7 +436,11 @@ class CloneServer(Actor):
 
     def _snapshot(self, identity, subtree, peer):
         """Send a consistent cut of the map, a chunk per step; backpressure pauses the task."""
-        cut, sequence = self.map.copy(), self.sequence
+        held = self._cut_ref() if self._cut_ref is not None else None
+        if held is None or held.sequence != self.sequence:  # share a cut while nothing changed
+            held = _Cut(self.map.copy(), self.sequence)
+            self._cut_ref = weakref.ref(held)
+        cut, sequence = held.entries, held.sequence
         send, chunk = self.router.send, self.chunk
         details = peer or self.dialect.sync_details
         seq_frame = pack_sequence(sequence)
