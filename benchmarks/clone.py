@@ -95,7 +95,6 @@ def load(port, n):
 
 
 def bench_snapshot(keys):
-    import gevent  # noqa: F401
     from zactors.patterns.clone.client import Clone
 
     port = free_base_port()

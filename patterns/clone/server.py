@@ -38,6 +38,10 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   takeover (a client's ICANHAZ? while the active is silent) the pending
   updates are applied and published *before* that snapshot is answered.
   Split brain: the primary wins; the backup yields, logs and re-syncs.
+  A server re-syncs through the peer's snapshot port with the routing id
+  :data:`PEER_IDENTITY`: those snapshots (a zactors extension, invisible to
+  clients) carry each entry's sequence, UUID and properties, with ttl as
+  the seconds left, so the backup can expire keys after a takeover.
 - Malformed messages on any socket are dropped and counted (``malformed``).
 - ``persist=DIR`` keeps the map in the kernel's Journal (see :mod:`.persist`):
   a restarted server starts from it, at the same sequence.

@@ -10,7 +10,6 @@ from zactors.actors.auth import generate_keypair
 from zactors.apps.cli import main
 from zactors.patterns.clone.client import Clone
 from zactors.patterns.clone.server import CloneServer
-from tests.conftest import wait_for
 from tests.patterns.clone.conftest import client_of, free_base_port
 
 pytestmark = pytest.mark.timeout(90)
