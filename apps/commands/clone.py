@@ -283,8 +283,8 @@ def demo(out):
         primary.destroy()
         out("primary stopped at sequence %d; ..." % alice.sequence)
         _wait(lambda: backup.call("INFO")["state"] == "active" and alice.server == servers[1][0], 10)
-        bob.set("/demo/after", "failover")  # bob may still be re-syncing: its snapshot will carry it
-        _wait(lambda: alice.get("/demo/after") == b"failover" == bob.get("/demo/after"), 5)
+        bob.set("/demo/after", "failover", wait=5)
+        _wait(lambda: alice.get("/demo/after") == b"failover", 5)
         out("backup took over in %.2f s; alice and bob agree on %d keys, /demo/n=%s"
             % (time.monotonic() - started, len(alice), _text(alice.get("/demo/n", b"?"))))
     finally:

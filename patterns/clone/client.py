@@ -150,7 +150,9 @@ class Clone(Actor):
         ``ttl``: seconds after which the server deletes the key.  ``wait``:
         seconds to wait for the server's KVPUB of this update, then return its
         sequence (ActorTimeout if it does not come; the update may still be
-        applied later).  Safe from many greenlets.
+        applied later).  Across a failover or re-sync, a snapshot that holds
+        ``value`` for ``key`` counts as that KVPUB (its sequence is returned).
+        Safe from many greenlets.
         """
         key, value = _bytes(key), _bytes(value)
         if not key or key in (HUGZ, KTHXBAI, b"ICANHAZ?"):
@@ -166,7 +168,8 @@ class Clone(Actor):
             return uid
         if not key.startswith(self.subtree):
             raise ValueError("wait= needs a key inside this client's subtree %r" % self.subtree)
-        result = self._acks[uid] = AsyncResult()
+        result = AsyncResult()
+        self._acks[uid] = (result, key, value)
         try:
             self.send("SET", key, value, uid, props)
             return result.get(timeout=wait)
@@ -318,6 +321,11 @@ class Clone(Actor):
                 if key not in built:
                     self._changed(key, b"", seq)
         self.synced.set()
+        # Updates waiting for their KVPUB may have been applied before this snapshot (a failover, a
+        # re-sync): the snapshot holding the value we set is their acknowledgement.
+        for result, key, value in list(self._acks.values()):
+            if built.get(key, b"") == value and key.startswith(self.subtree):
+                result.set(seq)
         if self._unproven and buffered:
             self._unproven = False
             if not self._proven(buffered[0]):
@@ -368,7 +376,7 @@ class Clone(Actor):
         if uid and self._acks:
             ack = self._acks.get(uid)
             if ack is not None:
-                ack.set(seq)
+                ack[0].set(seq)
         if self._callbacks or self._watchers:
             self._changed(key, value, seq)
 
