@@ -219,8 +219,14 @@ class Clone(Actor):
             curve_client(sock, self.curve, self.server_public)
         return sock
 
-    def _connect(self, index):
-        """Subscribe to server ``index``, then ask it for a snapshot (see :meth:`_ask`)."""
+    def _connect(self, index, vote=False):
+        """Subscribe to server ``index``, then ask it for a snapshot (see :meth:`_ask`).
+
+        ``vote``: ask at once, as after a silence: a passive backup publishes
+        nothing until a request makes it take over, so waiting for its stream
+        would only delay the failover (the snapshot is then checked, see
+        :meth:`_proven`).
+        """
         for sock in (self.snapshot, self.sub):
             if sock is not None:
                 self.close_socket(sock)
@@ -246,7 +252,10 @@ class Clone(Actor):
         # (briefly: a passive server sends nothing until our request makes it take over) for a
         # first message, which proves the subscription live, before asking for the snapshot.
         self._asked = False
-        self._ask_timer = self.call_later(self.sub_wait, self._ask)
+        if vote:
+            self._ask()
+        else:
+            self._ask_timer = self.call_later(self.sub_wait, self._ask)
 
     def _ask(self, buffered=()):
         """Send ICANHAZ? (a Binary Star vote too).  Updates published meanwhile are buffered."""
@@ -290,7 +299,7 @@ class Clone(Actor):
             log.info("%s: server %s silent for %.1fs; trying %s", self.name, self.servers[self.current][0],
                      self.timeout, self.servers[nxt][0])
             self.stats["failovers"] += 1
-            self._connect(nxt)
+            self._connect(nxt, vote=True)
 
     def _on_snapshot(self, frames):
         building = self._building
