@@ -1,0 +1,197 @@
+"""Which wire, mismatches reported at the handshake, and waiting on native sockets.
+
+Mismatches are made on every build with plain pyzmq sockets of a type the
+other end refuses (PUSH to a PUSH, ...); across the two wires (emulated
+against native) where the build has the draft API.
+"""
+import gc
+import os
+import threading
+import time
+
+import gevent
+import pytest
+import zmq
+from gevent._hub_local import get_hub_if_exists
+
+from zactors.actors.sockets import context
+from zactors.patterns.scatter import Gather, NoMessage, NoPeerAvailable, Scatter, native_available
+from tests.conftest import wait_for
+from tests.patterns.scatter.conftest import NO_DRAFT
+
+pytestmark = pytest.mark.timeout(60)
+
+needs_draft = pytest.mark.skipif(not native_available(), reason=NO_DRAFT)
+
+
+def _plain(kind, endpoint, bind=True):
+    sock = context().socket(kind)
+    sock.linger = 0
+    if bind:
+        sock.bind(endpoint)
+        return sock, sock.last_endpoint.decode()
+    sock.connect(endpoint)
+    return sock, endpoint
+
+
+def _mismatches(sock):
+    return [r for r in sock.refused if r.kind == "wire"]
+
+
+def test_a_scatter_refused_by_its_peer_says_so(make, caplog):
+    """A Scatter connected to a peer of the wrong type: refused, logged, and its timeout says why."""
+    wrong = zmq.PUSH  # neither a PULL nor a GATHER accepts... a PUSH; nor does a PUSH accept us
+    peer, endpoint = _plain(wrong, "tcp://127.0.0.1:*")
+    try:
+        scatter = make.scatter(queue_limit=1)
+        scatter.connect(endpoint)
+        wait_for(lambda: _mismatches(scatter), 10, "the refusal")
+        refusal = _mismatches(scatter)[0]
+        assert refusal.endpoint == endpoint
+        assert "another wire" in refusal.reason and ("native=%s" % make.native) in refusal.reason
+        assert any("refused at the handshake" in r.getMessage() and r.levelname == "WARNING"
+                   for r in caplog.records)
+        scatter.send(b"queued", timeout=5)  # a connected Scatter queues for the peer to come...
+        with pytest.raises(NoPeerAvailable, match="refused at the handshake.*another wire"):
+            scatter.send(b"then waits", timeout=0.3)  # ...and when it times out, says why
+    finally:
+        peer.close(0)
+
+
+def test_a_bound_gather_reports_the_peers_it_refused(make):
+    gather = make.gather()
+    endpoint = gather.bind("tcp://127.0.0.1:*")
+    peer, _ = _plain(zmq.PULL, endpoint, bind=False)
+    try:
+        wait_for(lambda: _mismatches(gather), 10, "the refusal")
+        assert "a peer connected to %s" % endpoint in _mismatches(gather)[0].reason
+        with pytest.raises(NoMessage, match="another wire"):
+            gather.recv(timeout=0.2)
+    finally:
+        peer.close(0)
+
+
+def test_matching_peers_report_nothing(make):
+    gather = make.gather()
+    scatter = make.scatter()
+    scatter.connect(gather.bind("tcp://127.0.0.1:*"))
+    scatter.send(b"fine", timeout=5)
+    assert gather.recv(timeout=10) == b"fine"
+    assert scatter.refused == [] and gather.refused == []
+
+
+@needs_draft
+@pytest.mark.parametrize("native_side", ["gather", "scatter"])
+def test_emulated_and_native_refuse_each_other_on_both_sides(native_side):
+    """Two processes' choices differing: both ends are told, neither is silent."""
+    gather = Gather(native=native_side == "gather")
+    scatter = Scatter(native=native_side == "scatter", linger=0)
+    try:
+        scatter.connect(gather.bind("tcp://127.0.0.1:*"))
+        wait_for(lambda: _mismatches(scatter) and _mismatches(gather), 10, "both refusals")
+        with pytest.raises(NoMessage, match="another wire"):
+            gather.recv(timeout=0.2)
+    finally:
+        scatter.close()
+        gather.close()
+
+
+@needs_draft
+def test_native_interoperates_with_plain_pyzmq_scatter_and_gather():
+    gather = Gather(native=True)
+    endpoint = gather.bind("tcp://127.0.0.1:*")
+    plain_scatter, _ = _plain(zmq.SCATTER, endpoint, bind=False)
+    plain_gather, plain_endpoint = _plain(zmq.GATHER, "tcp://127.0.0.1:*")
+    scatter = Scatter(native=True, linger=0)
+    try:
+        plain_scatter.send(b"from plain")
+        assert gather.recv(timeout=10) == b"from plain"
+        scatter.connect(plain_endpoint)
+        scatter.send(b"to plain", timeout=5)
+        assert plain_gather.poll(10000) and plain_gather.recv() == b"to plain"
+    finally:
+        for sock in (plain_scatter, plain_gather):
+            sock.close(0)
+        scatter.close()
+        gather.close()
+
+
+# -- waiting: no polling, no hub in plain threads, no leaks ----------------------------------
+def test_plain_threads_that_block_make_no_hub(make):
+    gather = make.gather()
+    gather.bind("tcp://127.0.0.1:*")
+    hubs = []
+
+    def block_once():
+        with pytest.raises(NoMessage):
+            gather.recv(timeout=0.01)
+        hubs.append(get_hub_if_exists())
+
+    for _ in range(5):
+        thread = threading.Thread(target=block_once)
+        thread.start()
+        thread.join(10)
+    assert hubs == [None] * 5
+
+
+def test_blocked_callers_cost_no_cpu(make):
+    """Ten callers blocked (greenlets and plain threads): the process stays idle."""
+    gather = make.gather()
+    gather.bind("tcp://127.0.0.1:*")
+    scatter = make.scatter(queue_limit=1)
+    scatter.bind("tcp://127.0.0.1:*")  # no peer: every send blocks
+    outcomes = []
+
+    def receive():
+        try:
+            outcomes.append(gather.recv(timeout=30))
+        except zmq.ZMQError as exc:
+            outcomes.append(exc)
+
+    def send():
+        try:
+            outcomes.append(scatter.send(b"x", timeout=30))
+        except zmq.ZMQError as exc:
+            outcomes.append(exc)
+
+    greenlets = [gevent.spawn(receive) for _ in range(3)] + [gevent.spawn(send) for _ in range(3)]
+    threads = [threading.Thread(target=f, daemon=True) for f in (receive, receive, send, send)]
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: len(gather._waiters) == 5 and len(scatter._waiters) == 5, 10, "ten parked callers")
+    before_cpu, before = time.process_time(), time.monotonic()
+    gevent.sleep(1.0)  # the measuring window (not a synchronisation)
+    used = (time.process_time() - before_cpu) / (time.monotonic() - before)
+    assert used < 0.03, "%.1f%% of a core while idle" % (used * 100)
+    gather.close()
+    scatter.close()  # wakes all ten with Closed
+    wait_for(lambda: len(outcomes) == 10 and not any(t.is_alive() for t in threads), 10, "the callers")
+    assert all(isinstance(o, zmq.ZMQError) for o in outcomes), outcomes
+
+
+def test_descriptors_return_to_baseline_after_sockets_and_threads(make):
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    def round_trip():
+        gather = make.gather()
+        scatter = make.scatter()
+        scatter.connect(gather.bind("tcp://127.0.0.1:*"))
+        threads = [threading.Thread(target=lambda: gather.recv(timeout=10)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: len(gather._waiters) == 4, 10, "four blocked threads")
+        for _ in threads:
+            scatter.send(b"x", timeout=5)
+        for thread in threads:
+            thread.join(10)
+        scatter.close()
+        gather.close()
+
+    round_trip()  # the process-wide pieces (the handshake reader) exist from here on
+    gc.collect()
+    before = open_fds()
+    for _ in range(10):
+        round_trip()
+    gc.collect()
+    wait_for(lambda: open_fds() <= before, 10, "descriptors back to %d (now %d)" % (before, open_fds()))
