@@ -49,7 +49,10 @@ senders.  While parked the actor still serves its pipe: ``$TERM`` ends it at
 once (the waiting ``emit`` raises ``GreenletExit``, which unwinds the
 handler as a kill would), ``$STATS`` answers, and other commands run inside
 the waiting ``emit`` (so a caller can always call an actor whose events
-nobody reads); timers and the other sockets wait.  An actor that would
+nobody reads: a handler that emits must not hold state across ``emit`` that
+a command may change, and a command's events come between the waiting
+handler's; at most ``MAX_EMIT_NESTING`` deep, then commands wait in the
+pipe); timers and the other sockets wait.  An actor that would
 rather lose events than wait sets ``events_policy = "drop"``, or passes
 ``emit(..., drop=True)``: an event that finds the window full is dropped
 and counted in ``$STATS`` as ``events_dropped``.  Fan-out:

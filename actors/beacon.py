@@ -109,6 +109,10 @@ def choose_interface(spec=None, interfaces=None):
 class Beacon(Actor):
     """UDP broadcast/listen actor; see the module docstring for its vocabulary."""
 
+    #: beacons are lossy by nature (UDP, sent again every interval): a parent
+    #: that reads slowly loses some, counted, rather than holding the actor back
+    events_policy = "drop"
+
     def __init__(self, port=5670, interface=None, interval=1.0, name=None):
         if not 0 < port < 65536:
             raise ValueError("beacon port must be 1..65535, got %r" % (port,))
@@ -218,11 +222,11 @@ class Beacon(Actor):
             self._timer = None
 
     @command(SUBSCRIBE)
-    def subscribe(self, prefix=b""):
+    def listen_for(self, prefix=b""):
         self._prefix = bytes(prefix)
 
     @command(UNSUBSCRIBE)
-    def unsubscribe(self):
+    def stop_listening(self):
         self._prefix = None
 
     @command(INFO, reply=True)

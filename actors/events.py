@@ -142,14 +142,16 @@ class Subscription:
             self.policy, self.size, self.pending, self.dropped, " closed" if self.closed else "")
 
     # -- the pipe's side (hub or attached reactor; never blocks) -------------
-    def _put(self, event, nbytes):
+    def _put(self, item):
+        """Queue ``(event, bytes)``, or drop it when a ``"drop"`` queue is full."""
         queue = self._queue
+        nbytes = item[1]
         if self.policy is DROP and queue.qsize() and (
                 queue.qsize() >= self.size or self._bytes + nbytes > self.max_bytes):
             self.dropped += 1
             return
         self._bytes += nbytes
-        queue.put_nowait((event, nbytes))
+        queue.put_nowait(item)
 
     def _shut(self, end):
         """No more events: readers get what is queued, then ``end`` is raised."""

@@ -46,6 +46,7 @@ from gevent.hub import Waiter
 
 from .errors import ActorDied, ActorExited, ActorTimeout, CommandError, PipeError
 from .events import BLOCK, Subscription, low_mark
+from .reactor import DRAIN_CAP
 from .sockets import NOBLOCK, POLLIN, POLLOUT, Socket, context
 from .speedups import recv_message
 
@@ -228,7 +229,7 @@ class PipeEnd:
         """
         sub = Subscription(self, self.size if size is None else size, policy,
                            self.max_bytes if max_bytes is None else max_bytes)
-        if self.socket.closed:
+        if self._end is not None:  # the actor is gone and its last word delivered already
             sub._shut(self._end)
             return sub
         self._subscriptions.append(sub)
@@ -326,9 +327,15 @@ class PipeEnd:
         self._default.close()
         reactor.add_reader(self.socket, self.dispatch)
 
-    def _drain(self):
-        """Hub callback: dispatch everything readable (never blocks)."""
+    def _drain(self, cap=DRAIN_CAP):
+        """Hub callback: dispatch what is readable, at most ``cap`` messages (never blocks).
+
+        Past the cap it goes on in a fresh callback, so the greenlets it woke
+        (readers, callers) run in between: no ZMQ_FD edge comes for what is
+        left, so it must not wait for one.
+        """
         sock = self.socket
+        n = 0
         while self._reactor is None:
             try:
                 frames = recv_message(sock, sock.handle)
@@ -337,6 +344,10 @@ class PipeEnd:
             if frames is None:
                 break
             self.dispatch(frames[0])
+            n += 1
+            if n == cap:
+                self._hub.loop.run_callback(self._drain)
+                break
         if not self._room.is_set() and not sock._closed and sock.events() & POLLOUT:
             self._room.set()
         if self._parked is not None:  # in_flight fell, or a drop-only reader took events
@@ -368,6 +379,24 @@ class PipeEnd:
         except PipeError as exc:
             log.error("%s: malformed message from actor dropped: %s", self.name, exc)
             return
+        if verb[0] != "$" or verb not in RESERVED:  # an event: the hot path
+            nbytes = len(frame)
+            if self.in_flight:
+                self.in_flight -= 1
+                self.bytes_in_flight -= nbytes
+            event = Event(verb, tuple(args))
+            if self._on_event is not None:
+                self._on_event(event)
+            item = (event, nbytes)
+            for sub in self._subscriptions:
+                if sub.policy is BLOCK:  # bounded by the window: never full here
+                    sub._bytes += nbytes
+                    sub._queue.put_nowait(item)
+                else:
+                    sub._put(item)
+            if self._reactor is not None and self._parked is not None:  # _drain checks once a batch
+                self.consumed()
+            return
         if verb == REPLY or verb == ERROR:
             entry = self._pending.pop(request_id, None)
             if entry is None:
@@ -383,25 +412,14 @@ class PipeEnd:
         if verb == FAILED:
             self._ready.set(False)
             return
-        event = Event(verb, tuple(args))
         if verb == EXIT or verb == DIED:
             self._finish(verb, args)
+            event = Event(verb, tuple(args))
             if self._on_event is not None:
                 self._on_event(event)
             for sub in self._subscriptions:  # the last word is never dropped
                 sub._queue.put_nowait((event, 0))
                 sub._shut(self._end)
-            return
-        nbytes = len(frame)
-        if self.in_flight:
-            self.in_flight -= 1
-            self.bytes_in_flight -= nbytes
-        if self._on_event is not None:
-            self._on_event(event)
-        for sub in self._subscriptions:
-            sub._put(event, nbytes)
-        if self._reactor is not None and self._parked is not None:  # _drain checks once a batch
-            self.consumed()
 
     def _resolve(self, entry, value, error):
         if type(entry) is list:
@@ -429,7 +447,7 @@ class PipeEnd:
         if self._reactor is not None:
             self._reactor.remove_reader(self.socket)
         else:
-            self._drain()  # the actor's last words ($EXIT) may not have been read yet
+            self._drain(None)  # the actor's last words ($EXIT) may not have been read yet
         self._watcher.close()
         if self._end is None:
             self._end = ActorExited("%s has been destroyed" % self.name)

@@ -20,6 +20,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 
 import gevent
 from gevent.event import Event
@@ -27,6 +28,7 @@ from gevent.event import Event
 __all__ = ["Interrupted", "handle_signals", "wait_until_stopped", "quiet_broken_pipe", "SIGNALS"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_KEEPALIVE = 3600.0
 
 
 class Interrupted(BaseException):
@@ -43,7 +45,7 @@ class Interrupted(BaseException):
 
 class _State:
     target = None       # the greenlet signals interrupt
-    parked = None       # an Event while wait_until_stopped waits
+    parked = []         # the Events of the wait_until_stopped calls waiting now
     signum = None       # the first signal received
 
 
@@ -55,8 +57,9 @@ def _on_signal(signum):
         os.write(2, b"zactors: stopped at once\n")
         os._exit(128 + signum)
     _state.signum = signum
-    if _state.parked is not None:
-        _state.parked.set()
+    if _state.parked:
+        for event in _state.parked:
+            event.set()
     elif _state.target is not None and not _state.target.dead:
         # thrown from the hub, as gevent.Timeout does: the main greenlet is parked in it
         gevent.get_hub().loop.run_callback(_state.target.throw, Interrupted(signum))
@@ -83,17 +86,28 @@ def handle_signals():
 def wait_until_stopped(event=None, timeout=None):
     """Park until SIGINT or SIGTERM, ``event`` (a gevent Event) is set, or ``timeout`` s pass.
 
+    Any greenlet may wait here (e.g. one that closes a subscription when
+    asked to stop); while one does, a signal interrupts no one.
+
     Returns the signal number, or None when the event or the timeout ended
     the wait.  For servers: the signal is how they are asked to stop, so it
     ends this wait normally instead of raising :class:`Interrupted`.
     """
     if _state.signum is not None:
         return _state.signum
-    _state.parked = event if event is not None else Event()
+    event = event if event is not None else Event()
+    _state.parked.append(event)
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        _state.parked.wait(timeout)
+        # Always with a timeout: signal watchers do not keep gevent's loop alive, so a bare
+        # wait in a process with nothing else to watch would end in LoopExit.
+        while not event.is_set():
+            remaining = _KEEPALIVE if deadline is None else min(_KEEPALIVE, deadline - time.monotonic())
+            if remaining <= 0:
+                break
+            event.wait(remaining)
     finally:
-        _state.parked = None
+        _state.parked.remove(event)
     return _state.signum
 
 

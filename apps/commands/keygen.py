@@ -1,4 +1,5 @@
 """``zactors keygen``: write a CURVE keypair in pyzmq's certificate format."""
+import argparse
 import os
 import socket
 
@@ -15,9 +16,17 @@ def register(subparsers):
                     "and NAME.key_secret (both keys, mode 0600: keep it private).",
         epilog="Example: zactors keygen --dir ~/.curve --name server")
     parser.add_argument("--dir", default=".", help="directory for the files (created if missing; default: .)")
-    parser.add_argument("--name", default=socket.gethostname().split(".")[0] or "zactors",
+    parser.add_argument("--name", default=socket.gethostname().split(".")[0] or "zactors", type=_stem,
                         help="file name stem (default: this host's name)")
     parser.set_defaults(func=run)
+
+
+def _stem(text):
+    if not text:
+        raise argparse.ArgumentTypeError("the name cannot be empty")
+    if os.sep in text or text in (".", ".."):
+        raise argparse.ArgumentTypeError("%r: give a file name, not a path (the folder is --dir)" % text)
+    return text
 
 
 def run(args):

@@ -89,6 +89,10 @@ def register(sub):
     mmi.set_defaults(func=run_mmi)
 
 
+#: kept for apps/commands/clone.py, which imports it; new code: zactors.apps.stopping.wait_until_stopped
+_until_signal = wait_until_stopped
+
+
 def _connect(parser):
     parser.add_argument("--connect", default=DEFAULT_ENDPOINT, type=options.connect_endpoint, metavar="ENDPOINT",
                         help="broker endpoint (default: %(default)s)")

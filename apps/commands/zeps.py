@@ -170,14 +170,9 @@ def _curve_client(args):
 
 
 def _until_signal():
-    """Park until SIGINT or SIGTERM."""
-    stop = Event()
-    handlers = [gevent.signal_handler(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)]
-    try:
-        stop.wait()
-    finally:
-        for handler in handlers:
-            handler.cancel()
+    """Park until SIGINT or SIGTERM (the CLI's shared convention: zactors.apps.stopping)."""
+    from zactors.apps.stopping import wait_until_stopped
+    return wait_until_stopped()
 
 
 def run_broker(args):

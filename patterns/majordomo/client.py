@@ -114,6 +114,8 @@ class Client:
         if self._closed:
             raise RuntimeError("client is closed")
         service = _bytes(service)
+        if not service:
+            raise ValueError("a service name cannot be empty")
         body = [_bytes(f) for f in frames]
         if not body:
             raise ValueError("a request needs at least one body frame")
@@ -132,6 +134,7 @@ class Client:
                                     self.pool_size), connected=self._handshakes > handshakes)
         sock = self._idle.pop() if self._idle else self._socket()
         connected = sock not in self._watches  # a pooled socket has answered before
+        self._drop_stale(sock)
         done = False
         try:
             for attempt in range(attempts):
@@ -178,6 +181,17 @@ class Client:
             else:  # replies may still be on their way: never reuse this socket
                 self._discard(sock)
             self._slots.release()
+
+    def _drop_stale(self, sock):
+        """Drop what a reused socket received after its last FINAL (a broker's or
+        worker's extra replies): MDP has no request id, so they would pass for
+        the next request's answer."""
+        while True:
+            try:
+                sock.recv_frames()
+            except zmq.Again:
+                return
+            self.stats["stale"] += 1
 
     def _wait(self, sock, timeout):
         """Wait up to ``timeout`` s for a reply on ``sock``; raise HandshakeFailed if the broker refused it.

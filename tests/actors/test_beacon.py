@@ -2,6 +2,7 @@
 import gevent
 import pytest
 
+from zactors.actors import Actor
 from zactors.actors.beacon import Beacon, BeaconError, choose_interface
 from tests.conftest import wait_for
 from tests.netns import lab  # noqa: F401  (fixture)
@@ -119,3 +120,9 @@ def test_bad_payload_is_refused_not_fatal(lab, beacons):
     with pytest.raises(Exception, match="payload must be"):
         ba.call("PUBLISH", b"x" * 300, timeout=5)
     assert ba.alive
+
+
+def test_beacon_keeps_the_kernels_subscribe_and_drops_when_unread():
+    # its SUBSCRIBE command must not hide Actor.subscribe (event fan-out)
+    assert Beacon.subscribe is Actor.subscribe
+    assert Beacon.events_policy == "drop"

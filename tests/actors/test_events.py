@@ -3,6 +3,7 @@ import os
 import time
 
 import gevent
+from hypothesis import HealthCheck, given, settings, strategies as st
 import pytest
 import zmq
 
@@ -14,7 +15,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 class Emitter(Actor):
-    """STREAM n [size]: emits TICK i (with ``size`` bytes); ADD n -> total; EMIT_DROP n: emit(drop=True)."""
+    """STREAM n [size]: emits TICK i (with ``size`` bytes); TAGGED tag n: TAG tag i; ADD n -> total;
+    EMIT_DROP n: emit(drop=True)."""
 
     def __init__(self, events_size=None, events_policy=None, events_bytes=None):
         if events_size is not None:
@@ -30,6 +32,11 @@ class Emitter(Actor):
         payload = b"x" * size
         for i in range(n):
             self.emit("TICK", i, payload)
+
+    @command
+    def tagged(self, tag, n):
+        for i in range(n):
+            self.emit("TAG", tag, i)
 
     @command
     def emit_drop(self, n):
@@ -396,3 +403,82 @@ def test_a_callers_own_timeout_is_not_turned_into_actor_timeout(make):
             while True:
                 actor.call("ADD", 0, timeout=60)  # the outer timeout fires while a call waits
     assert raised.value is outer
+
+
+def test_destroy_is_prompt_even_when_the_parked_actor_has_paused_its_commands():
+    class Deaf(Actor):
+        events_size = 5
+        term_timeout = 30.0
+
+        @command
+        def flood(self):
+            self.pause_commands()  # its pipe goes unread: only destroy's direct wake-up reaches it
+            for i in range(1000):
+                self.emit("TICK", i)
+
+    actor = Deaf()
+    actor.send("FLOOD")
+    wait_for(lambda: actor._pipe.backlog >= 5, what="the window to fill")
+    started = time.monotonic()
+    actor.destroy()
+    assert time.monotonic() - started < 1.0 and not actor.alive
+
+
+def test_commands_that_emit_while_the_window_is_full_lose_nothing_and_keep_their_own_order(make):
+    actor = make(events_size=4)
+    actor.send("TAGGED", "outer", 6)  # parks on its 4th event
+    wait_for(lambda: stats(actor)["emit_waits"] >= 1, what="the actor to park")
+    # Each command runs inside the parked emit (up to the nesting limit; the
+    # rest wait in the pipe) and its events come between the outer ones: in
+    # the order emitted, each command's own in order, none lost.
+    for tag in range(20):
+        actor.send("TAGGED", tag, 3)
+    seen = {}
+    for _ in range(6 + 20 * 3):
+        event = actor.recv_event(timeout=10)
+        assert event is not None and event.name == "TAG"
+        seen.setdefault(event.args[0], []).append(event.args[1])
+    assert seen == {"outer": list(range(6)), **{tag: [0, 1, 2] for tag in range(20)}}
+    assert actor.recv_event(timeout=0.05) is None
+    assert actor.call("ADD", 1, timeout=5) == 1
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(window=st.integers(1, 40), n=st.integers(0, 300),
+       subs=st.lists(st.tuples(st.sampled_from(["block", "drop"]), st.integers(1, 50)), max_size=4),
+       bursts=st.lists(st.integers(1, 60), min_size=1, max_size=8))
+def test_any_mix_of_readers_gets_what_its_policy_promises(make, window, n, subs, bursts):
+    actor = make(events_size=window)
+    subscriptions = [actor.subscribe(size=size, policy=policy) for policy, size in subs]
+    actor.send("STREAM", n)
+    got = {sub: [] for sub in subscriptions}
+    default = []
+    blocking = [sub for sub in subscriptions if sub.policy == "block"]
+
+    def within_window():
+        pipe = actor._pipe
+        return pipe.in_flight + pipe._default.pending <= window + 1 and all(
+            pipe.in_flight + sub.pending <= sub.size + 1 for sub in blocking)
+    # The default reader takes bursts of events; each blocking subscription
+    # follows it; drop ones are read at the end.
+    burst = 0
+    while len(default) < n:
+        for _ in range(min(bursts[burst % len(bursts)], n - len(default))):
+            assert within_window()
+            default.append(actor.recv_event(timeout=10).args[0])
+            for sub in subscriptions:
+                if sub.policy == "block":
+                    got[sub].append(sub.recv(timeout=10).args[0])
+        burst += 1
+        gevent.sleep(0)
+    assert default == list(range(n))
+    assert actor.call("ADD", 0, timeout=5) == 0
+    for sub in subscriptions:
+        while sub.pending:
+            got[sub].append(sub.recv(timeout=1).args[0])
+        if sub.policy == "block":
+            assert got[sub] == list(range(n)) and sub.dropped == 0
+        else:
+            assert got[sub] == sorted(set(got[sub])) and len(got[sub]) + sub.dropped == n
+        sub.close()
+    actor.destroy()

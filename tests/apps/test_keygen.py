@@ -8,6 +8,8 @@ import zmq
 from zactors.actors.auth import load_keypair
 from zactors.apps.cli import main
 
+pytestmark = pytest.mark.timeout(90)
+
 
 @pytest.mark.timeout(30)
 def test_keygen_writes_a_keypair(tmp_path, capsys):
@@ -21,3 +23,10 @@ def test_keygen_writes_a_keypair(tmp_path, capsys):
     assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
     assert main(["keygen", "--dir", str(directory), "--name", "node"]) == 1
     assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, says", [("", "empty"), ("a/b", "give a file name, not a path")])
+def test_keygen_names_a_bad_name(tmp_path, capsys, name, says):
+    with pytest.raises(SystemExit) as exit:
+        main(["keygen", "--dir", str(tmp_path), "--name", name])
+    assert exit.value.code == 2 and says in capsys.readouterr().err

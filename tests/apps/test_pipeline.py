@@ -18,6 +18,8 @@ from zactors.apps.pipeline import Sink, Ventilator, Worker, decode_result, decod
 from zactors.patterns.scatter import Scatter
 from tests.conftest import wait_for
 
+pytestmark = pytest.mark.timeout(90)
+
 
 
 @pytest.fixture

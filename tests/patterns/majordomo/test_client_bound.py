@@ -44,6 +44,9 @@ def test_bad_settings_name_the_setting():
                          ({"pool_size": 0}, "pool_size must be 1")]:
         with pytest.raises(ValueError, match=says):
             Client("tcp://127.0.0.1:5555", **kwargs)
+    with Client("tcp://127.0.0.1:5555") as client:
+        with pytest.raises(ValueError, match="a service name cannot be empty"):
+            client.request("", "x")
 
 
 def test_a_refused_key_raises_handshake_failed_at_once(tmp_path):

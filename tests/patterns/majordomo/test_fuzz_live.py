@@ -290,8 +290,6 @@ def test_well_formed_hostile_replies_never_break_a_client(framing):
         fake.close()
 
 
-@pytest.mark.xfail(strict=True, reason="client.py reuses an idle socket without dropping replies that came "
-                                       "after its last FINAL (reported; client.py is not this branch's)")
 def test_a_reply_after_the_final_is_not_the_next_requests_answer():
     fake = FakeBroker("spec")
     try:
