@@ -58,9 +58,9 @@ def _pace(i, start, rate):
 def _report(received, latencies, first, last):
     latencies.sort()
     n = len(latencies)
-    print(json.dumps({"received": received, "first": first, "last": last,
-                      "p50": latencies[n // 2] if n else None, "p99": latencies[min(n - 1, n * 99 // 100)] if n else None}),
-          flush=True)
+    p50 = latencies[n // 2] if n else None
+    p99 = latencies[min(n - 1, n * 99 // 100)] if n else None
+    print(json.dumps({"received": received, "first": first, "last": last, "p50": p50, "p99": p99}), flush=True)
 
 
 # -- roles (each runs in its own process) -------------------------------------------
@@ -256,7 +256,7 @@ def start_redis(persistence):
     if server is None:
         return "redis-server not found (apt-get install redis-server)"
     try:
-        import redis  # noqa: F401
+        import redis
     except ImportError:
         return "the redis client is not installed (pip install redis hiredis)"
     directory = tempfile.mkdtemp(prefix="zeps-bench-redis-")
@@ -265,7 +265,6 @@ def start_redis(persistence):
                "--protected-mode", "yes", "--daemonize", "no", "--logfile", os.path.join(directory, "log")]
     options += ["--appendonly", "yes", "--appendfsync", "everysec"] if persistence else ["--appendonly", "no"]
     proc = subprocess.Popen([server, *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import redis
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
@@ -322,7 +321,8 @@ def raw_rows(args):
     got = json.loads(pull.stdout.readline())
     push.wait(30)
     pull.wait(30)
-    rows = {"push->pull": {"rate": args.messages / (got["last"] - sent["start"]), "lost": args.messages - got["received"]}}
+    rows = {"push->pull": {"rate": args.messages / (got["last"] - sent["start"]),
+                           "lost": args.messages - got["received"]}}
     directory = tempfile.mkdtemp(prefix="zeps-bench-file-")
     try:
         frame = struct.Struct("<IIQd")
@@ -382,7 +382,8 @@ def main():
     zeps, aof = table.get("zactors ZEPS (fsync 100 ms)"), table.get("Redis Streams (AOF everysec)")
     if isinstance(zeps, dict) and isinstance(aof, dict):
         print("\nZEPS / Redis AOF: deliver 1 sub x%.2f (target >= 1.5), replay x%.2f (target >= 2)"
-              % (zeps["deliver 1 sub"]["rate"] / aof["deliver 1 sub"]["rate"], zeps["replay"]["rate"] / aof["replay"]["rate"]))
+              % (zeps["deliver 1 sub"]["rate"] / aof["deliver 1 sub"]["rate"],
+                 zeps["replay"]["rate"] / aof["replay"]["rate"]))
     return 0
 
 

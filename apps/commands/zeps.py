@@ -1,14 +1,17 @@
 """ZEPS commands: ``zactors zeps broker|publish|subscribe|streams|dump`` and the ZEPS part of the demo."""
+import argparse
 import datetime
 import logging
 import os
 import re
-import signal
 import sys
 import time
 
 import gevent
-from gevent.event import Event
+import zmq
+
+from zactors.apps import exitstatus, options
+from zactors.apps.stopping import Interrupted, wait_until_stopped
 
 ORDER = 40
 log = logging.getLogger("zactors.zeps")
@@ -21,38 +24,39 @@ def register(sub):
                           description="ZEPS: a broker that journals every message and replays it to "
                                       "late or slow subscribers.")
     cmds = zeps.add_subparsers(dest="zeps_command", metavar="SUBCOMMAND")
-    zeps.set_defaults(func=lambda args: zeps.print_help() or 2)
+    zeps.set_defaults(func=lambda args: zeps.print_help() or exitstatus.USAGE)
 
     broker = cmds.add_parser("broker", help="run a broker until Ctrl-C",
-                             description="Run a ZEPS broker journaling under --journal.")
+                             description="Run a ZEPS broker journaling under --journal, until Ctrl-C or "
+                                         "SIGTERM (then a summary line and exit status 0).")
     broker.add_argument("--journal", required=True, metavar="DIR",
                         help="journal directory (one subdirectory per stream)")
-    broker.add_argument("--bind", default=DEFAULT_ENDPOINT,
+    broker.add_argument("--bind", default=DEFAULT_ENDPOINT, type=options.bind_endpoint,
                         help="endpoint for clients, e.g. tcp://*:5570 for every interface (default: %(default)s)")
-    broker.add_argument("--fsync", default="100ms", metavar="POLICY",
+    broker.add_argument("--fsync", default="100ms", metavar="POLICY", type=_fsync,
                         help="'never', 'batch' (after every write) or a period such as 100ms or 1s "
                              "(default: %(default)s)")
-    broker.add_argument("--retain", action="append", default=[], metavar="LIMIT",
+    broker.add_argument("--retain", action="append", default=[], metavar="LIMIT", type=_limit,
                         help="keep at most this much per stream: a size (500M, 10G) or an age (30m, 12h, 7d); "
                              "may be given twice (default: keep everything)")
-    broker.add_argument("--heartbeat", type=float, default=1.0,
+    broker.add_argument("--heartbeat", type=options.positive_float, default=1.0,
                         help="seconds between heartbeats (default: %(default)s)")
-    broker.add_argument("--expiry", type=float, default=5.0,
+    broker.add_argument("--expiry", type=options.positive_float, default=5.0,
                         help="seconds of silence before a peer is dropped (default: %(default)s)")
     broker.add_argument("--max-message", type=_size, default=1 << 20, metavar="SIZE",
                         help="largest key + body accepted (default: 1M)")
-    broker.add_argument("--curve", metavar="KEYFILE", help="serve CURVE with this secret certificate (zactors keygen)")
-    broker.add_argument("--curve-clients", metavar="DIR",
-                        help="with --curve: accept only clients whose public key is in DIR (default: any)")
-    broker.add_argument("--permissions", metavar="FILE",
-                        help="with --curve: which client keys may publish and subscribe to which streams")
-    broker.add_argument("--stats", type=float, default=0, metavar="SECONDS",
+    options.curve_options(broker, "server")
+    broker.add_argument("--permissions", metavar="FILE", type=_permissions,
+                        help="with --curve: which client keys may publish and subscribe to which streams "
+                             "(lines of KEY ACTIONS STREAMS; see the README)")
+    broker.add_argument("--stats", type=options.non_negative_float, default=0, metavar="SECONDS",
                         help="log streams and counters every SECONDS (default: never)")
     broker.set_defaults(func=run_broker)
 
     publish = cmds.add_parser("publish", help="publish BODY, or each line of stdin, under KEY",
                               description="Publish to STREAM under routing KEY: BODY if given, else one message "
-                                          "per line of standard input.  Returns once the broker has written all.")
+                                          "per line of standard input.  Returns once the broker has written all "
+                                          "(exit status 0), 1 if it refused any, 3 if no broker answers.")
     publish.add_argument("stream", help="stream name")
     publish.add_argument("key", help="routing key")
     publish.add_argument("body", nargs="?", help="message body (default: lines from stdin)")
@@ -60,17 +64,18 @@ def register(sub):
     publish.set_defaults(func=run_publish)
 
     subscribe = cmds.add_parser("subscribe", help="print messages of STREAM matching PATTERN",
-                                description="Print 'SEQ KEY BODY' for each message of STREAM whose key matches "
-                                            "PATTERN (a prefix; re:REGEX or glob:GLOB), until Ctrl-C or --count.")
+                                description="Print 'SEQ<TAB>KEY<TAB>BODY' for each message of STREAM whose key "
+                                            "matches PATTERN (a prefix; re:REGEX or glob:GLOB), until Ctrl-C "
+                                            "(exit status 130) or --count messages (0).")
     subscribe.add_argument("stream", help="stream name")
     subscribe.add_argument("pattern", nargs="?", default="", help="subscription pattern (default: everything)")
     start = subscribe.add_mutually_exclusive_group()
-    start.add_argument("--from", dest="from_seq", type=int, metavar="SEQ",
+    start.add_argument("--from", dest="from_seq", type=options.count, metavar="SEQ",
                        help="start at sequence SEQ (default: 1, the whole journal)")
     start.add_argument("--since", type=_time, metavar="TIME",
                        help="start at a time: seconds since the epoch, an ISO date, or an age such as 10m")
     start.add_argument("--new", action="store_true", help="only messages published from now on")
-    subscribe.add_argument("--count", type=int, default=0, help="stop after N messages (default: never)")
+    subscribe.add_argument("--count", type=options.count, default=0, help="stop after N messages (default: never)")
     subscribe.add_argument("--window", type=_size, default=8 << 20, metavar="SIZE",
                            help="credit window (default: 8M)")
     _connect(subscribe)
@@ -78,7 +83,8 @@ def register(sub):
 
     streams = cmds.add_parser("streams", help="show a broker's streams, subscribers and counters",
                               description="Ask a running broker for its streams (sequence range, rate, bytes "
-                                          "on disk), subscribers (patterns, mode, lag, credit) and counters.")
+                                          "on disk), subscribers (patterns, mode, lag, credit) and counters; "
+                                          "exit status 3 if no broker answers.")
     _connect(streams)
     streams.add_argument("--json", action="store_true", help="print the raw JSON")
     streams.set_defaults(func=run_streams)
@@ -87,17 +93,35 @@ def register(sub):
                            description="Print the records of a stream's journal directory (no broker needed); "
                                        "given a broker's --journal directory, list its streams.")
     dump.add_argument("dir", help="a stream's journal directory, or a broker's --journal directory")
-    dump.add_argument("--from", dest="from_seq", type=int, default=None, metavar="SEQ", help="first sequence")
-    dump.add_argument("--count", type=int, default=0, help="stop after N records (default: all)")
+    dump.add_argument("--from", dest="from_seq", type=options.positive_int, default=None, metavar="SEQ",
+                      help="first sequence")
+    dump.add_argument("--count", type=options.count, default=0, help="stop after N records (default: all)")
     dump.set_defaults(func=run_dump)
 
 
 def _connect(parser):
-    parser.add_argument("--connect", default=DEFAULT_ENDPOINT, help="broker endpoint (default: %(default)s)")
-    parser.add_argument("--curve", metavar="KEYFILE", help="connect with CURVE, using this secret certificate")
-    parser.add_argument("--curve-server", metavar="KEYFILE", help="with --curve: the broker's public certificate")
-    parser.add_argument("--timeout", type=float, default=5.0,
+    parser.add_argument("--connect", default=DEFAULT_ENDPOINT, type=options.connect_endpoint,
+                        help="broker endpoint (default: %(default)s)")
+    options.curve_options(parser, "client")
+    parser.add_argument("--timeout", type=options.positive_float, default=5.0,
                         help="seconds to wait for the broker (default: %(default)s)")
+
+
+class NoAnswer(Exception):
+    """Nobody answered at the endpoint (exit status 3)."""
+
+    exit_status = exitstatus.NO_ANSWER
+
+
+def _answered(func, *args, **kwargs):
+    """Call a client constructor or query; a broker that never answers is :class:`NoAnswer`."""
+    from zactors.patterns.zeps import ZepsError
+    try:
+        return func(*args, **kwargs)
+    except ZepsError as exc:
+        if str(exc).startswith("no answer"):
+            raise NoAnswer("%s (is a ZEPS broker running there?)" % exc) from None
+        raise
 
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -106,8 +130,8 @@ _AGES = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def _size(text):
     match = re.fullmatch(r"(\d+)\s*([kmgt]?)i?b?", text.strip().lower())
-    if not match:
-        raise ValueError("not a size: %r (say 500M or 10G)" % text)
+    if not match or not int(match.group(1)):
+        raise argparse.ArgumentTypeError("%r is not a size: say 500M or 10G" % text)
     return int(match.group(1)) * _UNITS[match.group(2)]
 
 
@@ -130,12 +154,8 @@ def _time(text):
     try:
         return datetime.datetime.fromisoformat(text).timestamp()
     except ValueError:
-        raise ValueError("not a time: %r (say 1700000000, 2026-11-23T12:00, or 10m for ten minutes ago)"
-                         % text) from None
-
-
-_size.__name__ = "size"  # argparse names the type in its error messages
-_time.__name__ = "time"
+        raise argparse.ArgumentTypeError("%r is not a time: say 1700000000, 2026-11-23T12:00, or 10m for ten "
+                                         "minutes ago" % text) from None
 
 
 def _fsync(text):
@@ -143,76 +163,85 @@ def _fsync(text):
         return text
     age = _age(text)
     if age is None or age <= 0:
-        raise ValueError("--fsync takes never, batch or a period such as 100ms, got %r" % text)
+        raise argparse.ArgumentTypeError("%r: say never, batch, or a period such as 100ms or 1s" % text)
     return age
 
 
-def _retention(limits):
-    size = age = None
-    for limit in limits:
-        seconds = _age(limit)
-        if seconds is not None:
-            age = seconds
-        else:
-            size = _size(limit)
-    return size, age
+def _limit(text):
+    """A retention limit: ``("age", seconds)`` or ``("size", bytes)``."""
+    age = _age(text)
+    if age is not None:
+        if age <= 0:
+            raise argparse.ArgumentTypeError("%r: a retention age must be above 0" % text)
+        return "age", age
+    try:
+        return "size", _size(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError("%r is neither a size (500M, 10G) nor an age (30m, 12h, 7d)" % text) \
+            from None
 
 
-def _curve_client(args):
-    if not args.curve:
-        if args.curve_server:
-            raise ValueError("--curve-server needs --curve (this client's secret certificate)")
-        return None
-    if not args.curve_server:
-        raise ValueError("--curve needs --curve-server (the broker's public key file)")
-    from zactors.actors.auth import load_keypair, load_public_key
-    return load_public_key(args.curve_server), load_keypair(args.curve)
+def _permissions(path):
+    from zactors.patterns.zeps.permissions import Permissions, PermissionsError
+    try:
+        return Permissions.load(path)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
+    except PermissionsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _until_signal():
-    """Park until SIGINT or SIGTERM (the CLI's shared convention: zactors.apps.stopping)."""
-    from zactors.apps.stopping import wait_until_stopped
-    return wait_until_stopped()
+_size.__name__ = "size"  # argparse names the type in its error messages
+_time.__name__ = "time"
+_fsync.__name__ = "fsync policy"
+_limit.__name__ = "retention limit"
+_permissions.__name__ = "permissions file"
 
 
 def run_broker(args):
     from zactors.patterns.zeps.broker import Broker
 
-    fsync = _fsync(args.fsync)
-    retain_bytes, retain_seconds = _retention(args.retain)
-    keys = auth = permissions = None
+    options.check_curve(args, "server")
+    if args.permissions is not None and not args.curve:
+        raise options.UsageError("--permissions needs --curve: permissions are granted to client keys")
+    if args.heartbeat > args.expiry:
+        raise options.UsageError("--heartbeat (%gs) must not be longer than --expiry (%gs)"
+                                 % (args.heartbeat, args.expiry))
+    limits = dict(args.retain)
+    auth = None
     if args.curve:
-        from zactors.actors.auth import Authenticator, load_keypair
-        keys = load_keypair(args.curve)
-        if keys.secret is None:
-            raise ValueError("%s holds no secret key (use the .key_secret file)" % args.curve)
-        if args.permissions:
-            from zactors.patterns.zeps.permissions import Permissions
-            permissions = Permissions.load(args.permissions)
+        from zactors.actors.auth import Authenticator
         auth = Authenticator(curve=args.curve_clients or "*")
-    elif args.curve_clients or args.permissions:
-        raise ValueError("--curve-clients and --permissions need --curve")
     try:
-        broker = Broker(args.journal, args.bind, fsync=fsync, heartbeat=args.heartbeat, expiry=args.expiry,
-                        max_message=args.max_message, retain_bytes=retain_bytes, retain_seconds=retain_seconds,
-                        curve=keys, permissions=permissions)
-    except BaseException:
+        broker = Broker(args.journal, args.bind, fsync=args.fsync, heartbeat=args.heartbeat, expiry=args.expiry,
+                        max_message=args.max_message, retain_bytes=limits.get("size"),
+                        retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions)
+    except BaseException as exc:
         if auth is not None:
             auth.destroy()
+        if isinstance(exc, zmq.ZMQError):
+            raise options.bind_error(args.bind, exc) from None
         raise
     log.info("broker on %s, journal %s (fsync %s%s%s); Ctrl-C stops", broker.endpoint, broker.journal_dir,
-             args.fsync, "" if keys is None else ", CURVE, public key %s" % keys.public.decode(),
-             "" if permissions is None else ", %d grants" % len(permissions.grants))
+             args.fsync if isinstance(args.fsync, str) else "every %gs" % args.fsync,
+             "" if args.curve is None else ", CURVE, public key %s" % args.curve.public.decode(),
+             "" if args.permissions is None else ", %d grants" % len(args.permissions.grants))
     ticker = gevent.spawn(_log_stats, broker, args.stats) if args.stats > 0 else None
+    info = {}
     try:
-        _until_signal()
+        wait_until_stopped()
+        info = broker.call("INFO", timeout=5)
     finally:
         if ticker is not None:
             ticker.kill()
         broker.destroy()
         if auth is not None:
             auth.destroy()
-    return 0
+        streams = info.get("streams", {})
+        print("broker stopped: %d stream(s), %d message(s) journaled, %d peer(s) attached" % (
+            len(streams), sum(s["last_seq"] - s["first_seq"] + 1 for s in streams.values()),
+            info.get("counters", {}).get("attached", 0)), file=sys.stderr)
+    return exitstatus.OK
 
 
 def _log_stats(broker, every):
@@ -228,8 +257,10 @@ def _log_stats(broker, every):
 def run_publish(args):
     from zactors.patterns.zeps import Publisher
 
-    with Publisher(args.connect, args.stream, curve=_curve_client(args), timeout=args.timeout) as pub:
-        count = 0
+    pub = _answered(Publisher, args.connect, args.stream, curve=options.client_curve(args), timeout=args.timeout)
+    count = 0
+    flushed = False
+    try:
         if args.body is not None:
             pub.publish(args.key, args.body.encode())
             count = 1
@@ -240,20 +271,23 @@ def run_publish(args):
                 if count % 1000 == 0:
                     gevent.sleep(0)
         pub.flush(timeout=max(args.timeout, 10.0))
-    print("published %d message(s) to %s, written by the broker" % (count, args.stream), file=sys.stderr)
-    return 0
+        flushed = True
+    finally:
+        pub.close()
+        print("published %d message(s) to %s%s" % (count, args.stream, ", written by the broker" if flushed else
+                                                   "; not confirmed written"), file=sys.stderr)
+    return exitstatus.OK
 
 
 def run_subscribe(args):
     from zactors.patterns.zeps import Subscriber
 
-    sub = Subscriber(args.connect, args.stream, args.pattern.encode(), from_seq=args.from_seq, since=args.since,
-                     new=args.new or None, window=args.window, curve=_curve_client(args), timeout=args.timeout)
+    sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), from_seq=args.from_seq,
+                    since=args.since, new=args.new or None, window=args.window, curve=options.client_curve(args),
+                    timeout=args.timeout)
     out = sys.stdout
-    stopper = gevent.spawn(_until_signal)
-    stopper.link(lambda _: sub.destroy())
+    seen = 0
     try:
-        seen = 0
         for message in sub:
             out.write("%d\t%s\t%s\n" % (message.seq, message.key.decode("utf-8", "backslashreplace"),
                                         message.body.decode("utf-8", "backslashreplace")))
@@ -263,10 +297,14 @@ def run_subscribe(args):
             if not sub.pending:  # about to wait: show what we have
                 out.flush()
         out.flush()
+    except Interrupted:
+        print("zactors zeps subscribe: interrupted after %d message(s)%s" % (
+            seen, "" if sub.last_seq is None else "; last sequence %d (--from %d resumes)"
+            % (sub.last_seq, sub.last_seq + 1)), file=sys.stderr)
+        raise
     finally:
-        stopper.kill()
         sub.destroy()
-    return 0
+    return exitstatus.OK
 
 
 def run_streams(args):
@@ -274,10 +312,10 @@ def run_streams(args):
 
     from zactors.patterns.zeps import query
 
-    info = query(args.connect, curve=_curve_client(args), timeout=args.timeout)
+    info = _answered(query, args.connect, curve=options.client_curve(args), timeout=args.timeout)
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
-        return 0
+        return exitstatus.OK
     print("broker %s, journal %s, %d peer(s)" % (info["endpoint"], info["journal"], info["peers"]))
     for name, s in sorted(info["streams"].items()):
         print("stream %-20s seq %d..%d  written %d  synced %d  %.0f msg/s  %s on disk" % (
@@ -287,7 +325,7 @@ def run_streams(args):
                 sub["peer"], sub["mode"], sub["lag"], sub["credit"], sub["delivered"],
                 " ".join(repr(x) for x in sub["patterns"])))
     print("counters: %s" % (" ".join("%s=%d" % kv for kv in sorted(info["counters"].items())) or "none"))
-    return 0
+    return exitstatus.OK
 
 
 def _human(n):
@@ -302,12 +340,13 @@ def run_dump(args):
     from zactors.patterns.zeps.broker import stream_name
 
     if not os.path.isdir(args.dir):
-        raise ValueError("no such directory: %s" % args.dir)
+        raise options.UsageError("%s: no such directory (give a stream's journal directory, or the broker's "
+                                 "--journal)" % args.dir)
     if not any(name.endswith(".seg") for name in os.listdir(args.dir)):
         streams = sorted((stream_name(d), d) for d in os.listdir(args.dir)
                          if os.path.isdir(os.path.join(args.dir, d)) and stream_name(d) is not None)
         if not streams:
-            raise ValueError("%s holds no journal segments and no stream directories" % args.dir)
+            raise options.UsageError("%s holds no journal segments and no stream directories" % args.dir)
         for name, directory in streams:
             try:
                 with JournalReader(os.path.join(args.dir, directory)) as reader:
@@ -315,7 +354,7 @@ def run_dump(args):
                                                       reader.last_seq))
             except JournalError as exc:
                 print("%-30s %-30s unreadable: %s" % (name.decode("ascii", "replace"), directory, exc))
-        return 0
+        return exitstatus.OK
     out = sys.stdout
     with JournalReader(args.dir) as reader:
         seen = 0
@@ -326,7 +365,7 @@ def run_dump(args):
             seen += 1
             if seen == args.count:
                 break
-    return 0
+    return exitstatus.OK
 
 
 def demo(out):

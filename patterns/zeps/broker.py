@@ -9,6 +9,8 @@
 
 Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
 
+- Streams whose journals are in ``journal_dir`` are opened at start, and
+  ``streams=`` pre-declares more; others are created on their first ATTACH.
 - One ROUTER (the kernel's :class:`~zactors.actors.router.Router`, whose
   per-peer backlog is the backpressure under the credit); one peering (a
   client DEALER) attaches one stream.  A stream is created on its first
@@ -36,19 +38,24 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   in sequence order, with no gap, whatever its speed.
 - Heartbeats: the broker PINGs a peer silent for ``heartbeat`` seconds and
   drops a peer silent for ``expiry`` seconds (sending it DETACH).  Memory per
-  peer is bounded: at most ``max_patterns`` patterns, credit capped, the
-  Router's per-peer backlog; at most ``max_peers`` attached peers.
+  peer is bounded: at most ``max_patterns`` patterns, credit capped at
+  ``max_credit`` bytes (what may be in flight to it), libzmq's send queue
+  (``sndhwm``) and the kernel outbox behind it; at most ``max_peers``
+  attached peers.
 - Invalid or out-of-order commands are answered with INVALID (a readable
   reason) and counted (``invalid``); nothing a peer sends stops the broker
   or another peer's flow.
+- Real-time output over UDP multicast (``multicast=(group, port)``,
+  ``multicast_interface``, ``multicast_ttl``): every written message is also
+  sent as a datagram carrying its sequence; see :mod:`.multicast`.
 - CURVE (``curve=keys``) through :mod:`zactors.actors.auth`, and per-stream
   permissions (``permissions=``, a :class:`~.permissions.Permissions`): a
   peer's key (the ZAP User-Id) must be allowed to publish or subscribe to the
   stream, else INVALID (counted as ``refused``).
 
 Commands: ``INFO`` (reply: streams with their sequence range, rate and bytes
-on disk; subscribers with pattern, mode, lag and credit; counters), and
-``$STATS``/``$TERM``.  The handle is an actor handle: safe from many
+on disk; subscribers with pattern, mode, lag and credit; counters),
+``RETAIN`` (no reply: apply retention now), and ``$STATS``/``$TERM``.  The handle is an actor handle: safe from many
 greenlets of its thread, not across OS threads.  Tools reach ``INFO`` over
 the network with the QUERY extension command (see :mod:`.protocol`).
 """
@@ -58,11 +65,14 @@ import os
 import struct
 import time
 
+from zmq import ZMQError
+
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import curve_server
 from zactors.actors.heartbeat import Liveness
 from zactors.actors.journal import Journal, JournalError, SequenceGone
 from zactors.actors.router import Router
+from zactors.actors.speedups import send_message
 
 from . import protocol as p
 from .matcher import Filter, Matcher, PatternError
@@ -72,11 +82,12 @@ __all__ = ["Broker", "stream_directory", "stream_name"]
 log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
-_deliver = p.deliver
+_DELIVER_HEAD = struct.Struct(">2sBQB").pack   # signature, 7, sequence, key length
+_u32 = struct.Struct(">I").pack
+_SIG = p.SIGNATURE
 _unpack_u32 = struct.Struct(">I").unpack_from
 _LIVE, _REPLAY = "live", "replay"
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-_MAX_CREDIT = 2 ** 62
 
 
 def stream_directory(name):
@@ -139,13 +150,17 @@ class Broker(Actor):
 
     #: replay: records read per journal call (one task step)
     replay_batch = 256
-    #: messages a subscriber's transport may hold before it is switched to replay
+    #: messages waiting in the kernel outbox for one peer before it is switched to replay
     transport_high = 1000
+    #: libzmq's send queue per peer, in messages: credit is the flow control, so it is
+    #: sized to hold a full window of small messages (max_credit bounds the bytes)
+    sndhwm = 100000
 
     def __init__(self, journal_dir, endpoint="tcp://127.0.0.1:*", *, fsync=0.1, heartbeat=1.0, expiry=5.0,
                  max_message=1 << 20, max_streams=1024, max_peers=100000, max_patterns=64,
-                 max_stream_name=80, segment_bytes=64 << 20, retain_bytes=None, retain_seconds=None,
-                 curve=None, curve_domain=None, permissions=None, name=None):
+                 max_stream_name=80, max_credit=64 << 20, segment_bytes=64 << 20, retain_bytes=None,
+                 retain_seconds=None, curve=None, curve_domain=None, permissions=None, multicast=None,
+                 multicast_interface=None, multicast_ttl=1, streams=(), name=None):
         if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
             raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
         if not 0 < heartbeat <= expiry:
@@ -160,11 +175,16 @@ class Broker(Actor):
         self.max_peers = max_peers
         self.max_patterns = max_patterns
         self.max_stream_name = max_stream_name
+        self.max_credit = max_credit
         self.journal_options = dict(segment_bytes=segment_bytes, retain_bytes=retain_bytes,
                                     retain_seconds=retain_seconds)
         self.curve = curve
         self.curve_domain = curve_domain
         self.permissions = permissions
+        self.multicast = multicast
+        self.multicast_interface = multicast_interface
+        self.multicast_ttl = multicast_ttl
+        self.declared = [x.encode() if isinstance(x, str) else bytes(x) for x in streams]
         if permissions is not None and curve is None:
             raise ValueError("permissions need CURVE: they are granted to client keys")
         if name:
@@ -184,8 +204,10 @@ class Broker(Actor):
         self._heard = set()         # identities heard from since the last liveness sweep
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
-                             high=self.transport_high, backlog=self.transport_high * 2)
+                             high=self.transport_high, backlog=self.transport_high * 2,
+                             sndhwm=self.sndhwm)
         self._outbox_send = self.router.outbox.send
+        self._outbox_pending = self.router.outbox.pending
         self.add_reader(self.router.socket, self._on_frames)  # ours: the PUBLISH fast path
         if self.curve is not None:
             curve_server(self.router.socket, self.curve, self.curve_domain)
@@ -194,13 +216,24 @@ class Broker(Actor):
             from .permissions import key_reader
             key_reader(self, self.router.socket, self._on_frames, self._keys)
         self.endpoint = self.router.bind(self.endpoint)
+        self._multicast = None
+        if self.multicast is not None:
+            from .multicast import MulticastSender
+            group, port = self.multicast
+            self._multicast = MulticastSender(group, port, interface=self.multicast_interface, ttl=self.multicast_ttl)
+            self.call_every(self.heartbeat, self._multicast_heads)
         if isinstance(self.fsync, (int, float)):
             self.call_every(self.fsync, self._sync_all)
+        for name in self._existing() + self.declared:  # journals already there, and pre-declared streams
+            if name not in self._streams and self._open(None, name) is None:
+                raise RuntimeError("cannot open stream %s under %s" % (name.decode(), self.journal_dir))
         self.call_every(1.0, self._sample)
         self.call_every(10.0, self._retain)
         log.debug("%s: serving %s, journal %s", self.name, self.endpoint, self.journal_dir)
 
     def teardown(self):
+        if self._multicast is not None:
+            self._multicast.close()
         for identity in list(self._peers):
             self._send(identity, p.DETACH_FRAME)
         for stream in self._streams.values():
@@ -218,7 +251,21 @@ class Broker(Actor):
                 if size > 7 and frame[2] == 6 and frame[0] == 0xAA and frame[1] == 0xA5:
                     end = 4 + frame[3]
                     if size >= end + 4 and _unpack_u32(frame, end)[0] == size - end - 4:
-                        self._publish(peer, frame[4:end], frame[end + 4:])
+                        key, body = frame[4:end], frame[end + 4:]
+                        if peer.may_publish is not True or size - 8 > self.max_message:
+                            self._publish(peer, key, body)  # checks, and INVALID with the reason
+                            return
+                        stream = peer.stream  # the common case, inline: append, then deliver this round
+                        try:
+                            seq = stream.journal.append(key, body)
+                        except JournalError:
+                            self._publish(peer, key, body)  # refused again there, and said so
+                            return
+                        peer.published = seq
+                        stream.fresh.append((seq, key, body))
+                        if not self._flush_due:
+                            self._flush_due = True
+                            self.call_later(0, self._flush_all)
                         return
             self._on_message(identity, [frame])
         elif len(frames) > 2:
@@ -307,15 +354,21 @@ class Broker(Actor):
         fresh, stream.fresh = stream.fresh, []
         stream.publishes += len(fresh)
         stream.delivered_seq = fresh[-1][0]
+        if self._multicast is not None:
+            multicast, name = self._multicast.send, stream.name
+            for seq, key, body in fresh:
+                multicast(name, seq, key, body)
         matcher = stream.matcher
         if not matcher:
             return True
         match = matcher.match
-        send = self._outbox_send
+        send, pending = self._outbox_send, self._outbox_pending
+        sock = self.router.socket
+        handle = sock.handle
         for seq, key, body in fresh:
             owners = match(key)
             if owners:
-                frame = _deliver(seq, key, body)
+                frame = b"".join((_DELIVER_HEAD(_SIG, 7, seq, len(key)), key, _u32(len(body)), body))
                 cost = len(frame)
                 for sub in owners:
                     if seq < sub.floor or sub.mode is not _LIVE:
@@ -323,7 +376,14 @@ class Broker(Actor):
                     if sub.credit >= cost and not sub.held:
                         sub.credit -= cost
                         sub.delivered += 1
-                        send(sub.identity, [frame])
+                        identity = sub.identity
+                        if pending(identity):  # behind what waits already, in order
+                            send(identity, [frame])
+                        else:
+                            try:  # straight to libzmq (one C call), the kernel outbox when it would block
+                                send_message(sock, handle, (identity, frame))
+                            except ZMQError:
+                                send(identity, [frame])  # queued (EAGAIN), or the peer is gone: dropped
                     else:
                         self._to_replay(sub, seq)
         return True
@@ -336,7 +396,7 @@ class Broker(Actor):
         self.stats["to_replay"] += 1
 
     def _credit(self, peer, amount):
-        peer.credit = min(peer.credit + amount, _MAX_CREDIT)
+        peer.credit = min(peer.credit + amount, self.max_credit)
         if peer.mode is _REPLAY and peer.identity not in self._replaying:
             self._replaying[peer.identity] = peer
             self._pump()
@@ -361,8 +421,10 @@ class Broker(Actor):
 
     def _replay_done(self, task):
         self._pumping = False
-        if task.error is not None:
-            log.error("%s: replay failed: %s", self.name, task.error)
+        if task.error is not None:  # a bug: do not spin on it; the next CREDIT of each peer tries again
+            log.error("%s: replay failed: %r", self.name, task.error)
+            self.stats["replay_errors"] += 1
+            self._replaying.clear()
         self._pump()  # credit may have come in at the very end
 
     def _replay_step(self, peer):
@@ -384,29 +446,41 @@ class Broker(Actor):
         except SequenceGone as gone:
             self.stats["replay_skipped_retention"] += 1
             log.info("%s: %r asked for %d, retention kept from %d", self.name, peer.identity, peer.next,
-                     gone.first_available)
-            peer.next = gone.first_available
+                     gone.first_seq)
+            peer.next = gone.first_seq
             return True
         except JournalError as exc:
             log.error("%s: replay of %s failed: %s", self.name, stream.name, exc)
             self.stats["replay_errors"] += 1
             return False
         match = peer.filter
-        send = self.router.send
+        send = self._outbox_send
         identity = peer.identity
+        direct = not self._outbox_pending(identity)
+        sock = self.router.socket
+        handle = sock.handle
+        credit = peer.credit
         sent = 0
         more = True
         for seq, _, key, body in records:
             if seq > limit:
                 break
             if match(key):
-                frame = _deliver(seq, key, body)
+                frame = b"".join((_DELIVER_HEAD(_SIG, 7, seq, len(key)), key, _u32(len(body)), body))
                 cost = len(frame)
-                if peer.credit < cost:
+                if credit < cost:
                     more = False
                     break
-                peer.credit -= cost
-                if not send(identity, [frame]):  # gone (dropped by on_unroutable)
+                credit -= cost
+                if direct:
+                    try:  # straight to libzmq while nothing waits in the outbox
+                        send_message(sock, handle, (identity, frame))
+                    except ZMQError:
+                        direct = False
+                        if not send(identity, [frame]):  # gone (dropped by on_unroutable)
+                            more = False
+                            break
+                elif not send(identity, [frame]):
                     more = False
                     break
                 sent += 1
@@ -415,6 +489,7 @@ class Broker(Actor):
                     more = False
                     break
             peer.next = seq + 1
+        peer.credit = credit
         peer.delivered += sent
         self.stats["replayed"] += sent
         if not more:
@@ -439,8 +514,10 @@ class Broker(Actor):
         try:
             stream.journal.write()
         except (JournalError, OSError) as exc:
-            self.stats["journal_write_errors"] += 1
-            log.error("%s: stream %s: journal write failed: %s", self.name, stream.name, exc)
+            errors = self.stats["journal_write_errors"] = self.stats["journal_write_errors"] + 1
+            if errors % 100 == 1:  # retried every 0.1 s while it fails: say so, not every time
+                log.error("%s: stream %s: journal write failed (%d so far; retrying): %s", self.name,
+                          stream.name.decode(), errors, exc)
             return False
         if self.fsync == "batch":
             self._sync(stream)
@@ -461,7 +538,9 @@ class Broker(Actor):
             self._syncing.discard(stream.name)
             if error is not None:
                 self.stats["journal_sync_errors"] += 1
-                log.error("%s: stream %s: fsync failed: %s", self.name, stream.name, error)
+                log.error("%s: stream %s: fsync failed: %s", self.name, stream.name.decode(), error)
+            elif self.fsync == "batch" and stream.journal.written_seq > stream.journal.synced_seq:
+                self._sync(stream)  # batches written while this sync ran
 
         self.run_in_thread(stream.journal.sync, on_done=done)
 
@@ -508,16 +587,29 @@ class Broker(Actor):
         self.stats["attached"] += 1
         self._send(identity, p.ATTACH_OK_FRAME)
 
+    def _existing(self):
+        """Names of the streams whose journals are in ``journal_dir`` already."""
+        names = []
+        for entry in sorted(os.listdir(self.journal_dir)):
+            name = stream_name(entry)
+            if name is not None and os.path.isdir(os.path.join(self.journal_dir, entry)):
+                names.append(name)
+        return names
+
     def _open(self, identity, name):
+        """Open (or create) stream ``name``; None, and INVALID to ``identity`` if any, when it cannot."""
         if len(self._streams) >= self.max_streams:
-            self._invalid(identity, "too many streams (%d)" % self.max_streams)
+            if identity is not None:
+                self._invalid(identity, "too many streams (%d)" % self.max_streams)
             return None
         directory = os.path.join(self.journal_dir, stream_directory(name))
         try:
             journal = Journal(directory, **self.journal_options)
         except (JournalError, OSError) as exc:
             self.stats["journal_open_errors"] += 1
-            self._invalid(identity, "cannot open stream %s: %s" % (name.decode(), exc))
+            log.error("%s: cannot open stream %s: %s", self.name, name.decode("ascii", "replace"), exc)
+            if identity is not None:
+                self._invalid(identity, "cannot open stream %s: %s" % (name.decode(), exc))
             return None
         stream = self._streams[name] = _Stream(name, journal)
         stream.samples.append((_monotonic(), journal.last_seq))
@@ -577,7 +669,10 @@ class Broker(Actor):
             return
         stream = peer.stream
         if stream.fresh and peer.published > stream.delivered_seq and not self._flush(stream):
-            self._invalid(identity, "stream %s cannot write its journal" % stream.name.decode())
+            # No PING-OK: what it published is not written.  The reason starts with "PING:" so that a
+            # client waiting for the PING-OK knows this INVALID is the answer (the write is retried).
+            self._invalid(identity, "PING: stream %s cannot write its journal: %s"
+                          % (stream.name.decode(), stream.journal.error))
             return
         self._send(identity, p.PING_OK_FRAME)
 
@@ -673,6 +768,11 @@ class Broker(Actor):
                 self._drop(peer)
         self._arm_liveness()
 
+    def _multicast_heads(self):
+        for stream in self._streams.values():
+            if stream.delivered_seq:
+                self._multicast.head(stream.name, stream.delivered_seq)
+
     # -- introspection --------------------------------------------------------------
     def _sample(self):
         now = _monotonic()
@@ -681,6 +781,11 @@ class Broker(Actor):
             samples.append((now, stream.journal.last_seq))
             if len(samples) > 11:
                 del samples[0]
+
+    @command
+    def retain(self):
+        """Apply the retention limits now (they are also applied every 10 s and as segments roll)."""
+        self._retain()
 
     @command(reply=True)
     def info(self):
@@ -706,5 +811,8 @@ class Broker(Actor):
                 "bytes": stats["disk_bytes"],
                 "peers": len(stream.peers), "subscribers": subscribers,
             }
-        return {"endpoint": self.endpoint, "journal": self.journal_dir, "streams": streams,
+        info = {"endpoint": self.endpoint, "journal": self.journal_dir, "streams": streams,
                 "peers": len(self._peers), "counters": dict(self.stats)}
+        if self._multicast is not None:
+            info["multicast"] = dict(self._multicast.stats, group="%s:%d" % self._multicast.address)
+        return info

@@ -117,7 +117,9 @@ class Publisher:
             self._sock.close(0)
             raise
         self._heard = _monotonic()
-        self._pong = 0
+        self._pings = 0           # PINGs sent on this peering; the broker answers each, in order,
+        self._answers = 0         # with PING-OK, or INVALID "PING: ..." when it cannot write
+        self._refused = []        # (answer number, reason) of the INVALID "PING:" answers
         self._keepalive = gevent.spawn(self._keep_alive)
 
     def publish(self, key, body):
@@ -136,7 +138,9 @@ class Publisher:
         try:
             send_message(sock, sock.handle, (frame,))
         except zmq.Again:
-            sock.send_multipart([frame])  # parks this greenlet until the broker takes it
+            with self._lock:  # parks this greenlet until the broker takes it; no reattach meanwhile
+                sock = self._sock
+                sock.send_multipart([frame])
         stats = self.stats
         n = stats["published"] = stats["published"] + 1
         if not n & 63 and _events(sock, sock.handle) & POLLIN and self._lock.acquire(blocking=False):
@@ -153,10 +157,11 @@ class Publisher:
         """
         with self._lock:
             self._service()
-            target = self._pong + 1
             self._sock.send(p.PING_FRAME)
+            self._pings += 1
+            target = self._pings      # ours is answered after every PING sent before it
             deadline = _monotonic() + timeout
-            while self._pong < target:
+            while self._answers < target:
                 remaining = deadline - _monotonic()
                 if remaining <= 0:
                     raise ZepsError("the broker did not confirm within %ss" % timeout)
@@ -164,6 +169,11 @@ class Publisher:
                 self._sock.wait(POLLIN, min(remaining, 0.01))
                 if self._service():  # the peering was lost: those messages may be gone
                     raise ZepsError("the broker lost this peering; messages since the last flush may be lost")
+            refused = [reason for number, reason in self._refused if number >= target]
+            self._refused = []
+            if refused:  # our PING (or a later one) was refused: not written
+                errors, self._errors = self._errors, []
+                raise ZepsError("; ".join(refused[:1] + errors[:4]))
             self.stats["flushes"] += 1
             errors, self._errors = self._errors, []
         if errors:
@@ -186,12 +196,16 @@ class Publisher:
                 continue
             kind = type(message)
             if kind is p.PingOk:
-                self._pong += 1
+                self._answers += 1
             elif kind is p.Ping:
                 sock.send(p.PING_OK_FRAME)
             elif kind is p.Invalid:
                 self.stats["invalid"] += 1
-                if len(self._errors) < 100:
+                if message.reason.startswith("PING:"):  # the broker's answer to a PING: not written
+                    self._answers += 1
+                    self._refused.append((self._answers, message.reason[5:].strip()))
+                    del self._refused[:-10]
+                elif len(self._errors) < 100:
                     self._errors.append(message.reason)
             elif kind is p.Detach:
                 lost = True
@@ -204,6 +218,7 @@ class Publisher:
             self._sock.close(0)
             self._sock = _dealer(self.endpoint, self.curve)
         self._sock.send(p.attach(self.stream))  # pipelined: publishes queue behind it
+        self._answers = self._pings  # PINGs of the lost peering get no answer now
         self._heard = _monotonic()
 
     def _keep_alive(self):
@@ -218,6 +233,7 @@ class Publisher:
                     self._reattach(new_socket=True)
                 elif quiet > self.heartbeat:
                     self._sock.send(p.PING_FRAME)
+                    self._pings += 1
 
     def close(self):
         """Detach and close (unflushed messages still queued are dropped: flush first)."""
@@ -279,6 +295,7 @@ class Subscriber(Actor):
         self._credit_posted = False
         self._error = None
         self._closed = False
+        self._waiting = 0           # get() calls parked on _ready
         self.ready_timeout = timeout + 1
         if name:
             self.name = name
@@ -296,7 +313,11 @@ class Subscriber(Actor):
             if self._closed:
                 return None
             self._ready.clear()
-            self._ready.wait(timeout)
+            self._waiting += 1
+            try:
+                self._ready.wait(timeout)
+            finally:
+                self._waiting -= 1
             if not queue:
                 if self._error is not None:
                     raise self._error
@@ -351,7 +372,7 @@ class Subscriber(Actor):
     def _connect(self):
         if self._sock is not None:
             self.close_socket(self._sock)
-        sock = self._sock = self.socket(zmq.DEALER)
+        sock = self._sock = self.socket(zmq.DEALER, rcvhwm=0)  # the credit window bounds what comes in
         if self.curve:
             curve_client(sock, self.curve[1], self.curve[0])
         sock.connect(self.endpoint)
@@ -399,7 +420,8 @@ class Subscriber(Actor):
                 if self.callback is None:
                     self._queue.append(item)
                     self._queued_bytes += size
-                    self._ready.set()
+                    if self._waiting:
+                        self._ready.set()
                 else:
                     self._callback(item, size)
                 return

@@ -25,7 +25,9 @@ Where the spec is silent, zactors decides (the README says the same):
   position (their ``latest`` is ignored).  Use one peering per start point.
 * **PING** may come from either side; the receiver answers PING-OK.  The
   broker answers a client's PING only once every PUBLISH received before it
-  on that peering is written to the journal (``Client.flush`` uses that).
+  on that peering is written to the journal (``Publisher.flush`` uses that);
+  when the journal cannot write (disk full), it answers INVALID with a
+  reason starting ``PING:`` instead, and writes later once it can.
 * **DETACH**: a client's DETACH is answered with DETACH-OK and ends the
   peering; the broker sends DETACH when it drops a peering (shutdown, a
   silent peer) and expects no answer (a DETACH-OK from the client is
@@ -45,6 +47,12 @@ zactors extension for tools: **QUERY** (id 14, no fields) asks the broker
 for its introspection, answered by **QUERY-OK** (id 15) = ``signature %d15
 report``, ``report`` a chunk of JSON (streams, subscribers, counters).  A
 peering needs no ATTACH to QUERY.
+
+zactors datagrams for the real-time multicast output (UDP, see
+:mod:`.multicast`), never on a ZEPS peering: **MC-DELIVER** (id 16) =
+``signature %d16 stream sequence key body`` and **MC-HEAD** (id 17) =
+``signature %d17 stream sequence``, the stream's last sequence, sent every
+heartbeat so that a receiver notices a lost tail.
 """
 import struct
 from collections import namedtuple
@@ -52,11 +60,14 @@ from collections import namedtuple
 __all__ = [
     "SIGNATURE", "VERSION", "PROTOCOL", "NEW", "MAX_STRING", "MAX_CHUNK",
     "ATTACH", "ATTACH_OK", "SUBSCRIBE", "SUBSCRIBE_OK", "CREDIT", "PUBLISH", "DELIVER",
-    "PING", "PING_OK", "DETACH", "DETACH_OK", "INVALID", "SUBSCRIBE_SINCE", "QUERY", "QUERY_OK", "NAMES",
+    "PING", "PING_OK", "DETACH", "DETACH_OK", "INVALID", "SUBSCRIBE_SINCE", "QUERY", "QUERY_OK",
+    "MC_DELIVER", "MC_HEAD", "NAMES",
     "Attach", "AttachOk", "Subscribe", "SubscribeOk", "Credit", "Publish", "Deliver",
-    "Ping", "PingOk", "Detach", "DetachOk", "Invalid", "SubscribeSince", "Query", "QueryOk",
+    "Ping", "PingOk", "Detach", "DetachOk", "Invalid", "SubscribeSince", "Query", "QueryOk", "McDeliver",
+    "McHead",
     "ProtocolError", "decode", "encode", "deliver_cost",
-    "attach", "subscribe", "subscribe_since", "credit", "publish", "deliver", "invalid", "query_ok",
+    "attach", "subscribe", "subscribe_since", "credit", "publish", "deliver", "invalid", "query_ok", "mc_deliver",
+    "mc_head", "stream_field",
     "ATTACH_OK_FRAME", "SUBSCRIBE_OK_FRAME", "PING_FRAME", "PING_OK_FRAME", "DETACH_FRAME",
     "DETACH_OK_FRAME", "QUERY_FRAME",
 ]
@@ -72,11 +83,12 @@ MAX_CHUNK = 2 ** 32 - 1
 # Command ids (the ABNF's %dN), and SUBSCRIBE-SINCE, the zactors extension.
 ATTACH, ATTACH_OK, SUBSCRIBE, SUBSCRIBE_OK, CREDIT, PUBLISH, DELIVER = 1, 2, 3, 4, 5, 6, 7
 PING, PING_OK, DETACH, DETACH_OK, INVALID, SUBSCRIBE_SINCE, QUERY, QUERY_OK = 8, 9, 10, 11, 12, 13, 14, 15
+MC_DELIVER, MC_HEAD = 16, 17
 
 NAMES = {ATTACH: "ATTACH", ATTACH_OK: "ATTACH-OK", SUBSCRIBE: "SUBSCRIBE", SUBSCRIBE_OK: "SUBSCRIBE-OK",
          CREDIT: "CREDIT", PUBLISH: "PUBLISH", DELIVER: "DELIVER", PING: "PING", PING_OK: "PING-OK",
          DETACH: "DETACH", DETACH_OK: "DETACH-OK", INVALID: "INVALID", SUBSCRIBE_SINCE: "SUBSCRIBE-SINCE",
-         QUERY: "QUERY", QUERY_OK: "QUERY-OK"}
+         QUERY: "QUERY", QUERY_OK: "QUERY-OK", MC_DELIVER: "MC-DELIVER", MC_HEAD: "MC-HEAD"}
 
 Attach = namedtuple("Attach", "stream version")
 AttachOk = namedtuple("AttachOk", "")
@@ -93,11 +105,13 @@ Invalid = namedtuple("Invalid", "reason")
 SubscribeSince = namedtuple("SubscribeSince", "pattern since")
 Query = namedtuple("Query", "")
 QueryOk = namedtuple("QueryOk", "report")
+McDeliver = namedtuple("McDeliver", "stream sequence key body")
+McHead = namedtuple("McHead", "stream sequence")
 
 for _cls, _id in ((Attach, ATTACH), (AttachOk, ATTACH_OK), (Subscribe, SUBSCRIBE), (SubscribeOk, SUBSCRIBE_OK),
                   (Credit, CREDIT), (Publish, PUBLISH), (Deliver, DELIVER), (Ping, PING), (PingOk, PING_OK),
                   (Detach, DETACH), (DetachOk, DETACH_OK), (Invalid, INVALID), (SubscribeSince, SUBSCRIBE_SINCE),
-                  (Query, QUERY), (QueryOk, QUERY_OK)):
+                  (Query, QUERY), (QueryOk, QUERY_OK), (McDeliver, MC_DELIVER), (McHead, MC_HEAD)):
     _cls.id = _id
     _cls.__doc__ = "ZEPS %s (command %d)." % (NAMES[_id], _id)
 
@@ -198,6 +212,22 @@ def query_ok(report):
     return _HEAD(SIGNATURE, QUERY_OK) + _u32(len(report)) + report
 
 
+def mc_deliver(stream_field, sequence, key, body):
+    """MC-DELIVER datagram; ``stream_field`` is the encoded stream string (length byte + name), made once."""
+    return b"".join((_HEAD(SIGNATURE, MC_DELIVER), stream_field, _u64(sequence), _u8(len(key)), key,
+                     _u32(len(body)), body))
+
+
+def mc_head(stream_field, sequence):
+    """MC-HEAD datagram: the stream's last sequence."""
+    return _HEAD(SIGNATURE, MC_HEAD) + stream_field + _u64(sequence)
+
+
+def stream_field(stream):
+    """The encoded ``stream`` string field (1-byte length + name), for :func:`mc_deliver`."""
+    return _string(stream, "stream")
+
+
 _CONSTANT = {AttachOk: ATTACH_OK_FRAME, SubscribeOk: SUBSCRIBE_OK_FRAME, Ping: PING_FRAME, PingOk: PING_OK_FRAME,
              Detach: DETACH_FRAME, DetachOk: DETACH_OK_FRAME, Query: QUERY_FRAME}
 
@@ -227,6 +257,11 @@ def encode(message):
         return invalid(message.reason)
     if kind is QueryOk:
         return query_ok(message.report)
+    if kind is McDeliver:
+        _number(message.sequence, "sequence", 64)
+        return mc_deliver(_string(message.stream, "stream"), message.sequence, message.key, message.body)
+    if kind is McHead:
+        return mc_head(_string(message.stream, "stream"), _number(message.sequence, "sequence", 64))
     raise TypeError("not a ZEPS message: %r" % (message,))
 
 
@@ -318,6 +353,18 @@ def decode(frame):
         reason, at = _read_string(frame, 3, "INVALID reason")
         _end(frame, at, "INVALID")
         return Invalid(_text(reason, "INVALID reason").decode("ascii"))
+    if command == MC_DELIVER or command == MC_HEAD:
+        name = NAMES[command]
+        stream, at = _read_string(frame, 3, name + " stream")
+        sequence, at = _read_number(_unpack_u64, 8, frame, at, name + " sequence")
+        if command == MC_HEAD:
+            _end(frame, at, name)
+            return McHead(stream, sequence)
+        key, at = _read_string(frame, at, name + " key")
+        size, at = _read_number(_unpack_u32, 4, frame, at, name + " body length")
+        if at + size != len(frame):
+            raise ProtocolError("%s body: length %d but %d byte(s) follow" % (name, size, len(frame) - at))
+        return McDeliver(stream, sequence, key, frame[at:])
     if command == QUERY_OK:
         size, at = _read_number(_unpack_u32, 4, frame, 3, "QUERY-OK report length")
         if at + size != len(frame):

@@ -241,3 +241,54 @@ def test_well_formed_hostile_commands_never_hurt_the_broker(broker, raw, sequenc
     assert sub.recv().key == b"k"
     assert broker.alive
     hostile.close()
+
+
+def test_existing_and_declared_streams_open_at_start(journal_dir, raw):
+    pytest.importorskip("zactors.actors.journal")
+    from zactors.patterns.zeps.broker import Broker
+    with Broker(journal_dir) as broker:
+        pub = attached(raw, broker, b"../old")
+        publish(pub, [(b"k", b"v")] * 3)
+    with Broker(journal_dir, streams=["fresh"]) as broker:
+        streams = broker.call("INFO")["streams"]
+        assert streams["../old"]["last_seq"] == 3 and streams["fresh"]["last_seq"] == 0
+
+
+def test_a_subscriber_behind_retention_starts_at_the_first_retained(journal_dir, raw):
+    pytest.importorskip("zactors.actors.journal")
+    from zactors.patterns.zeps.broker import Broker
+    with Broker(journal_dir, segment_bytes=4096, retain_bytes=8192) as broker:
+        pub = attached(raw, broker)
+        for _ in range(10):
+            publish(pub, [(b"k", b"x" * 200)] * 20)
+        broker.call("$STATS")
+        wait_for(lambda: _retained(broker), timeout=30, what="retention to remove segments")
+        first = broker.call("INFO")["streams"]["s"]["first_seq"]
+        sub = attached(raw, broker)
+        sub.send(p.subscribe(b"", 0))
+        sub.expect(p.SubscribeOk)
+        sub.send(p.credit(1 << 20))
+        got = [sub.recv().sequence for _ in range(200 - first + 1)]
+        assert got == list(range(first, 201))  # from the first retained on: the jump is visible, no hole after
+        assert broker.call("$STATS")["replay_skipped_retention"] == 1
+
+
+def _retained(broker):
+    broker.send("RETAIN")
+    return broker.call("INFO")["streams"]["s"]["first_seq"] > 1
+
+
+@pytest.mark.parametrize("fsync", ["batch", 0.05, "never"])
+def test_fsync_policies(journal_dir, raw, fsync):
+    pytest.importorskip("zactors.actors.journal")
+    from zactors.patterns.zeps.broker import Broker
+    with Broker(journal_dir, fsync=fsync) as broker:
+        pub = attached(raw, broker)
+        for _ in range(5):
+            publish(pub, [(b"k", b"v")] * 100)
+        stream = lambda: broker.call("INFO")["streams"]["s"]  # noqa: E731
+        assert stream()["written_seq"] == 500
+        if fsync == "never":
+            assert stream()["synced_seq"] < 500
+        else:
+            wait_for(lambda: stream()["synced_seq"] == 500, timeout=10, what="every write synced")

@@ -9,6 +9,7 @@ import gevent.subprocess
 import pytest
 
 from zactors.apps.cli import main
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -53,18 +54,47 @@ def test_publish_subscribe_streams_and_dump(run, capsys, tmp_path, monkeypatch):
     assert capsys.readouterr().out.split("\t")[::3] == ["4", "hello\n"]
 
 
-def test_user_errors_are_one_line(capsys, tmp_path):
-    assert main(["-q", "zeps", "dump", str(tmp_path / "nothing")]) == 1
-    assert capsys.readouterr().err.strip() == "zactors: error: no such directory: %s" % (tmp_path / "nothing")
-    assert main(["-q", "zeps", "broker", "--journal", str(tmp_path), "--fsync", "sometimes"]) == 1
-    assert "--fsync takes never, batch or a period" in capsys.readouterr().err
-    assert main(["-q", "zeps", "broker", "--journal", str(tmp_path), "--permissions", "x"]) == 1
-    assert "need --curve" in capsys.readouterr().err
-    assert main(["-q", "zeps", "streams", "--connect", "tcp://127.0.0.1:1", "--timeout", "0.3"]) == 1
-    assert capsys.readouterr().err.strip().startswith("zactors: error: no answer from")
-    with pytest.raises(SystemExit):
-        main(["-q", "zeps", "subscribe", "s", "--since", "yesterday"])
-    assert "invalid time value" in capsys.readouterr().err
+@pytest.mark.parametrize("argv, says", [
+    (["dump", "/nonexistent/j"], "no such directory"),
+    (["broker", "--journal", "j", "--fsync", "sometimes"], "say never, batch, or a period"),
+    (["broker", "--journal", "j", "--retain", "lots"], "neither a size (500M, 10G) nor an age"),
+    (["broker", "--journal", "j", "--permissions", "/nonexistent/p"], "cannot read /nonexistent/p"),
+    (["broker", "--journal", "j", "--heartbeat", "9"], "must not be longer than --expiry"),
+    (["broker", "--journal", "j", "--bind", "127.0.0.1:5570"], "has no transport"),
+    (["subscribe", "s", "--since", "yesterday"], "is not a time"),
+    (["subscribe", "s", "--from", "-1"], "must be 0 or more"),
+    (["subscribe", "s", "--new", "--from", "3"], "not allowed with argument"),
+    (["publish", "s", "k", "--connect", "tcp://*:1"], "to connect, name the host"),
+])
+def test_user_errors_are_one_line(argv, says, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    try:
+        status = main(["-q", "zeps", *argv])
+    except SystemExit as exit:
+        status = exit.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_nobody_answering_is_exit_status_3(capsys, tmp_path):
+    import socket
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    endpoint = "tcp://127.0.0.1:%d" % free.getsockname()[1]
+    free.close()
+    for argv in (["streams"], ["publish", "s", "k", "v"], ["subscribe", "s"]):
+        assert main(["-q", "zeps", *argv, "--connect", endpoint, "--timeout", "0.3"]) == 3
+        assert "no answer" in capsys.readouterr().err
+
+
+def test_broker_stops_with_a_summary(run, tmp_path):
+    broker = run("zeps", "broker", "--journal", str(tmp_path / "j"), "--bind", "tcp://127.0.0.1:*")
+    endpoint = _endpoint(broker)
+    assert main(["-q", "zeps", "publish", "s", "k", "v", "--connect", endpoint]) == 0
+    broker.send_signal(signal.SIGTERM)
+    assert broker.wait(10) == 0
+    assert "broker stopped: 1 stream(s), 1 message(s) journaled, 1 peer(s) attached" in broker.stderr.read().decode()
 
 
 def test_demo_part(capsys):
@@ -75,3 +105,17 @@ def test_demo_part(capsys):
     assert "none missing: True" in text
     assert "in order: True" in text
     assert "then live" in text
+
+
+def test_an_interrupted_subscribe_says_where_to_resume(run, broker):
+    from zactors.patterns.zeps import Publisher
+    with Publisher(broker.endpoint, "s") as pub:
+        for i in range(3):
+            pub.publish(b"k", b"%d" % i)
+        pub.flush()
+    sub = run("zeps", "subscribe", "s", "--connect", broker.endpoint)
+    wait_for(lambda: any(s["subscribers"] and s["subscribers"][0]["delivered"] == 3
+                         for s in broker.call("INFO")["streams"].values()), 20, "the CLI subscriber served")
+    sub.send_signal(signal.SIGINT)
+    assert sub.wait(10) == 130
+    assert "interrupted after 3 message(s); last sequence 3 (--from 4 resumes)" in sub.stderr.read().decode()

@@ -163,7 +163,7 @@ def test_subscriber_resumes_without_gap_after_the_broker_restarts(journal_dir):
         pub.flush()
         first = [sub.get(10) for _ in range(150)]  # the rest waits in its queue or the broker
         broker.destroy()
-        broker = Broker(journal_dir, endpoint, heartbeat=0.2, expiry=1.0)
+        broker = _rebind(lambda: Broker(journal_dir, endpoint, heartbeat=0.2, expiry=1.0))
         wait_for(lambda: pub.stats["reattached"] >= 1 or _flushed(pub), timeout=10, what="the publisher back")
         for i in range(300, 400):
             pub.publish(b"k", b"%d" % i)
@@ -177,6 +177,24 @@ def test_subscriber_resumes_without_gap_after_the_broker_restarts(journal_dir):
         sub.destroy()
         pub.close()
         broker.destroy()
+
+
+def _rebind(make):
+    """A broker on the endpoint just released: libzmq closes the old listener in its own thread, a moment later."""
+    import zmq
+    made = []
+
+    def attempt():
+        try:
+            made.append(make())
+            return True
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EADDRINUSE:
+                raise
+            return False
+
+    wait_for(attempt, timeout=10, what="the old broker's port to be released")
+    return made[0]
 
 
 def _flushed(pub):
@@ -257,3 +275,17 @@ def _last(journal_dir):
     from zactors.actors.journal import JournalReader
     with JournalReader(os.path.join(journal_dir, "s")) as reader:
         return reader.last_seq
+
+
+def test_flush_waits_for_its_own_ping_not_an_earlier_heartbeat(broker):
+    """A heartbeat PING sent during a long burst must not let flush() return before the burst is written."""
+    pub = Publisher(broker.endpoint, "s", heartbeat=0.01, expiry=5.0)
+    try:
+        for i in range(30000):
+            pub.publish(b"k", b"%d" % i)
+            if i % 3000 == 0:
+                gevent.sleep(0.02)  # the keepalive greenlet runs and sends its PING mid-burst
+        pub.flush()
+        assert broker.call("INFO")["streams"]["s"]["written_seq"] == 30000
+    finally:
+        pub.close()

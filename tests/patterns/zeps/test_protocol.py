@@ -31,6 +31,9 @@ TABLE = [
      SIG + b"\x0d" + b"\x01x" + struct.pack(">Q", 1_700_000_000_000_000)),
     (p.Query(), SIG + b"\x0e"),
     (p.QueryOk(b'{"a":1}'), SIG + b"\x0f" + b"\x00\x00\x00\x07" + b'{"a":1}'),
+    (p.McDeliver(b"s", 5, b"k", b"v"),
+     SIG + b"\x10" + b"\x01s" + b"\x00" * 7 + b"\x05" + b"\x01k" + b"\x00\x00\x00\x01v"),
+    (p.McHead(b"s", 5), SIG + b"\x11" + b"\x01s" + b"\x00" * 7 + b"\x05"),
 ]
 
 
@@ -66,7 +69,7 @@ def test_command_ids_are_the_specs():
     (b"\xaa\xa5", "at least 3 bytes"),
     (b"\xaa\xa6\x08", "bad signature"),
     (SIG + b"\x00", "unknown command id 0"),
-    (SIG + b"\x10", "unknown command id 16"),
+    (SIG + b"\x12", "unknown command id 18"),
     (SIG + b"\x08x", "unexpected byte"),
     (SIG + b"\x01\x04ZEPX\x00\x01\x01s", "protocol must be"),
     (SIG + b"\x01\x04ZEPS\x00\x01\x00", "must not be empty"),
@@ -110,6 +113,8 @@ messages = st.one_of(
     st.builds(p.Deliver, u64, short, st.binary(max_size=2000)),
     st.builds(p.Invalid, text),
     st.builds(p.QueryOk, st.binary(max_size=200)),
+    st.builds(p.McDeliver, short, u64, short, st.binary(max_size=500)),
+    st.builds(p.McHead, short, u64),
     st.sampled_from([p.AttachOk(), p.SubscribeOk(), p.Ping(), p.PingOk(), p.Detach(), p.DetachOk(), p.Query()]),
 )
 

@@ -1,0 +1,54 @@
+"""A broker whose disk fills up: publishers are told, nothing is lost silently, it recovers."""
+import pytest
+
+from tests.actors.test_journal_enospc import small_disk  # noqa: F401  (fixture: a 256 KiB tmpfs)
+from zactors.patterns.zeps import Publisher, Subscriber, ZepsError
+
+from ...conftest import wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_enospc_is_surfaced_to_publishers_and_the_broker_recovers(small_disk):  # noqa: F811
+    from zactors.patterns.zeps.broker import Broker
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (96 << 10))
+    broker = Broker(str(small_disk / "journal"), segment_bytes=1 << 20)
+    pub = Publisher(broker.endpoint, "s")
+    try:
+        refused = None
+        for batch in range(40):
+            for i in range(20):
+                pub.publish(b"k", bytes(1000))
+            try:
+                pub.flush()
+            except ZepsError as exc:
+                refused = str(exc)
+                break
+        assert refused is not None and ("space" in refused or "refuse" in refused), refused
+        assert broker.alive
+        filler.unlink()  # space comes back: the held records are written, appends are taken again
+        wait_for(lambda: _flushed(pub), timeout=20, what="the journal writing again")
+        pub.publish(b"k", b"after")
+        pub.flush()
+        last = broker.call("INFO")["streams"]["s"]["last_seq"]
+        sub = Subscriber(broker.endpoint, "s", from_seq=1)
+        try:
+            got = [sub.get(10) for _ in range(last)]
+            assert [m.seq for m in got] == list(range(1, last + 1))  # sequenced means kept: no gap
+            assert got[-1].body == b"after"
+        finally:
+            sub.destroy()
+        assert broker.call("$STATS").get("journal_refused", 0) + broker.call("$STATS").get(
+            "journal_write_errors", 0) >= 1
+    finally:
+        pub.close()
+        broker.destroy()
+
+
+def _flushed(pub):
+    try:
+        pub.flush(timeout=2)
+        return True
+    except ZepsError:
+        return False
