@@ -195,3 +195,30 @@ def test_descriptors_return_to_baseline_after_sockets_and_threads(make):
         round_trip()
     gc.collect()
     wait_for(lambda: open_fds() <= before, 10, "descriptors back to %d (now %d)" % (before, open_fds()))
+
+
+@needs_draft
+@pytest.mark.timeout(90)
+def test_the_pipeline_app_runs_on_the_native_wire():
+    """Ventilator -> worker threads and greenlets -> Sink, all native=True."""
+    from zactors.apps.commands.pipeline import SquareWorker
+    from zactors.apps.pipeline import Sink, Ventilator
+
+    ventilator, sink = Ventilator(native=True), Sink(native=True)
+    workers = [SquareWorker(ventilator.endpoint, sink.endpoint, threads=2, concurrency=3, native=True)
+               for _ in range(2)]
+    try:
+        assert ventilator.scatter.wire == "SCATTER" and sink.gather.wire == "GATHER"
+        assert ventilator.wait_for_workers(2, timeout=20)
+        tasks = 2000
+        sender = gevent.spawn(lambda: [ventilator.send(b"%d" % n, timeout=20) for n in range(tasks)])
+        results = list(sink.results(tasks, timeout=20))
+        sender.get(timeout=10)
+        assert sorted(r.task_id for r in results) == list(range(tasks))
+        assert all(int(r.payload) == r.task_id ** 2 for r in results)
+        assert {r.worker for r in results} == {w.name for w in workers}
+    finally:
+        for worker in workers:
+            worker.destroy()
+        ventilator.close()
+        sink.close()
