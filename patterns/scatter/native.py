@@ -23,12 +23,16 @@ Scatter and Gather report it (see :mod:`.handshakes`).
 """
 import zmq
 
+from . import nativepoll
+
 __all__ = ["available", "socket_types"]
 
 
 def available():
-    """True when this libzmq has the draft API, and so real SCATTER/GATHER."""
-    return bool(zmq.has("draft")) and hasattr(zmq, "SCATTER") and hasattr(zmq, "GATHER")
+    """True when this libzmq has the draft API, and so real SCATTER/GATHER (and a
+    ``zmq_poller_fd`` to wait on them with: libzmq 4.3.2+)."""
+    return (bool(zmq.has("draft")) and hasattr(zmq, "SCATTER") and hasattr(zmq, "GATHER")
+            and nativepoll.available())
 
 
 def socket_types(native=False):

@@ -31,11 +31,11 @@ Woken waiters all retry; those that lose the race park again.
 :meth:`close` may be called from any thread: waiters wake and raise
 :class:`Closed`, and the socket itself is closed by whoever leaves it last.
 
-Native draft sockets (thread-safe in libzmq, but without ``ZMQ_FD``): the
-socket is watched instead by its :class:`~.nativewatch.NativeWatch` thread,
-which blocks in ``zmq_poll`` while someone waits and wakes the waiters as
-above; a waiting greenlet parks on its hub with only its timeout, a plain
-thread in ``poll`` on its wake-up pipe.  Nothing polls on a timer.
+Native draft sockets (thread-safe in libzmq, but without ``ZMQ_FD``): each
+waiter watches instead the descriptor of its own draft ``zmq_poller`` on the
+socket (:class:`~.nativepoll.WaitFd`), made when it parks and closed when it
+leaves; everything else is as above.  Nothing polls on a timer, no thread
+sits in between.
 """
 import errno
 import os
@@ -53,7 +53,7 @@ from zactors.actors.sockets import context
 from zactors.actors.speedups import events, handle
 
 from . import handshakes
-from .nativewatch import NativeWatch
+from .nativepoll import WaitFd
 
 __all__ = ["SafeSocket", "Closed", "EVENTS", "POLLIN", "POLLOUT", "NOBLOCK"]
 
@@ -154,7 +154,6 @@ class SafeSocket:
 
     def __init__(self, socket_type, native, linger, options):
         self.native = native
-        self._watch = None  # a native socket's NativeWatch, from the first wait on
         self._lock = _allocate_lock()
         self._locked = _Locked(self)
         self._owner = None  # thread ident allowed the lock-free path, until _shared
@@ -169,6 +168,7 @@ class SafeSocket:
         for name, value in options.items():
             sock.set(getattr(zmq, name.upper()), value)
         self._fd = None if native else sock.get(zmq.FD)
+        self._native_waits = {}  # entry -> WaitFd of a parked caller (native sockets)
         self._handle = handle(sock)  # for the actors.speedups calls
         self._binds = set()  # endpoints bound, to tell a refused peer's side
         #: peers refused at the handshake (:class:`~.handshakes.Refusal`, newest last): a
@@ -275,8 +275,6 @@ class SafeSocket:
                 handshakes.unwatch(self, self._handshakes)
                 self._handshakes = None
             self._wake_all()
-            if self._watch is not None:
-                self._watch.kick()
             if not self._parked:
                 self._sock.close()
 
@@ -308,14 +306,14 @@ class SafeSocket:
             hub = get_hub()
         waiter = Waiter(hub)
         entry = (hub, waiter)
-        if not self._park(entry):
+        fd = self._park(entry)
+        if fd is None:
             return True
         watcher = timer = None
         try:
             loop = hub.loop
-            if self._fd is not None:  # else the NativeWatch wakes us
-                watcher = loop.io(self._fd, 1)
-                watcher.start(waiter.switch, True)
+            watcher = loop.io(fd, 1)
+            watcher.start(waiter.switch, True)
             if deadline is not None:
                 timer = loop.timer(max(0.0, deadline - _monotonic()))
                 timer.start(waiter.switch, False)
@@ -333,12 +331,12 @@ class SafeSocket:
         """:meth:`_wait` for a plain thread: block it in ``poll``, no gevent hub."""
         waker = _thread_waker()
         entry = (None, waker)
-        if not self._park(entry):
+        fd = self._park(entry)
+        if fd is None:
             return True
         try:
             poller = _poll()
-            if self._fd is not None:  # else the NativeWatch wakes us
-                poller.register(self._fd, 1)
+            poller.register(fd, 1)
             poller.register(waker.read_fd, 1)
             timeout = None if deadline is None else max(0, int((deadline - _monotonic()) * 1000 + 1))
             poller.poll(timeout)
@@ -349,21 +347,22 @@ class SafeSocket:
         return True
 
     def _park(self, entry):
-        """Register a waiter; False when a call could go on already (no wait needed)."""
+        """Register a waiter; the descriptor to watch, or None when a call could go on already."""
         with self._locked:
             self._check()
             if self._ready():
-                return False
+                return None
+            fd = self._fd
+            if fd is None:  # native: a poller of our own, checked once more now that it listens
+                wait = WaitFd(self._handle, self._wait_event)
+                if wait.ready():
+                    wait.close()
+                    return None
+                self._native_waits[entry] = wait
+                fd = wait.fd
             self._waiters.append(entry)
             self._parked += 1
-            if self.native:
-                watch = self._watch
-                if watch is None:
-                    watch = self._watch = NativeWatch(self)
-                if not watch.watching:
-                    watch.watching = True  # one kick is enough: it looks at every waiter
-                    watch.kick()
-        return True
+        return fd
 
     def _unpark(self, entry):
         """Forget a waiter; the last one out of a closing socket closes it."""
@@ -372,9 +371,8 @@ class SafeSocket:
                 self._waiters.remove(entry)
             except ValueError:  # a waker took it already
                 pass
-            else:  # timed out: if nobody waits now, the NativeWatch may stop watching
-                if not self._waiters and self._watch is not None and self._watch.watching:
-                    self._watch.kick()
+            if self._fd is None:
+                self._native_waits.pop(entry).close()
             self._parked -= 1
             if self._closing and not self._parked:
                 self._sock.close()
