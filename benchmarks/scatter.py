@@ -306,12 +306,12 @@ def main():
     print("\none-way latency, %d paced messages (p50 / p99)" % args.latency)
     for name, receiver, kind in (("plain PUSH -> PULL", _plain_pull, "plain"),
                                  ("Scatter -> Gather", _gather, "ours"),
-                                 ("Scatter -> Gather native", _gather, "native")):
+                                 ("Scatter -> Gather, native", _gather, "native")):
         result = _cell(lambda: latency(receiver, kind, args.latency))
         if isinstance(result, Skipped):
-            print("  %-24s n/a (%s)" % (name, result))
+            print("  %-26s n/a (%s)" % (name, result))
         else:
-            print("  %-24s %7.1f us  / %7.1f us" % (name, result[0], result[1]))
+            print("  %-26s %7.1f us  / %7.1f us" % (name, result[0], result[1]))
     print("\nidle CPU, 10 callers blocked on an empty Gather (5 greenlets, 5 plain threads)")
     for wire in wires:
         result = _cell(lambda: idle_cpu(wire == "native"))

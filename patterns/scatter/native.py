@@ -44,6 +44,10 @@ def socket_types(native=False):
     if not native:
         return zmq.PUSH, zmq.PULL, False
     if not available():
+        if zmq.has("draft") and hasattr(zmq, "SCATTER"):
+            raise RuntimeError("native SCATTER/GATHER needs zmq_poller_fd (libzmq 4.3.2+ with drafts, on "
+                               "Linux) to wait on them, and this pyzmq's libzmq %s has none: use the "
+                               "emulation (native=False, the default)" % zmq.zmq_version())
         raise RuntimeError("native SCATTER/GATHER needs libzmq built with the draft API "
                            "(zmq.has('draft') is False here): use the emulation (native=False, the default), "
                            "or a pyzmq built with ZMQ_DRAFT_API=1 (see .ci/draft)")
