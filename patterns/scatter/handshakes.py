@@ -42,10 +42,10 @@ Refusal.__doc__ = ("A peer refused at the handshake: ``endpoint`` (str), ``kind`
 
 #: the protocol error for a peer of an incompatible socket type (libzmq 4.3 closes instead)
 _INVALID_METADATA = int(zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA)
-_OPENED = zmq.EVENT_CONNECTED | zmq.EVENT_ACCEPTED
-_HANDSHAKE = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-              | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
-_EVENTS = _OPENED | zmq.EVENT_DISCONNECTED | _HANDSHAKE
+_OPENED = frozenset((zmq.EVENT_CONNECTED, zmq.EVENT_ACCEPTED))
+_HANDSHAKE = frozenset((zmq.EVENT_HANDSHAKE_SUCCEEDED, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL,
+                        zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_AUTH))
+_EVENTS = sum(_OPENED | _HANDSHAKE) | zmq.EVENT_DISCONNECTED
 #: refusals kept per socket (the oldest are dropped; each is logged anyway)
 KEEP = 100
 
@@ -98,9 +98,9 @@ class _Connections:
     def feed(self, frames):
         event = Monitor.decode(frames)
         kind, endpoint = event.event, event.endpoint
-        if kind & _OPENED:
+        if kind in _OPENED:
             self.pending[event.value] = endpoint
-        elif kind & _HANDSHAKE:
+        elif kind in _HANDSHAKE:
             # Handshake events name the endpoint, not the connection: the newest
             # pending one there (a bound socket's are all on its one endpoint).
             for fd in reversed([fd for fd, at in self.pending.items() if at == endpoint]):
@@ -123,7 +123,8 @@ class _Connections:
                       % (where, owner.wire, _PEERS.get(owner.wire, "matching peer"), owner.native))
         else:
             kind = "auth" if event.event == zmq.EVENT_HANDSHAKE_FAILED_AUTH else "protocol"
-            reason = describe_accepted(event) if bound else describe(event, where)
+            reason = (describe_accepted(event) if bound else describe(event, where)) or (
+                "%s failed the handshake (event 0x%x, value %d)" % (where, event.event, event.value))
         refusal = Refusal(event.endpoint, kind, reason)
         refused = owner.refused
         if refusal not in refused:

@@ -6,6 +6,7 @@ against native) where the build has the draft API.
 """
 import gc
 import os
+import struct
 import threading
 import time
 
@@ -13,9 +14,10 @@ import gevent
 import pytest
 import zmq
 from gevent._hub_local import get_hub_if_exists
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from zactors.actors.sockets import context
-from zactors.patterns.scatter import Gather, NoMessage, NoPeerAvailable, Scatter, native_available
+from zactors.patterns.scatter import Gather, NoMessage, NoPeerAvailable, Scatter, handshakes, native_available
 from tests.conftest import wait_for
 from tests.patterns.scatter.conftest import NO_DRAFT
 
@@ -222,3 +224,55 @@ def test_the_pipeline_app_runs_on_the_native_wire():
             worker.destroy()
         ventilator.close()
         sink.close()
+
+
+# -- the monitor events behind ``refused``, hostile orders included --------------------------
+_EVENT = struct.Struct("=HI")
+_KINDS = [zmq.EVENT_CONNECTED, zmq.EVENT_ACCEPTED, zmq.EVENT_DISCONNECTED, zmq.EVENT_HANDSHAKE_SUCCEEDED,
+          zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+          zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_CONNECT_RETRIED, zmq.EVENT_CLOSED]
+_ENDPOINTS = ["tcp://127.0.0.1:5555", "tcp://127.0.0.1:6666", "ipc:///tmp/x", ""]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.sampled_from(_KINDS), st.integers(0, 2 ** 32 - 1), st.sampled_from(_ENDPOINTS)),
+                max_size=40),
+       st.lists(st.binary(max_size=12), max_size=3))
+def test_any_sequence_of_monitor_events_is_read_without_error(events, junk):
+    """Well-formed events in any order (and malformed frames): only failures become refusals."""
+    gather = Gather()
+    try:
+        connections = handshakes._Connections(gather)
+        opened = set()
+        for kind, value, endpoint in events:
+            connections.feed([_EVENT.pack(kind, value), endpoint.encode()])
+            if kind & (zmq.EVENT_CONNECTED | zmq.EVENT_ACCEPTED):
+                opened.add(value)
+            assert set(connections.pending) <= opened  # only connections that opened are tracked
+        failures = {k for k, _, _ in events} & {zmq.EVENT_DISCONNECTED, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL,
+                                               zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_AUTH}
+        assert failures or not gather.refused
+        for frames in junk:  # malformed: struct.error, which the reader thread logs and skips
+            try:
+                connections.feed([frames])
+            except struct.error:
+                pass
+        assert all(r.kind in ("wire", "protocol", "auth") and r.reason for r in gather.refused)
+        assert len(gather.refused) == len(set(gather.refused)) <= handshakes.KEEP
+    finally:
+        gather.close()
+
+
+def test_a_clean_connection_life_is_never_a_refusal():
+    gather = Gather()
+    try:
+        connections = handshakes._Connections(gather)
+        for fd in range(20):
+            for kind in (zmq.EVENT_CONNECTED, zmq.EVENT_HANDSHAKE_SUCCEEDED, zmq.EVENT_DISCONNECTED):
+                connections.feed([_EVENT.pack(kind, fd), b"tcp://127.0.0.1:5555"])
+        assert gather.refused == [] and connections.pending == {}
+        connections.feed([_EVENT.pack(zmq.EVENT_CONNECTED, 99), b"tcp://127.0.0.1:5555"])
+        connections.feed([_EVENT.pack(zmq.EVENT_DISCONNECTED, 99), b"tcp://127.0.0.1:5555"])
+        assert [r.kind for r in gather.refused] == ["wire"]
+    finally:
+        gather.close()
