@@ -193,7 +193,7 @@ def test_a_clone_key_set_in_the_page_reaches_a_client_and_probes_stay_text(node,
     client = Clone(clone_servers(node), subtree=b"/app/")
     try:
         assert client.wait_synced(10)
-        client.set(b"/app/" + XSS.encode(), XSS.encode())
+        client.set(b"/app/" + XSS.encode(), XSS.encode(), wait=5)
         page.open(node["dashboard"] + "#/clone/" + "%2Fapp%2F")
         page.wait(lambda: XSS in " ".join(page.text("table td")), what="the probe key listed")
         assert page.find("main img") == [] and page.no_alert()
