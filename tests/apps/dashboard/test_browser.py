@@ -57,7 +57,8 @@ class Page:
         return blocking(self.driver.find_elements, By.CSS_SELECTOR, css)
 
     def text(self, css):
-        return [blocking(lambda e=e: e.text) for e in self.find(css)]
+        """The text of every element matching ``css``, read in one go (the page redraws between calls)."""
+        return self.script("return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText.trim())", css)
 
     def wait(self, predicate, timeout=15, what="the page"):
         with gevent.Timeout(timeout, AssertionError("timed out after %ss waiting for %s" % (timeout, what))):
