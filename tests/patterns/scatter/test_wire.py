@@ -29,6 +29,7 @@ needs_draft = pytest.mark.skipif(not native_available(), reason=NO_DRAFT)
 def _plain(kind, endpoint, bind=True):
     sock = context().socket(kind)
     sock.linger = 0
+    sock.sndtimeo = sock.rcvtimeo = 10000  # every blocking call has a deadline
     if bind:
         sock.bind(endpoint)
         return sock, sock.last_endpoint.decode()
