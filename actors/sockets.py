@@ -88,7 +88,7 @@ def raise_open_files():
             log.warning("zactors: cannot raise the open-file limit from %d to %d (%s): "
                         "about %d sockets and connections at most", soft, wanted, exc, soft)
     if soft != resource.RLIM_INFINITY and soft < MAX_SOCKETS:
-        log.info("zactors: the open-file limit is %d (hard limit %s): fewer sockets than libzmq's %d may open",
+        log.debug("zactors: the open-file limit is %d (hard limit %s): fewer sockets than libzmq's %d may open",
                  soft, hard, MAX_SOCKETS)
     return soft
 
