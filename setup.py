@@ -23,5 +23,6 @@ setup(
     ext_modules=[
         # optional: without a compiler zactors installs and runs in pure Python
         Extension("zactors.actors._speedups", sources=["actors/_speedups.c"], optional=True),
+        Extension("zactors.actors._journal", sources=["actors/_journal.c"], optional=True),
     ],
 )
