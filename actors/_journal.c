@@ -146,7 +146,34 @@ crc(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(out);
 }
 
-/* frame(buf, seq, timestamp, key, body): append one framed record to the bytearray buf. */
+/* Record(seq, timestamp, key, body); the references to seq, key and body are new ones. */
+static PyObject *
+make_record(PyObject *seq, double ts, PyObject *key, PyObject *body)
+{
+    PyObject *rec, *t;
+    if (record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "zactors.actors._journal: bind() was not called");
+        return NULL;
+    }
+    t = PyFloat_FromDouble(ts);
+    if (t == NULL)
+        return NULL;
+    rec = record_type->tp_alloc(record_type, 4);
+    if (rec == NULL) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    Py_INCREF(seq);
+    Py_INCREF(key);
+    Py_INCREF(body);
+    PyTuple_SET_ITEM(rec, 0, seq);
+    PyTuple_SET_ITEM(rec, 1, t);
+    PyTuple_SET_ITEM(rec, 2, key);
+    PyTuple_SET_ITEM(rec, 3, body);
+    return rec;
+}
+
+/* frame(buf, seq, timestamp, key, body) -> Record: append one framed record to the bytearray buf. */
 static PyObject *
 frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -162,8 +189,9 @@ frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     buf = args[0];
     key = args[3];
     body = args[4];
-    if (!PyByteArray_CheckExact(buf) || !PyBytes_CheckExact(key) || !PyBytes_CheckExact(body)) {
-        PyErr_SetString(PyExc_TypeError, "frame() takes a bytearray, then bytes key and body");
+    if (!PyByteArray_CheckExact(buf) || !PyBytes_CheckExact(key) || !PyBytes_CheckExact(body)
+        || !PyLong_CheckExact(args[1]) || !PyFloat_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "frame() takes a bytearray, an int, a float, then bytes key and body");
         return NULL;
     }
     seq = PyLong_AsUnsignedLongLong(args[1]);
@@ -198,7 +226,7 @@ frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     memcpy(p + 32 + klen, PyBytes_AS_STRING(body), blen);
     put32(p, (uint32_t)length);
     put32(p + 4, crc32c(0, p + 8, (size_t)length));
-    Py_RETURN_NONE;
+    return make_record(args[1], ts, key, body);
 }
 
 /* decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at) -> (at, total, status)
@@ -293,7 +321,7 @@ static PyMethodDef methods[] = {
     {"bind", bind, METH_O, "bind(Record): the record type decode() makes."},
     {"crc", crc, METH_VARARGS, "crc(data, value=0): CRC-32C of data, continuing from value."},
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
-     "frame(buf, seq, timestamp, key, body): append one framed record to the bytearray buf."},
+     "frame(buf, seq, timestamp, key, body) -> Record: append one framed record to the bytearray buf."},
     {"decode", decode, METH_VARARGS,
      "decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at) -> (at, total, status)."},
     {NULL, NULL, 0, NULL},

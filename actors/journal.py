@@ -653,6 +653,10 @@ class Journal:
         time works).  Raises :class:`JournalFull` or :class:`JournalError`
         while the journal refuses appends (see the module docstring).
         """
+        return self.append_record(key, body, timestamp)[0]
+
+    def append_record(self, key, body, timestamp=None):
+        """:meth:`append`, returning the :class:`Record` (the one the tail cache holds)."""
         if type(key) is not bytes:
             key = _check_bytes(key, "key")
         if type(body) is not bytes:
@@ -678,7 +682,7 @@ class Journal:
             if pos + size > self.segment_bytes or self._pending_bytes + size > self.buffer_bytes:
                 pos = self._make_room(seq, size, pos)
             chunk = self._pending[-1]
-            _frame(chunk[1], seq, timestamp, key, body)
+            record = _frame(chunk[1], seq, timestamp, key, body)  # framed, CRC'd, and the cache's Record
             chunk[2] = seq
             if pos >= self._index_at:
                 seg = chunk[0]
@@ -690,11 +694,11 @@ class Journal:
             self._pending_bytes += size
             self._next_seq = seq + 1
             self._last_ts = timestamp
-            self._cache.append(_tuple_new(Record, (seq, timestamp, key, body)))
+            self._cache.append(record)
             self._cache_bytes += klen + blen + _MEM_OVERHEAD
             if self._cache_bytes > self._evict_at:
                 self._evict()
-        return seq
+        return record
 
     def _make_room(self, seq, size, pos):
         """append's slow path: refuse when the buffer is full, else roll over to

@@ -13,7 +13,8 @@ environment sets ``ZACTORS_PURE_PYTHON=1``.  Nothing here imports gevent or
 zmq; every function is pure (thread-safe on distinct buffers).
 
 * ``frame(buf, seq, timestamp, key, body)``: append one framed record to the
-  bytearray ``buf`` (``key`` and ``body`` are bytes).
+  bytearray ``buf`` (``seq`` an int, ``timestamp`` a float, ``key`` and
+  ``body`` bytes) and return it as a ``Record``.
 * ``decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at)``:
   decode the complete records of ``buf`` from offset ``at`` on, appending a
   ``Record`` to the list ``out`` for each one with ``from_seq <= seq``
@@ -67,11 +68,13 @@ def py_crc(data, value=0):
 
 
 def py_frame(buf, seq, timestamp, key, body):
-    if type(buf) is not bytearray or type(key) is not bytes or type(body) is not bytes:
-        raise TypeError("frame() takes a bytearray, then bytes key and body")
+    if type(buf) is not bytearray or type(key) is not bytes or type(body) is not bytes \
+            or type(seq) is not int or type(timestamp) is not float:
+        raise TypeError("frame() takes a bytearray, an int, a float, then bytes key and body")
     payload = _join((_pack_head(seq, timestamp, len(key)), key, _pack_u32(len(body)), body))
     buf += _pack_prefix(len(payload), _crc32c(payload))
     buf += payload
+    return _tuple_new(_Record, (seq, timestamp, key, body))
 
 
 def py_decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at):
