@@ -61,8 +61,7 @@ def _commands(parser=None, path=()):
 
 #: command groups still moving onto apps/options.py (their owners adopt it after merging the cli branch);
 #: a group listed here that conforms shows as XPASS: then remove it from here
-PENDING = {"zeps": "zeps commands: --bind/--connect/--curve/--timeout not yet from apps/options.py",
-           "clone": "clone commands: descriptions and option types not yet from apps/options.py"}
+PENDING = {"clone": "clone commands: descriptions and option types not yet from apps/options.py"}
 
 
 def _groups():
