@@ -41,7 +41,7 @@ from gevent.lock import Semaphore
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import curve_client
 from zactors.actors.sockets import POLLIN, Socket, context
-from zactors.actors.speedups import events as _events, send_message
+from zactors.actors.speedups import events as _events, recv_singles, send_message
 
 from . import protocol as p
 
@@ -56,6 +56,8 @@ _u32 = struct.Struct(">I").pack
 _unpack_u32 = struct.Struct(">I").unpack_from
 _unpack_u64 = struct.Struct(">Q").unpack_from
 
+_tuple_new = tuple.__new__   # _tuple_new(Message, fields): skips namedtuple's Python __new__
+_BATCH = 256                 # DELIVERs taken from the socket per C call
 Message = namedtuple("Message", "seq key body")
 Message.__doc__ = "One delivered message: its stream sequence, routing key and body (bytes)."
 
@@ -404,27 +406,66 @@ class Subscriber(Actor):
             self._sock.send(p.credit(amount))
 
     def _on_frames(self, frames):
+        """The reactor's handler: this message, then what else is waiting, in batches (one C call each)."""
         self._heard = _monotonic()
-        frame = frames[0]
-        size = len(frame)
-        if size >= 16 and frame[2] == 7 and frame[0] == 0xAA and frame[1] == 0xA5:  # DELIVER, inline
-            end = 12 + frame[11]
-            if size >= end + 4 and _unpack_u32(frame, end)[0] == size - end - 4:
-                seq = _unpack_u64(frame, 3)[0]
-                last = self.last_seq
-                if last is not None and seq <= last:
-                    self._stats["duplicates"] += 1
-                    return
-                self.last_seq = seq
-                item = Message(seq, frame[12:end], frame[end + 4:])
-                if self.callback is None:
-                    self._queue.append(item)
-                    self._queued_bytes += size
-                    if self._waiting:
-                        self._ready.set()
-                else:
-                    self._callback(item, size)
+        sock = self._sock
+        self._receive(frames[:1])
+        while self._sock is sock and sock is not None:
+            try:
+                batch, _ = recv_singles(sock, sock.handle, _BATCH)
+            except zmq.ZMQError:
                 return
+            if batch:
+                self._receive(batch)
+            if len(batch) < _BATCH:
+                return
+
+    def _receive(self, frames):
+        """DELIVERs (parsed inline, the hot path) and the broker's other commands, in order."""
+        sock = self._sock
+        queue = self._queue
+        append = queue.append
+        callback = self.callback
+        last = self.last_seq
+        if last is None:
+            last = -1
+        queued = 0
+        new = _tuple_new
+        for frame in frames:
+            size = len(frame)
+            if size >= 16 and frame[2] == 7 and frame[0] == 0xAA and frame[1] == 0xA5:  # DELIVER
+                end = 12 + frame[11]
+                if size >= end + 4 and _unpack_u32(frame, end)[0] == size - end - 4:
+                    seq = _unpack_u64(frame, 3)[0]
+                    if seq <= last:
+                        self._stats["duplicates"] += 1
+                        continue
+                    last = seq
+                    item = new(Message, (seq, frame[12:end], frame[end + 4:]))
+                    if callback is None:
+                        append(item)
+                        queued += size
+                    else:
+                        self.last_seq = seq
+                        self._callback(item, size)
+                        if self._sock is not sock:
+                            return
+                    continue
+            if last >= 0:
+                self.last_seq = last
+            self._queued_bytes += queued
+            queued = 0
+            self._command(frame)
+            if self._sock is not sock:  # the peering was replaced: the rest came on the old one
+                return
+        if last >= 0:
+            self.last_seq = last
+        if queued:
+            self._queued_bytes += queued
+            if self._waiting:
+                self._ready.set()
+
+    def _command(self, frame):
         try:
             message = p.decode(frame)
         except p.ProtocolError as exc:
@@ -432,7 +473,7 @@ class Subscriber(Actor):
             log.debug("%s: invalid frame from the broker dropped: %s", self.name, exc)
             return
         kind = type(message)
-        # (every valid DELIVER took the inline path above)
+        # (every valid DELIVER took the inline path in _receive)
         if kind is p.Ping:
             self._sock.send(p.PING_OK_FRAME)
         elif kind is p.PingOk:
