@@ -79,6 +79,7 @@ from zactors.actors.router import Router
 from zactors.actors.speedups import send_message
 
 from . import protocol as p
+from .deliver import frames as _frames, matcher_of
 from .matcher import Filter, Matcher, PatternError
 
 __all__ = ["Broker", "stream_directory", "stream_name"]
@@ -90,6 +91,7 @@ _DELIVER_HEAD = struct.Struct(">2sBQB").pack   # signature, 7, sequence, key len
 _u32 = struct.Struct(">I").pack
 _SIG = p.SIGNATURE
 _unpack_u32 = struct.Struct(">I").unpack_from
+_unpack_u64 = struct.Struct(">Q").unpack_from
 _LIVE, _REPLAY = "live", "replay"
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
@@ -126,7 +128,7 @@ class _Stream:
         self.commit = commit      # its GroupCommit: writes, fsyncs, PING-OK waits
         self.matcher = Matcher()
         self.peers = {}           # identity -> _Peer attached here
-        self.fresh = []           # (seq, key, body) appended this round: written, then delivered live
+        self.fresh = []           # journal Records appended this round: written, then delivered live
         self.delivered_seq = journal.last_seq  # the publish path delivered up to here
         self.samples = []         # (monotonic, last_seq) for the rate
         self.publishes = 0
@@ -260,12 +262,12 @@ class Broker(Actor):
                             return
                         stream = peer.stream  # the common case, inline: append, then deliver this round
                         try:
-                            seq = stream.journal.append(key, body)
+                            record = stream.journal.append_record(key, body)
                         except JournalError:
                             self._publish(peer, key, body)  # refused again there, and said so
                             return
-                        peer.published = seq
-                        stream.fresh.append((seq, key, body))
+                        peer.published = record[0]
+                        stream.fresh.append(record)
                         stream.commit.kick()
                         return
             self._on_message(identity, [frame])
@@ -325,13 +327,13 @@ class Broker(Actor):
             if not self._allowed(peer, "publish"):
                 return
         try:
-            seq = stream.journal.append(key, body)
+            record = stream.journal.append_record(key, body)
         except JournalError as exc:
             self.stats["journal_refused"] += 1
             self._invalid(peer.identity, "stream %s refused the message: %s" % (stream.name.decode(), exc))
             return
-        peer.published = seq
-        stream.fresh.append((seq, key, body))
+        peer.published = record[0]
+        stream.fresh.append(record)
         stream.commit.kick()
 
     def _written(self, stream, written_seq):
@@ -347,7 +349,7 @@ class Broker(Actor):
         stream.delivered_seq = fresh[-1][0]
         if self._multicast is not None:
             multicast, name = self._multicast.send, stream.name
-            for seq, key, body in fresh:
+            for seq, _, key, body in fresh:
                 multicast(name, seq, key, body)
         matcher = stream.matcher
         if not matcher:
@@ -356,7 +358,7 @@ class Broker(Actor):
         send, pending = self._outbox_send, self._outbox_pending
         sock = self.router.socket
         handle = sock.handle
-        for seq, key, body in fresh:
+        for seq, _, key, body in fresh:
             owners = match(key)
             if owners:
                 frame = b"".join((_DELIVER_HEAD(_SIG, 7, seq, len(key)), key, _u32(len(body)), body))
@@ -443,42 +445,38 @@ class Broker(Actor):
             log.error("%s: replay of %s failed: %s", self.name, stream.name, exc)
             self.stats["replay_errors"] += 1
             return False
-        match = peer.filter
+        # the whole batch matched and encoded in one call; then one C send per frame
+        frames, credit, consumed, short = _frames(records, 0, limit, peer.credit, matcher_of(peer.filter))
         send = self._outbox_send
         identity = peer.identity
         direct = not self._outbox_pending(identity)
         sock = self.router.socket
         handle = sock.handle
-        credit = peer.credit
         sent = 0
-        more = True
-        for seq, _, key, body in records:
-            if seq > limit:
+        stopped = False
+        for frame in frames:
+            if direct:
+                try:  # straight to libzmq while nothing waits in the outbox
+                    send_message(sock, handle, (identity, frame))
+                    sent += 1
+                    continue
+                except ZMQError:
+                    direct = False
+            if not send(identity, [frame]):  # gone (dropped by on_unroutable)
+                stopped = True
                 break
-            if match(key):
-                frame = b"".join((_DELIVER_HEAD(_SIG, 7, seq, len(key)), key, _u32(len(body)), body))
-                cost = len(frame)
-                if credit < cost:
-                    more = False
-                    break
-                credit -= cost
-                if direct:
-                    try:  # straight to libzmq while nothing waits in the outbox
-                        send_message(sock, handle, (identity, frame))
-                    except ZMQError:
-                        direct = False
-                        if not send(identity, [frame]):  # gone (dropped by on_unroutable)
-                            more = False
-                            break
-                elif not send(identity, [frame]):
-                    more = False
-                    break
-                sent += 1
-                if peer.held:  # the transport is full: sent, but go no further now
-                    peer.next = seq + 1
-                    more = False
-                    break
-            peer.next = seq + 1
+            sent += 1
+            if peer.held:  # the transport is full: sent, but go no further now
+                stopped = True
+                break
+        more = not short
+        if stopped:
+            credit += sum(map(len, frames[sent:]))  # not sent: not spent
+            if sent:
+                peer.next = _unpack_u64(frames[sent - 1], 3)[0] + 1
+            more = False
+        elif consumed:
+            peer.next = records[consumed - 1][0] + 1
         peer.credit = credit
         peer.delivered += sent
         self.stats["replayed"] += sent
