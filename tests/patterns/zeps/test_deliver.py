@@ -1,0 +1,73 @@
+"""DELIVER batches: the C extension and its pure-Python twin agree, and both speak the spec's wire."""
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from zactors.actors.journal import Record
+from zactors.patterns.zeps import deliver, protocol as p
+from zactors.patterns.zeps.matcher import Filter
+
+pytestmark = pytest.mark.timeout(120)
+
+try:  # imported directly: both twins are tested whatever ZACTORS_PURE_PYTHON says
+    from zactors.patterns.zeps import _deliver
+except ImportError:
+    _deliver = None
+
+TWINS = [deliver.py_frames] + ([_deliver.frames] if _deliver is not None else [])
+
+
+@pytest.mark.skipif(bool(os.environ.get("ZACTORS_PURE_PYTHON")), reason="pure Python asked for")
+def test_the_c_version_is_built_and_used():
+    assert _deliver is not None and deliver.SPEEDUPS and deliver.frames is _deliver.frames
+
+
+@pytest.mark.parametrize("frames", TWINS)
+def test_frames_are_deliver_frames(frames):
+    records = [Record(5, 1.0, b"a.1", b"x"), Record(6, 2.0, b"b.1", b""), Record(7, 3.0, b"a.2", b"yz")]
+    out, credit, consumed, short = frames(records, 0, 100, 1000, (b"a.",))
+    assert out == [p.deliver(5, b"a.1", b"x"), p.deliver(7, b"a.2", b"yz")]
+    assert p.decode(out[1]) == p.Deliver(7, b"a.2", b"yz")
+    assert credit == 1000 - sum(map(len, out)) and consumed == 3 and not short
+
+
+@pytest.mark.parametrize("frames", TWINS)
+def test_frames_stop_at_the_limit_and_the_credit(frames):
+    records = [Record(i, 0.0, b"k", b"v" * 10) for i in range(1, 11)]
+    out, credit, consumed, short = frames(records, 2, 5, 10 ** 6, None)
+    assert [p.decode(f).sequence for f in out] == [3, 4, 5] and consumed == 5 and not short
+    cost = p.deliver_cost(b"k", b"v" * 10)
+    out, credit, consumed, short = frames(records, 0, 100, 2 * cost + cost - 1, None)
+    assert len(out) == 2 and credit == cost - 1 and consumed == 2 and short
+
+
+def test_matcher_of():
+    flt = Filter()
+    flt.add(b"a.")
+    assert deliver.matcher_of(flt) == (b"a.",)
+    flt.add(b"")
+    assert deliver.matcher_of(flt) is None
+    flt.add(b"re:b")
+    assert deliver.matcher_of(flt) is flt
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(st.tuples(st.binary(max_size=12), st.binary(max_size=64)), max_size=30),
+       start=st.integers(-2, 32), limit=st.integers(0, 40), credit=st.integers(0, 3000),
+       kind=st.sampled_from(["all", "prefixes", "regex"]), prefixes=st.lists(st.binary(max_size=3), max_size=3))
+def test_twins_agree_on_hostile_keys(items, start, limit, credit, kind, prefixes):
+    records = [Record(i + 1, 0.0, k, b) for i, (k, b) in enumerate(items)]
+    flt = Filter()
+    for x in prefixes:
+        flt.add(x)
+    if kind == "regex":
+        flt.add(b"re:\\x00")
+    match = None if kind == "all" else deliver.matcher_of(flt) if kind == "prefixes" and prefixes else flt
+    results = [f(records, start, limit, credit, match) for f in TWINS]
+    results = [(a, b, c, bool(d)) for a, b, c, d in results]
+    assert all(r == results[0] for r in results)
+    out, left, consumed, short = results[0]
+    chosen = [r for r in records[max(start, 0):consumed] if match is None or flt(r.key)]
+    assert [p.decode(f) for f in out] == [p.Deliver(r.seq, r.key, r.body) for r in chosen]
+    assert left == credit - sum(map(len, out)) >= 0
