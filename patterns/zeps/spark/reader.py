@@ -1,0 +1,298 @@
+"""Planning and reading partitions of ZEPS streams, from journal files or a live broker.
+
+Shared by the batch reader and the streaming reader: a partition is a plain,
+picklable object naming one stream and a sequence range; :func:`read_partition`
+turns it into Arrow record batches on an executor.
+
+- Journal partitions (``path=``) cover a slice of one segment file: segments
+  bigger than ``partitionBytes`` are cut into equal sequence ranges, and the
+  reader seeks to its first record through the segment's sparse index.
+- Broker partitions (``broker=``) cover a sequence range read by a
+  :class:`~zactors.patterns.zeps.client.Subscriber` over the network (so an
+  executor on another machine can read).  The wire carries no timestamps:
+  the ``timestamp`` column is null there, and ``endTime`` cannot be applied.
+"""
+import logging
+import math
+import os
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from zactors.actors.journal import JournalError, JournalReader, SequenceGone
+
+from .options import ZepsSparkError
+from .segments import SCHEMA, segment_batches, sparse_index
+
+__all__ = ["JournalPart", "BrokerPart", "journal_streams", "journal_range", "broker_range",
+           "plan", "read_partition", "BASE_FIELDS"]
+
+log = logging.getLogger(__name__)
+
+#: (name, Spark DDL type) of the columns before the body
+BASE_FIELDS = (("stream", "STRING"), ("seq", "BIGINT"), ("timestamp", "TIMESTAMP"), ("key", "BINARY"))
+BROKER_BATCH = 32768                # rows per Arrow batch read over the network
+
+
+class JournalPart:
+    """Records ``from_seq..to_seq`` of one segment file of one stream."""
+    __slots__ = ("stream", "path", "base", "from_seq", "to_seq")
+
+    def __init__(self, stream, path, base, from_seq, to_seq):
+        self.stream, self.path, self.base, self.from_seq, self.to_seq = stream, path, base, from_seq, to_seq
+
+    def __getstate__(self):
+        return (self.stream, self.path, self.base, self.from_seq, self.to_seq)
+
+    def __setstate__(self, state):
+        self.stream, self.path, self.base, self.from_seq, self.to_seq = state
+
+
+class BrokerPart:
+    """Records ``from_seq..to_seq`` of one stream, read from a broker."""
+    __slots__ = ("stream", "from_seq", "to_seq")
+
+    def __init__(self, stream, from_seq, to_seq):
+        self.stream, self.from_seq, self.to_seq = stream, from_seq, to_seq
+
+    def __getstate__(self):
+        return (self.stream, self.from_seq, self.to_seq)
+
+    def __setstate__(self, state):
+        self.stream, self.from_seq, self.to_seq = state
+
+
+# -- the streams and their ranges --------------------------------------------------
+
+def journal_streams(opts):
+    """{stream name: directory} under ``opts.path`` (clear errors for what is missing)."""
+    from zactors.patterns.zeps.broker import stream_directory, stream_name
+
+    path = opts.path
+    if not os.path.isdir(path):
+        raise ZepsSparkError("no journal directory %s" % path)
+    if any(name.endswith(".seg") for name in os.listdir(path)):       # one stream's directory
+        name = (stream_name(os.path.basename(os.path.normpath(path))) or b"").decode("utf-8", "replace")
+        if opts.streams and opts.streams != [name]:
+            raise ZepsSparkError("%s holds stream %r, not %s" % (path, name, ", ".join(opts.streams)))
+        return {name: path}
+    if opts.streams:
+        found = {}
+        for name in opts.streams:
+            directory = os.path.join(path, stream_directory(name.encode()))
+            if not os.path.isdir(directory):
+                raise ZepsSparkError("no stream %r in journal directory %s" % (name, path))
+            found[name] = directory
+        return found
+    found = {}
+    for entry in sorted(os.listdir(path)):
+        name = stream_name(entry)
+        if name is not None and os.path.isdir(os.path.join(path, entry)):
+            found[name.decode("utf-8", "replace")] = os.path.join(path, entry)
+    if not found:
+        raise ZepsSparkError("no streams in journal directory %s" % path)
+    return found
+
+
+def journal_range(directory):
+    """(first_seq, last_seq) written to a stream's journal directory (last < first: empty)."""
+    try:
+        with JournalReader(directory) as reader:
+            return reader.first_seq, reader.last_seq
+    except JournalError as exc:
+        raise ZepsSparkError(str(exc)) from None
+
+
+def broker_info(opts):
+    """The broker's QUERY report, with a clear error when it does not answer."""
+    from zactors.patterns.zeps.client import ZepsError, query
+    try:
+        return query(opts.broker, timeout=opts.timeout)
+    except ZepsError as exc:
+        raise ZepsSparkError("cannot reach the ZEPS broker at %s: %s" % (opts.broker, exc)) from None
+    except Exception as exc:   # a malformed endpoint (zmq.ZMQError)
+        raise ZepsSparkError("cannot reach the ZEPS broker at %r: %s" % (opts.broker, exc)) from None
+
+
+def broker_range(opts, stream, must_exist=True):
+    """(first_seq, last_seq) of a stream on the broker, opening it there if it is on disk."""
+    report = broker_info(opts)
+    info = report["streams"].get(stream)
+    if info is None:                 # not opened since the broker started: ATTACH opens it
+        from zactors.patterns.zeps.client import Publisher, ZepsError
+        try:
+            Publisher(opts.broker, stream, timeout=opts.timeout).close()
+        except ZepsError as exc:
+            raise ZepsSparkError("broker %s refused stream %r: %s" % (opts.broker, stream, exc)) from None
+        info = broker_info(opts)["streams"].get(stream)
+        if info is None or (must_exist and info["last_seq"] == 0):
+            raise ZepsSparkError("no stream %r on the broker at %s" % (stream, opts.broker))
+    return info["first_seq"], info["last_seq"]
+
+
+def stream_ranges(opts, must_exist=True):
+    """{stream: (first_seq, last_seq, directory or None)} for the configured source."""
+    opts.require_source()
+    if opts.path:
+        return {name: journal_range(d) + (d,) for name, d in journal_streams(opts).items()}
+    if not opts.streams:
+        raise ZepsSparkError("option stream is required with broker")
+    return {name: broker_range(opts, name, must_exist) + (None,) for name in opts.streams}
+
+
+# -- planning ------------------------------------------------------------------------
+
+def plan(opts, stream, directory, from_seq, to_seq):
+    """Partitions covering ``from_seq..to_seq`` of ``stream`` (empty if the range is)."""
+    if to_seq < from_seq:
+        return []
+    if directory is None:
+        per = max(1, opts.partition_bytes // 128)     # records: a guess of ~128 bytes each
+        count = to_seq - from_seq + 1
+        n = max(1, math.ceil(count / per))
+        step = math.ceil(count / n)
+        return [BrokerPart(stream, s, min(to_seq, s + step - 1)) for s in range(from_seq, to_seq + 1, step)]
+    try:
+        with JournalReader(directory) as reader:
+            segments = reader.segments()
+    except JournalError as exc:
+        raise ZepsSparkError(str(exc)) from None
+    parts = []
+    for i, (base, path, _first_ts, _last_ts, size) in enumerate(segments):
+        last = segments[i + 1][0] - 1 if i + 1 < len(segments) else to_seq
+        lo, hi = max(base, from_seq), min(last, to_seq)
+        if lo > hi:
+            continue
+        if i + 1 == len(segments):
+            hi = to_seq     # the active segment: up to what the range asks (read stops at its end)
+        span = last - base + 1 if i + 1 < len(segments) else max(1, hi - base + 1)
+        share = size * (hi - lo + 1) / span
+        n = max(1, min(hi - lo + 1, round(share / opts.partition_bytes)))
+        step = math.ceil((hi - lo + 1) / n)
+        parts.extend(JournalPart(stream, path, base, s, min(hi, s + step - 1)) for s in range(lo, hi + 1, step))
+    return parts
+
+
+# -- reading -------------------------------------------------------------------------
+
+def _broker_batches(opts, part):
+    from zactors.patterns.zeps.client import Subscriber, ZepsError
+    try:
+        sub = Subscriber(opts.broker, part.stream, from_seq=part.from_seq, window=opts.stream_window,
+                         timeout=opts.timeout)
+    except ZepsError as exc:
+        raise ZepsSparkError("cannot read stream %r from the broker at %s: %s"
+                             % (part.stream, opts.broker, exc)) from None
+    try:
+        seq = part.from_seq
+        while seq <= part.to_seq:
+            seqs, keys, bodies = [], [], []
+            get = sub.get
+            while seq <= part.to_seq and len(seqs) < BROKER_BATCH:
+                message = get(opts.timeout)
+                if message is None:
+                    raise ZepsSparkError("the broker at %s sent nothing for %ss while reading stream %r at "
+                                         "sequence %d" % (opts.broker, opts.timeout, part.stream, seq))
+                if message[0] != seq and not seqs and seq == part.from_seq and message[0] > seq:
+                    raise SequenceGone(message[0])
+                seqs.append(message[0])
+                keys.append(message[1])
+                bodies.append(message[2])
+                seq = message[0] + 1
+            if seqs and seqs[-1] > part.to_seq:
+                cut = next(i for i, s in enumerate(seqs) if s > part.to_seq)
+                del seqs[cut:], keys[cut:], bodies[cut:]
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(seqs, pa.int64()), pa.nulls(len(seqs), SCHEMA.field("timestamp").type),
+                 pa.array(keys, pa.binary()), pa.array(bodies, pa.binary())], schema=SCHEMA)
+    finally:
+        sub.destroy()
+
+
+class _KeyFilter:
+    """A ZEPS pattern applied to a key column: the pattern runs once per distinct key."""
+
+    def __init__(self, pattern):
+        from zactors.patterns.zeps.matcher import Filter
+        self.match = Filter()
+        self.match.add(pattern)
+        self.seen = {}
+
+    def mask(self, keys):
+        distinct = pc.unique(keys)
+        seen = self.seen
+        wanted = []
+        for key in distinct.to_pylist():
+            hit = seen.get(key)
+            if hit is None:
+                if len(seen) > 100000:
+                    seen.clear()
+                hit = seen[key] = self.match(key)
+            if hit:
+                wanted.append(key)
+        return pc.is_in(keys, value_set=pa.array(wanted, pa.binary()))
+
+
+def _body_columns(opts, body, arrow_fields, part):
+    if opts.body_format == "binary":
+        return [body]
+    if opts.body_format == "utf-8":
+        text = body.cast(pa.string(), safe=False)
+        try:
+            text.validate(full=True)
+        except pa.ArrowInvalid:
+            raise ZepsSparkError("stream %r: a body between sequences %d and %d is not valid UTF-8"
+                                 " (use bodyFormat binary)" % (part.stream, part.from_seq, part.to_seq)) from None
+        return [text]
+    import io
+    import pyarrow.json as pajson
+    schema = pa.schema(arrow_fields)
+    if len(body) == 0:
+        return [pa.array([], f.type) for f in arrow_fields]
+    lines = b"\n".join(body.to_pylist())
+    try:
+        table = pajson.read_json(io.BytesIO(lines), parse_options=pajson.ParseOptions(
+            explicit_schema=schema, newlines_in_values=True, unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, ValueError) as exc:
+        raise ZepsSparkError("stream %r: a body between sequences %d and %d is not JSON matching bodySchema: %s"
+                             % (part.stream, part.from_seq, part.to_seq, str(exc).splitlines()[0])) from None
+    if table.num_rows != len(body):
+        raise ZepsSparkError("stream %r: bodies between sequences %d and %d are not one JSON object each"
+                             % (part.stream, part.from_seq, part.to_seq))
+    return [table.column(i).combine_chunks() for i in range(table.num_columns)]
+
+
+def read_partition(opts, part, out_schema, body_fields=None):
+    """Yield Arrow record batches of ``out_schema`` for one partition (runs on an executor)."""
+    if isinstance(part, JournalPart):
+        batches = segment_batches(part.path, part.base, part.from_seq, part.to_seq, index=sparse_index(part.path))
+    else:
+        batches = _broker_batches(opts, part)
+    keys = _KeyFilter(opts.key_pattern) if opts.key_pattern else None
+    since = int(opts.start_time * 1e6) if opts.start_time is not None else None
+    until = int(opts.end_time * 1e6) if opts.end_time is not None else None
+    stream = pa.scalar(part.stream, pa.string())
+    try:
+        for batch in batches:
+            if since is not None or until is not None:
+                ts = batch.column(1).cast(pa.int64())
+                mask = None
+                if since is not None:
+                    mask = pc.greater_equal(ts, since)
+                if until is not None and isinstance(part, JournalPart):
+                    upper = pc.less_equal(ts, until)
+                    mask = upper if mask is None else pc.and_(mask, upper)
+                if mask is not None:
+                    batch = batch.filter(pc.fill_null(mask, True))
+            if keys is not None and batch.num_rows:
+                batch = batch.filter(keys.mask(batch.column(2)))
+            if not batch.num_rows:
+                continue
+            columns = [pa.repeat(stream, batch.num_rows), batch.column(0), batch.column(1), batch.column(2)]
+            columns.extend(_body_columns(opts, batch.column(3), body_fields, part))
+            yield pa.RecordBatch.from_arrays(columns, schema=out_schema)
+    except SequenceGone as exc:
+        raise ZepsSparkError("stream %r: sequences from %d were removed by retention (first available: %d)"
+                             % (part.stream, part.from_seq, exc.first_seq)) from None
+    except JournalError as exc:
+        raise ZepsSparkError("stream %r: %s" % (part.stream, exc)) from None

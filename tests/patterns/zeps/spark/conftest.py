@@ -1,0 +1,118 @@
+"""Spark test helpers: one real SparkSession (local[2]) per test session, a broker process,
+journals written with the real Journal."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from zactors.actors.journal import Journal
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+
+
+def java_home():
+    """JAVA_HOME, or the JDK behind the ``java`` on PATH; None when there is no java."""
+    if os.environ.get("JAVA_HOME"):
+        return os.environ["JAVA_HOME"]
+    java = shutil.which("java")
+    if not java:
+        return None
+    return os.path.dirname(os.path.dirname(os.path.realpath(java)))
+
+
+def spark_env():
+    """The environment Spark needs here (loopback, this interpreter for workers)."""
+    home = java_home()
+    if home is None:
+        pytest.skip("no java on PATH and no JAVA_HOME: the Spark tests need Java 17")
+    pytest.importorskip("pyspark", reason="the Spark tests need the spark extra: pip install -e '.[test,spark]'")
+    env = {"JAVA_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    os.environ.update(env)
+    return dict(os.environ)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    spark_env()
+    from pyspark.sql import SparkSession
+
+    from zactors.patterns.zeps.spark import register
+
+    session = (SparkSession.builder.master("local[2]").appName("zactors-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.streaming.stopTimeout", "10s")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+class BrokerProcess:
+    """A broker subprocess on a journal directory; ``endpoint`` once it serves."""
+
+    def __init__(self, journal_dir):
+        self.journal_dir = journal_dir
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.patterns.zeps.spark._broker", journal_dir],
+                                     cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.endpoint = self.proc.stdout.readline().decode().strip()
+        if not self.endpoint.startswith("tcp://"):
+            self.stop()
+            raise RuntimeError("the broker process did not start")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def broker_process(tmp_path):
+    started = []
+
+    def start(journal_dir=None):
+        b = BrokerProcess(str(journal_dir or tmp_path / "broker"))
+        started.append(b)
+        return b
+
+    yield start
+    for b in started:
+        b.stop()
+
+
+def write_journal(root, stream, records, segment_bytes=1 << 20, timestamps=None):
+    """Write ``records`` [(key, body)] to stream ``stream`` under ``root`` with the real Journal."""
+    from zactors.patterns.zeps.broker import stream_directory
+
+    directory = os.path.join(str(root), stream_directory(stream.encode()))
+    os.makedirs(directory, exist_ok=True)
+    journal = Journal(directory, segment_bytes=segment_bytes)
+    try:
+        for i, (key, body) in enumerate(records):
+            journal.append(key, body, None if timestamps is None else timestamps[i])
+            if i % 512 == 511:
+                journal.write()
+        journal.write()
+    finally:
+        journal.close()
+    return directory
+
+
+def publish(endpoint, stream, records):
+    """Publish [(key, body)] and wait until the broker has written them all."""
+    from zactors.patterns.zeps.client import Publisher
+    with Publisher(endpoint, stream) as pub:
+        for key, body in records:
+            pub.publish(key, body)
+        pub.flush()
