@@ -25,8 +25,8 @@ high-water mark, and its reads (flush, heartbeats) are serialised by a lock.
 :class:`Subscriber` is an actor owning its socket: it answers heartbeats and
 replenishes credit by itself; messages wait in a local queue bounded by the
 credit window (``window`` bytes) until the application takes them, by
-iterating, with :meth:`Subscriber.get`, or through a ``callback`` run in the
-subscriber's own greenlet.  Neither is safe across OS threads.
+iterating, with :meth:`Subscriber.get` (:meth:`Subscriber.get_many` for a
+batch), or through a ``callback`` run in the subscriber's own greenlet.  Neither is safe across OS threads.
 """
 import logging
 import struct
@@ -325,13 +325,35 @@ class Subscriber(Actor):
                     raise self._error
                 return None
         message = queue.popleft()
-        cost = 16 + len(message[1]) + len(message[2])  # its DELIVER frame size: what it cost in credit
+        self._taken(16 + len(message[1]) + len(message[2]))  # its DELIVER frame size: what it cost in credit
+        return message
+
+    def get_many(self, max_count=1024, timeout=None):
+        """Up to ``max_count`` messages at once, in order: waits like :meth:`get` for the
+        first, then takes what else is queued; [] after ``timeout`` or once closed."""
+        first = self.get(timeout)
+        if first is None:
+            return []
+        out = [first]
+        queue = self._queue
+        n = min(len(queue), max_count - 1)
+        if n > 0:
+            popleft, append = queue.popleft, out.append
+            cost = 0
+            for _ in range(n):
+                message = popleft()
+                append(message)
+                cost += 16 + len(message[1]) + len(message[2])
+            self._taken(cost)
+        return out
+
+    def _taken(self, cost):
+        """The application took messages costing ``cost`` bytes of credit: give it back in quarters."""
         self._queued_bytes -= cost
         consumed = self._consumed = self._consumed + cost
         if consumed >= self._quarter and not self._credit_posted:
             self._credit_posted = True
             self.post(self._give_credit)
-        return message
 
     @property
     def pending(self):
