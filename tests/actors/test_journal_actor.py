@@ -4,7 +4,7 @@ import pytest
 from tests.conftest import wait_for
 from zactors.actors import Actor, CommandError, command
 from zactors.actors.group_commit import GroupCommit
-from tests.actors.test_journal_enospc import small_disk  # noqa: F401  (fixture: a 256 KiB tmpfs)
+from tests.actors.test_journal_enospc import small_disk  # noqa: F401,F811  (fixture: a 256 KiB tmpfs)
 from zactors.actors.journal import Journal
 from zactors.actors.journal_actor import JournalActor
 
