@@ -2,7 +2,8 @@
  *
  * A replaying ZEPS broker turned each record into a DELIVER frame with a
  * dozen bytecodes (filter call, two struct packs, a join, credit
- * arithmetic).  frames() does a whole batch in one call; deliver.py is the
+ * arithmetic), and a subscriber each DELIVER back into a Message with as
+ * many.  frames() and parse() do a whole batch in one call; deliver.py is the
  * only caller and holds the pure-Python twin (used when this module is not
  * built, or with ZACTORS_PURE_PYTHON=1), which behaves identically.
  *
@@ -135,7 +136,116 @@ fail:
     return NULL;
 }
 
+static PyTypeObject *message_type; /* client.Message (a tuple subclass), set by bind() */
+
+static PyObject *
+bind(PyObject *self, PyObject *type)
+{
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "bind() takes the Message tuple type");
+        return NULL;
+    }
+    Py_INCREF(type);
+    Py_XSETREF(message_type, (PyTypeObject *)type);
+    Py_RETURN_NONE;
+}
+
+/* parse(frames, start, last) -> (messages, last, size, next, duplicates)
+ * See deliver.py's py_parse. */
+static PyObject *
+parse(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *frames, *out;
+    Py_ssize_t i, n, size = 0, dups = 0;
+    unsigned long long last = 0;
+    int have_last = 0, overflow = 0;
+    long long given;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "parse(frames, start, last)");
+        return NULL;
+    }
+    frames = args[0];
+    if (!PyList_Check(frames)) {
+        PyErr_SetString(PyExc_TypeError, "parse() takes a list of frames");
+        return NULL;
+    }
+    if (message_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "zactors.patterns.zeps._deliver: bind() was not called");
+        return NULL;
+    }
+    i = PyLong_AsSsize_t(args[1]);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    given = PyLong_AsLongLongAndOverflow(args[2], &overflow);  /* a negative last: none yet */
+    if (given == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow > 0) {
+        last = PyLong_AsUnsignedLongLong(args[2]);
+        if (last == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+        have_last = 1;
+    }
+    else if (overflow == 0 && given >= 0) {
+        last = (unsigned long long)given;
+        have_last = 1;
+    }
+    out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    n = PyList_GET_SIZE(frames);
+    if (i < 0)
+        i = 0;
+    for (; i < n; i++) {
+        PyObject *frame = PyList_GET_ITEM(frames, i);
+        if (!PyBytes_Check(frame))
+            break;
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(frame);
+        Py_ssize_t len = PyBytes_GET_SIZE(frame);
+        if (len < 16 || p[0] != 0xAA || p[1] != 0xA5 || p[2] != 7)
+            break;
+        Py_ssize_t end = 12 + p[11];
+        if (len < end + 4)
+            break;
+        uint32_t blen = (uint32_t)p[end] << 24 | (uint32_t)p[end + 1] << 16 | (uint32_t)p[end + 2] << 8 | p[end + 3];
+        if ((Py_ssize_t)blen != len - end - 4)
+            break;
+        uint64_t seq = 0;
+        for (int b = 0; b < 8; b++)
+            seq = seq << 8 | p[3 + b];
+        if (have_last && seq <= last) {
+            dups++;
+            continue;
+        }
+        PyObject *msg = message_type->tp_alloc(message_type, 3);
+        if (msg == NULL)
+            goto fail;
+        PyObject *s = PyLong_FromUnsignedLongLong(seq);
+        PyObject *k = PyBytes_FromStringAndSize((const char *)p + 12, end - 12);
+        PyObject *v = PyBytes_FromStringAndSize((const char *)p + end + 4, blen);
+        PyTuple_SET_ITEM(msg, 0, s);
+        PyTuple_SET_ITEM(msg, 1, k);
+        PyTuple_SET_ITEM(msg, 2, v);
+        if (s == NULL || k == NULL || v == NULL || PyList_Append(out, msg) < 0) {
+            Py_DECREF(msg);
+            goto fail;
+        }
+        Py_DECREF(msg);
+        last = seq;
+        have_last = 1;
+        size += len;
+    }
+    if (!have_last)
+        return Py_BuildValue("NLnnn", out, (long long)-1, size, i, dups);
+    return Py_BuildValue("NKnnn", out, last, size, i, dups);
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"bind", bind, METH_O, "bind(Message): the message type parse() makes."},
+    {"parse", (PyCFunction)(void (*)(void))parse, METH_FASTCALL,
+     "parse(frames, start, last) -> (messages, last, size, next, duplicates)."},
     {"frames", (PyCFunction)(void (*)(void))frames, METH_FASTCALL,
      "frames(records, start, limit, credit, match) -> (frames, credit, next, short)."},
     {NULL, NULL, 0, NULL},

@@ -43,7 +43,7 @@ from zactors.actors.auth import curve_client
 from zactors.actors.sockets import POLLIN, Socket, context
 from zactors.actors.speedups import events as _events, recv_singles, send_message
 
-from . import protocol as p
+from . import deliver as _deliver, protocol as p
 
 __all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "query"]
 
@@ -53,13 +53,12 @@ _monotonic = time.monotonic
 
 _PUBLISH_HEAD = struct.Struct(">2sBB").pack
 _u32 = struct.Struct(">I").pack
-_unpack_u32 = struct.Struct(">I").unpack_from
-_unpack_u64 = struct.Struct(">Q").unpack_from
 
-_tuple_new = tuple.__new__   # _tuple_new(Message, fields): skips namedtuple's Python __new__
 _BATCH = 256                 # DELIVERs taken from the socket per C call
 Message = namedtuple("Message", "seq key body")
 Message.__doc__ = "One delivered message: its stream sequence, routing key and body (bytes)."
+_deliver.bind(Message)
+_parse = _deliver.parse      # DELIVER frames to Messages, a batch per call
 
 
 class ZepsError(Exception):
@@ -443,49 +442,32 @@ class Subscriber(Actor):
                 return
 
     def _receive(self, frames):
-        """DELIVERs (parsed inline, the hot path) and the broker's other commands, in order."""
+        """DELIVERs (a batch per C call: the hot path) and the broker's other commands, in order."""
         sock = self._sock
-        queue = self._queue
-        append = queue.append
-        callback = self.callback
-        last = self.last_seq
-        if last is None:
-            last = -1
-        queued = 0
-        new = _tuple_new
-        for frame in frames:
-            size = len(frame)
-            if size >= 16 and frame[2] == 7 and frame[0] == 0xAA and frame[1] == 0xA5:  # DELIVER
-                end = 12 + frame[11]
-                if size >= end + 4 and _unpack_u32(frame, end)[0] == size - end - 4:
-                    seq = _unpack_u64(frame, 3)[0]
-                    if seq <= last:
-                        self._stats["duplicates"] += 1
-                        continue
-                    last = seq
-                    item = new(Message, (seq, frame[12:end], frame[end + 4:]))
-                    if callback is None:
-                        append(item)
-                        queued += size
-                    else:
-                        self.last_seq = seq
-                        self._callback(item, size)
+        i, n = 0, len(frames)
+        while i < n:
+            last = self.last_seq
+            messages, last, size, i, duplicates = _parse(frames, i, -1 if last is None else last)
+            if duplicates:
+                self._stats["duplicates"] += duplicates
+            if messages:
+                if self.callback is None:
+                    self.last_seq = last
+                    self._queue.extend(messages)
+                    self._queued_bytes += size
+                    if self._waiting:
+                        self._ready.set()
+                else:
+                    for item in messages:
+                        self.last_seq = item[0]
+                        self._callback(item, 16 + len(item[1]) + len(item[2]))
                         if self._sock is not sock:
                             return
-                    continue
-            if last >= 0:
-                self.last_seq = last
-            self._queued_bytes += queued
-            queued = 0
-            self._command(frame)
-            if self._sock is not sock:  # the peering was replaced: the rest came on the old one
-                return
-        if last >= 0:
-            self.last_seq = last
-        if queued:
-            self._queued_bytes += queued
-            if self._waiting:
-                self._ready.set()
+            if i < n:  # not a DELIVER
+                self._command(frames[i])
+                i += 1
+                if self._sock is not sock:  # the peering was replaced: the rest came on the old one
+                    return
 
     def _command(self, frame):
         try:

@@ -6,6 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from zactors.actors.journal import Record
 from zactors.patterns.zeps import deliver, protocol as p
+from zactors.patterns.zeps.client import Message
 from zactors.patterns.zeps.matcher import Filter
 
 pytestmark = pytest.mark.timeout(120)
@@ -71,3 +72,40 @@ def test_twins_agree_on_hostile_keys(items, start, limit, credit, kind, prefixes
     chosen = [r for r in records[max(start, 0):consumed] if match is None or flt(r.key)]
     assert [p.decode(f) for f in out] == [p.Deliver(r.seq, r.key, r.body) for r in chosen]
     assert left == credit - sum(map(len, out)) >= 0
+
+
+PARSERS = [deliver.py_parse] + ([_deliver.parse] if _deliver is not None else [])
+
+
+@pytest.mark.parametrize("parse", PARSERS)
+def test_parse_stops_at_a_command_and_drops_duplicates(parse):
+    frames = [p.deliver(3, b"k", b"a"), p.deliver(3, b"k", b"dup"), p.deliver(5, b"", b""), p.PING_FRAME,
+              p.deliver(4, b"k", b"old"), p.deliver(6, b"k2", b"b")]
+    messages, last, size, i, dups = parse(frames, 0, -1)
+    assert messages == [(3, b"k", b"a"), (5, b"", b"")] and type(messages[0]) is Message
+    assert last == 5 and i == 3 and dups == 1 and size == len(frames[0]) + len(frames[2])
+    messages, last, size, i, dups = parse(frames, 4, last)
+    assert messages == [(6, b"k2", b"b")] and last == 6 and i == 6 and dups == 1
+    assert parse(frames, 0, 2 ** 64 - 2)[1] == 2 ** 64 - 2  # a huge last survives the round trip
+
+
+frames_st = st.lists(st.one_of(
+    st.builds(p.deliver, st.integers(0, 2 ** 64 - 1), st.binary(max_size=255), st.binary(max_size=50)),
+    st.builds(p.deliver, st.integers(0, 20), st.binary(max_size=5), st.binary(max_size=5)),
+    st.sampled_from([p.PING_FRAME, p.DETACH_FRAME, b"", b"\xaa\xa5\x07"]),
+    st.binary(max_size=40).map(lambda b: b"\xaa\xa5\x07" + b)), max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames=frames_st, start=st.integers(-1, 22), last=st.integers(-1, 2 ** 64 - 1))
+def test_parse_twins_agree_on_hostile_frames(frames, start, last):
+    results = [parse(frames, start, last) for parse in PARSERS]
+    assert all(r == results[0] for r in results)
+    messages, new_last, size, i, dups = results[0]
+    for m in messages:
+        assert p.decode(p.deliver(*m)) == p.Deliver(*m)
+    if i < len(frames):  # stopped at a frame that is not a well-formed DELIVER
+        try:
+            assert type(p.decode(frames[i])) is not p.Deliver
+        except p.ProtocolError:
+            pass
