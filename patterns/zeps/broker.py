@@ -87,9 +87,6 @@ __all__ = ["Broker", "stream_directory", "stream_name"]
 log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
-_DELIVER_HEAD = struct.Struct(">2sBQB").pack   # signature, 7, sequence, key length
-_u32 = struct.Struct(">I").pack
-_SIG = p.SIGNATURE
 _unpack_u32 = struct.Struct(">I").unpack_from
 _unpack_u64 = struct.Struct(">Q").unpack_from
 _LIVE, _REPLAY = "live", "replay"
@@ -358,10 +355,11 @@ class Broker(Actor):
         send, pending = self._outbox_send, self._outbox_pending
         sock = self.router.socket
         handle = sock.handle
-        for seq, _, key, body in fresh:
+        direct = {}  # identity -> nothing waits in the outbox for it (asked once per call, not per message)
+        frames = _frames(fresh, 0, fresh[-1][0], 1 << 62, None)[0]  # every DELIVER frame, in one call
+        for (seq, _, key, _), frame in zip(fresh, frames):
             owners = match(key)
             if owners:
-                frame = b"".join((_DELIVER_HEAD(_SIG, 7, seq, len(key)), key, _u32(len(body)), body))
                 cost = len(frame)
                 for sub in owners:
                     if seq < sub.floor or sub.mode is not _LIVE:
@@ -370,13 +368,16 @@ class Broker(Actor):
                         sub.credit -= cost
                         sub.delivered += 1
                         identity = sub.identity
-                        if pending(identity):  # behind what waits already, in order
-                            send(identity, [frame])
-                        else:
+                        ok = direct.get(identity)
+                        if ok is None:
+                            ok = direct[identity] = not pending(identity)
+                        if ok:
                             try:  # straight to libzmq (one C call), the kernel outbox when it would block
                                 send_message(sock, handle, (identity, frame))
+                                continue
                             except ZMQError:
-                                send(identity, [frame])  # queued (EAGAIN), or the peer is gone: dropped
+                                direct[identity] = False
+                        send(identity, [frame])  # behind what waits already, in order (or dropped: gone)
                     else:
                         self._to_replay(sub, seq)
 
