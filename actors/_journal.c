@@ -170,6 +170,9 @@ make_record(PyObject *seq, double ts, PyObject *key, PyObject *body)
     PyTuple_SET_ITEM(rec, 1, t);
     PyTuple_SET_ITEM(rec, 2, key);
     PyTuple_SET_ITEM(rec, 3, body);
+    /* ints, a float and bytes: it can never be part of a cycle, so the cyclic GC need not
+     * track it (CPython untracks such tuples itself, but only once a collection visits them) */
+    PyObject_GC_UnTrack(rec);
     return rec;
 }
 
@@ -262,6 +265,12 @@ decode(PyObject *self, PyObject *args)
         }
         if (stop > n)
             break;
+        /* checked before the sequence is believed: a flipped sequence must not make a
+         * record look skippable (or past the end) and vanish without an error */
+        if (stop > verify_at && crc32c(0, r + 8, length) != get32(r + 4)) {
+            status = 2;
+            break;
+        }
         uint64_t seq = get64(r + 8);
         if (seq >= from_seq) {
             if (seq > to_seq) {
@@ -270,10 +279,6 @@ decode(PyObject *self, PyObject *args)
             }
             uint32_t klen = get32(r + 24);
             if (klen > length - MIN_LENGTH) {
-                status = 2;
-                break;
-            }
-            if (stop > verify_at && crc32c(0, r + 8, length) != get32(r + 4)) {
                 status = 2;
                 break;
             }
@@ -300,6 +305,7 @@ decode(PyObject *self, PyObject *args)
                 Py_DECREF(rec);
                 goto fail;
             }
+            PyObject_GC_UnTrack(rec);  /* never in a cycle (see make_record) */
             Py_DECREF(rec);
             total += size;
             if (PyList_GET_SIZE(out) >= max_out) {

@@ -21,8 +21,8 @@ zmq; every function is pure (thread-safe on distinct buffers).
   (earlier ones are skipped unchecked).  Stops when a record's ``seq`` is past
   ``to_seq``, when ``out`` holds ``max_out`` records, or before a record that
   would take the payload (key + body) bytes added past ``budget`` while
-  ``out`` is not empty.  The CRC of a record ending past ``verify_at`` is
-  checked.  Returns ``(at, total, status)``: the offset after the last record
+  ``out`` is not empty.  The CRC of every record ending past ``verify_at`` is
+  checked, skipped ones included (a flipped sequence never hides a record).  Returns ``(at, total, status)``: the offset after the last record
   consumed, the payload bytes added, and ``status`` 0 (out of complete
   records: a partial one, or none, at ``at``), 1 (stopped) or 2 (the record
   at ``at`` is corrupt: bad length, key length or CRC).
@@ -94,12 +94,12 @@ def py_decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at):
             return at, total, 2
         if stop > n:
             break
+        if stop > verify_at and _crc32c(mv[at + 8:stop]) != crc:  # before the sequence is believed
+            return at, total, 2
         if seq >= from_seq:
             if seq > to_seq:
                 return at, total, 1
             if klen > length - 24:
-                return at, total, 2
-            if stop > verify_at and _crc32c(mv[at + 8:stop]) != crc:
                 return at, total, 2
             size = length - 24
             if total + size > budget and out:

@@ -229,6 +229,7 @@ parse(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(msg);
             goto fail;
         }
+        PyObject_GC_UnTrack(msg);  /* an int and bytes: never in a cycle, the cyclic GC need not see it */
         Py_DECREF(msg);
         last = seq;
         have_last = 1;
