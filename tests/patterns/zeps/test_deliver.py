@@ -13,6 +13,7 @@ pytestmark = pytest.mark.timeout(120)
 
 try:  # imported directly: both twins are tested whatever ZACTORS_PURE_PYTHON says
     from zactors.patterns.zeps import _deliver
+    _deliver.bind(Message)
 except ImportError:
     _deliver = None
 
