@@ -18,9 +18,9 @@ import time
 import zmq
 from gevent.hub import Waiter, get_hub
 
-from .speedups import NOBLOCK, SNDMORE, buffers, events as _events, handle as _handle, recv_message, send_message
+from .speedups import NOBLOCK, SNDMORE, buffers, events as _events, handle as _handle, recv_message, send_frames, send_message
 
-__all__ = ["Socket", "context", "raw_send", "POLLIN", "POLLOUT", "NOBLOCK", "SNDMORE"]
+__all__ = ["Socket", "context", "raise_open_files", "raw_send", "POLLIN", "POLLOUT", "NOBLOCK", "SNDMORE"]
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +42,17 @@ MAX_SOCKETS = 65536
 _context = None
 
 
+#: open files wanted when the hard limit is unlimited (Linux's default nr_open)
+OPEN_FILES = 1 << 20
+
+
 def context():
     """The process-wide plain ``zmq.Context`` whose sockets zactors owns.
 
     It is ``zmq.Context.instance()``, with ``MAX_SOCKETS`` raised from
-    libzmq's default of 1023 before its first socket when zactors creates it.
+    libzmq's default of 1023 before its first socket when zactors creates it,
+    and the process's soft ``RLIMIT_NOFILE`` raised toward its hard limit
+    (every socket takes a descriptor, every connection another).
     """
     global _context
     ctx = zmq.Context.instance()
@@ -57,8 +63,34 @@ def context():
                 ctx.set(zmq.MAX_SOCKETS, limit)
         except zmq.ZMQError:  # sockets exist already: the limit is fixed
             pass
+        raise_open_files()
         _context = ctx
     return ctx
+
+
+def raise_open_files():
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit; log when it cannot.
+
+    Returns the soft limit in force afterwards (None where there is no such
+    limit).  Only ever raises the limit, never lowers it.
+    """
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as exc:
+            log.warning("zactors: cannot raise the open-file limit from %d to %d (%s): "
+                        "about %d sockets and connections at most", soft, wanted, exc, soft)
+    if soft != resource.RLIM_INFINITY and soft < MAX_SOCKETS:
+        log.debug("zactors: the open-file limit is %d (hard limit %s): fewer sockets than libzmq's %d may open",
+                 soft, hard, MAX_SOCKETS)
+    return soft
 
 
 class Socket(zmq.Socket):
@@ -154,9 +186,7 @@ class Socket(zmq.Socket):
         # Every buffer is taken (and so checked) before the first frame goes,
         # and held until the last has gone.
         held = buffers(frames)  # noqa: F841
-        last = len(frames) - 1
-        for i, frame in enumerate(frames):
-            raw_send(self, frame, NOBLOCK if i == last else NOBLOCK | SNDMORE, copy)
+        send_frames(self, frames, False)
 
     def recv_multipart(self, flags=0, copy=True, track=False, timeout=None):
         """Receive one whole message; parks the greenlet until one arrives."""
@@ -175,11 +205,18 @@ class Socket(zmq.Socket):
                 raise zmq.Again()
             return frames
         recv = self.recv  # zmq.Frame objects, as pyzmq's copy=False gives
-        frame = recv(NOBLOCK, copy=False)
-        frames = [frame]
-        while frame.more:
+        try:
             frame = recv(NOBLOCK, copy=False)
-            frames.append(frame)
+            frames = [frame]
+            while frame.more:
+                frame = recv(NOBLOCK, copy=False)
+                frames.append(frame)
+        except zmq.ZMQError:
+            raise
+        except BaseException:  # a signal handler raised mid-message: leave the socket at a boundary
+            while self.getsockopt(zmq.RCVMORE):
+                recv(NOBLOCK)
+            raise
         return frames
 
     def close(self, linger=None):

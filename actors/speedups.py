@@ -6,8 +6,15 @@ about 1 us, a ``getsockopt(EVENTS)`` about 0.7 us, a plain receive 0.25 us.
 The C extension ``zactors.actors._speedups`` (built from ``actors/_speedups.c`` at
 install when a compiler is there; optional) makes the same libzmq calls
 directly, on the libzmq that pyzmq loaded.  The pure-Python versions here
-behave identically and are used when it was not built, or when the
-environment sets ``ZACTORS_PURE_PYTHON=1``.
+behave identically and are used when it was not built, when it fails the
+self-test it runs at load (a pyzmq or libzmq that changed under it: logged
+as a warning), or when the environment sets ``ZACTORS_PURE_PYTHON`` to
+``1``/``true``/``yes`` (``0`` or empty leave the C calls on).
+
+The C calls hold the GIL for microseconds and never swallow a signal: an
+``EINTR`` before anything is taken runs the Python handlers (which may
+raise); inside a message they finish it first, and the handler runs as soon
+as the call returns.
 
 All calls are non-blocking and take ``(sock, handle)``: a pyzmq socket and
 its :func:`handle` (``sock.underlying``, read once: it is a property).
@@ -34,13 +41,16 @@ import sys
 
 import zmq
 
-__all__ = ["SPEEDUPS", "handle", "buffers", "recv_message", "recv_singles", "send_message", "events"]
+__all__ = ["SPEEDUPS", "handle", "buffers", "send_frames", "recv_message", "recv_singles", "send_message", "events",
+           "pure_python_requested", "self_test"]
 
 log = logging.getLogger(__name__)
 
 # Plain ints: the IntFlag arithmetic of pyzmq's enums costs microseconds per call.
 NOBLOCK = 1
 SNDMORE = 2
+POLLIN = 1
+POLLOUT = 2
 _EVENTS = 15
 _RCVMORE = 13
 _send = zmq.backend.Socket.send
@@ -68,16 +78,34 @@ def _check(sock):
         raise zmq.ZMQError(errno.ENOTSOCK)
 
 
+# A Python signal handler that raises (KeyboardInterrupt) runs between two
+# bytecodes, so it may strike between the frames of one message.  The pure
+# calls then finish that message (read the rest and drop it, or send the
+# rest) before the exception goes on: the socket is left at a message
+# boundary, never with half a message read or sent (short of a second raising
+# handler striking within the microseconds that takes: the C calls have no
+# such window).
+
+def _skip_rest(sock):
+    while _get(sock, _RCVMORE):
+        _recv(sock, NOBLOCK)
+
+
 def py_recv_message(sock, handle):
     _check(sock)
     try:
         frame = _recv(sock, NOBLOCK, False)
+        frames = [frame.bytes]
+        while frame.more:
+            frame = _recv(sock, NOBLOCK, False)
+            frames.append(frame.bytes)
     except zmq.Again:
         return None
-    frames = [frame.bytes]
-    while frame.more:
-        frame = _recv(sock, NOBLOCK, False)
-        frames.append(frame.bytes)
+    except zmq.ZMQError:
+        raise
+    except BaseException:  # a signal handler raised mid-message
+        _skip_rest(sock)
+        raise
     return frames
 
 
@@ -89,8 +117,7 @@ def py_recv_singles(sock, handle, limit):
         while len(messages) < limit:
             frame = _recv(sock, NOBLOCK, False)
             if frame.more:
-                while _get(sock, _RCVMORE):
-                    _recv(sock, NOBLOCK)
+                _skip_rest(sock)
                 discarded += 1
                 continue
             append(frame.bytes)
@@ -99,7 +126,31 @@ def py_recv_singles(sock, handle, limit):
     except zmq.ZMQError:
         if not messages and not discarded:
             raise
+    except BaseException:
+        _skip_rest(sock)
+        raise
     return messages, discarded
+
+
+def send_frames(sock, frames, copy=True):
+    """Send ``frames`` (checked by :func:`buffers`) as one message, non-blocking.
+
+    ``zmq.Again`` with nothing queued when the first frame is refused; the
+    following ones are never refused (libzmq takes whole messages).
+    """
+    n = len(frames)
+    sent = 0
+    try:
+        while sent < n:
+            sent += 1  # counted before the call: a signal handler raises after it returns
+            _send(sock, frames[sent - 1], NOBLOCK if sent == n else NOBLOCK | SNDMORE, copy)
+    except zmq.ZMQError:
+        raise
+    except BaseException:  # a signal handler raised mid-message: finish it first
+        while sent < n:
+            sent += 1
+            _send(sock, frames[sent - 1], NOBLOCK if sent == n else NOBLOCK | SNDMORE, copy)
+        raise
 
 
 def buffers(frames):
@@ -127,10 +178,7 @@ def buffers(frames):
 
 def py_send_message(sock, handle, frames):
     _check(sock)
-    views = buffers(frames)
-    last = len(views) - 1
-    for i, view in enumerate(views):
-        _send(sock, view, NOBLOCK if i == last else NOBLOCK | SNDMORE)
+    send_frames(sock, buffers(frames))
 
 
 def py_events(sock, handle):
@@ -138,8 +186,79 @@ def py_events(sock, handle):
     return _get(sock, _EVENTS)
 
 
+#: values of ZACTORS_PURE_PYTHON (any case) that turn the C calls off, and those that leave them on
+_PURE = frozenset(("1", "true", "yes", "on"))
+_SPEEDY = frozenset(("", "0", "false", "no", "off"))
+
+
+def pure_python_requested(value=None):
+    """True when ``ZACTORS_PURE_PYTHON`` (or ``value``) asks for the pure-Python calls.
+
+    ``1``/``true``/``yes``/``on`` mean pure Python; unset, empty,
+    ``0``/``false``/``no``/``off`` mean the C calls.  Anything else is
+    logged and leaves the C calls on.
+    """
+    if value is None:
+        value = os.environ.get("ZACTORS_PURE_PYTHON", "")
+    word = value.strip().lower()
+    if word in _PURE:
+        return True
+    if word not in _SPEEDY:
+        log.warning("zactors: ZACTORS_PURE_PYTHON=%r is not 1/true/yes or 0/false/no: the C calls stay on", value)
+    return False
+
+
+def self_test(calls):
+    """Check ``calls`` (the C module) against pyzmq on a private context; raise if they disagree.
+
+    A few hundred microseconds at load: it catches a pyzmq or libzmq that
+    changed under the extension (symbols, message layout, flags, errors).
+    """
+    major, minor, _ = zmq.zmq_version_info()
+    if (major, minor) < (4, 1):
+        raise RuntimeError("libzmq %s is older than the 4.1 ABI the C calls use" % zmq.zmq_version())
+    ctx = zmq.Context(io_threads=0)  # inproc only: no I/O thread to start
+    sockets = []
+    try:
+        a, b, gone = (ctx.socket(zmq.PAIR) for _ in range(3))
+        sockets += (a, b, gone)
+        for sock in sockets:
+            sock.linger = 0
+        a.bind("inproc://zactors-self-test")
+        b.connect("inproc://zactors-self-test")
+        ha, hb = handle(a), handle(b)
+
+        def expect(what, got, wanted):
+            if got != wanted:
+                raise RuntimeError("%s: got %r, wanted %r" % (what, got, wanted))
+
+        expect("EVENTS of an idle socket", calls.events(b, hb), POLLOUT)
+        expect("recv_message with nothing waiting", calls.recv_message(b, hb), None)
+        big = b"\xa5" * 70000  # past libzmq's inline "very small message" size
+        calls.send_message(a, ha, [b"zactors", b"", big])
+        expect("EVENTS with a message waiting", calls.events(b, hb), POLLIN | POLLOUT)
+        expect("what pyzmq read of a C send", b.recv_multipart(NOBLOCK), [b"zactors", b"", big])
+        a.send_multipart([b"pyzmq", big], NOBLOCK)
+        expect("what C read of a pyzmq send", calls.recv_message(b, hb), [b"pyzmq", big])
+        a.send_multipart([b"single"], NOBLOCK)
+        a.send_multipart([b"multi", b"part"], NOBLOCK)
+        expect("recv_singles", calls.recv_singles(b, hb, 10), ([b"single"], 1))
+        hg = handle(gone)
+        gone.close()
+        try:
+            calls.events(gone, hg)
+        except zmq.ZMQError as exc:
+            expect("the errno of a closed socket", exc.errno, errno.ENOTSOCK)
+        else:
+            raise RuntimeError("a closed socket raised nothing")
+    finally:
+        for sock in sockets:
+            sock.close(0)
+        ctx.term()
+
+
 def _load():
-    if os.environ.get("ZACTORS_PURE_PYTHON"):
+    if pure_python_requested():
         return None
     try:
         from . import _speedups as c
@@ -147,6 +266,13 @@ def _load():
         c.bind(sys.modules[zmq.backend.Socket.__module__].__file__, _error)
     except (ImportError, AttributeError, TypeError) as exc:
         log.debug("zactors: pure-Python socket calls (%s)", exc)
+        return None
+    try:
+        self_test(c)
+    except Exception as exc:
+        log.warning("zactors: the C socket calls failed their self-test with pyzmq %s, libzmq %s (%s); "
+                    "using the pure-Python ones (rebuild zactors against this pyzmq to get them back)",
+                    zmq.__version__, zmq.zmq_version(), exc)
         return None
     return c
 

@@ -17,7 +17,10 @@ Write a worker by subclassing::
 ``secure`` (on all three) is a function applied to each socket before it
 binds or connects, e.g. ``lambda s: curve_server(s, keys)`` from
 :mod:`actors.auth` for the ventilator and sink and ``lambda s:
-curve_client(s, worker_keys, server_public)`` for workers.
+curve_client(s, worker_keys, server_public)`` for workers.  ``native`` (on
+all three; default False) chooses the scatter-gather wire: the PUSH/PULL
+emulation, or libzmq's draft SCATTER/GATHER (see :mod:`patterns.scatter`);
+all the roles of one pipeline must choose alike.
 
 A worker is an actor (``$STATS`` answers its ``done``/``failed`` counters;
 ``destroy()`` stops it).  It watches its two connections until their
@@ -106,8 +109,8 @@ class Ventilator:
     creating thread.
     """
 
-    def __init__(self, endpoint="tcp://127.0.0.1:*", queue_limit=1000, secure=None):
-        self.scatter = Scatter(queue_limit=queue_limit, linger=None)
+    def __init__(self, endpoint="tcp://127.0.0.1:*", queue_limit=1000, secure=None, native=False):
+        self.scatter = Scatter(queue_limit=queue_limit, linger=None, native=native)
         if secure is not None:
             secure(self.scatter)
         self._watch_lock = get_original("_thread", "allocate_lock")()
@@ -182,8 +185,10 @@ class Worker(Actor):
     see the module docstring).
     """
 
-    def __init__(self, tasks, results, *, concurrency=1, threads=0, name=None, queue_limit=100, secure=None):
+    def __init__(self, tasks, results, *, concurrency=1, threads=0, name=None, queue_limit=100, secure=None,
+                 native=False):
         self.secure = secure
+        self.native = native
         self.tasks_endpoint = tasks
         self.results_endpoint = results
         self.concurrency = concurrency
@@ -196,8 +201,8 @@ class Worker(Actor):
         raise NotImplementedError
 
     def setup(self):
-        self.tasks = Gather(queue_limit=self.queue_limit)
-        self.results = Scatter(queue_limit=self.queue_limit, linger=None)
+        self.tasks = Gather(queue_limit=self.queue_limit, native=self.native)
+        self.results = Scatter(queue_limit=self.queue_limit, linger=None, native=self.native)
         if self.secure is not None:
             self.secure(self.tasks)
             self.secure(self.results)
@@ -283,8 +288,8 @@ Result.__doc__ = "One result at the sink: the task's id, the worker's name, the 
 class Sink:
     """Binds a Gather and collects results from every worker."""
 
-    def __init__(self, endpoint="tcp://127.0.0.1:*", queue_limit=1000, secure=None):
-        self.gather = Gather(queue_limit=queue_limit)
+    def __init__(self, endpoint="tcp://127.0.0.1:*", queue_limit=1000, secure=None, native=False):
+        self.gather = Gather(queue_limit=queue_limit, native=native)
         if secure is not None:
             secure(self.gather)
         try:

@@ -95,7 +95,6 @@ def load(port, n):
 
 
 def bench_snapshot(keys):
-    import gevent  # noqa: F401
     from zactors.patterns.clone.client import Clone
 
     port = free_base_port()
@@ -214,42 +213,64 @@ def relay_role(args):
         pub.send_multipart(sub.recv_multipart())
 
 
-def raw_updates(n):
+def rawsend_role(args):
+    """Child: a plain pyzmq PUB pushing ``n`` KVSET-shaped messages into PORT+2 once told to start."""
+    import zmq
+    pub = zmq.Context.instance().socket(zmq.PUB)
+    pub.sndhwm = 0
+    pub.connect("tcp://127.0.0.1:%d" % (args.port + 2))
+    seq = (0).to_bytes(8, "big")
+    for line in sys.stdin:
+        count = int(line)
+        for i in range(count):
+            pub.send_multipart([b"key-%07d" % (i % 10000), seq, b"", b"", VALUE])
+    pub.close(linger=-1)
+
+
+def raw_updates(n, zactors=False):
+    """A plain SUB counting what arrives through a plain relay (or, ``zactors``: through a zactors server)."""
     import zmq
     port = free_base_port()
-    relay = subprocess.Popen([sys.executable, __file__, "--role", "relay", "--port", str(port)], cwd=ROOT)
+    relay = server(port) if zactors else subprocess.Popen(
+        [sys.executable, __file__, "--role", "relay", "--port", str(port)], cwd=ROOT)
+    sender = subprocess.Popen([sys.executable, __file__, "--role", "rawsend", "--port", str(port)], cwd=ROOT,
+                              stdin=subprocess.PIPE, text=True)
     try:
-        ctx = zmq.Context.instance()
-        sub = ctx.socket(zmq.SUB)
+        sub = zmq.Context.instance().socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         sub.rcvhwm = 0
         sub.connect("tcp://127.0.0.1:%d" % (port + 1))
-        pub = ctx.socket(zmq.PUB)
-        pub.sndhwm = 0
-        pub.connect("tcp://127.0.0.1:%d" % (port + 2))
-        seq = (0).to_bytes(8, "big")
         while True:  # until the relay passes messages both ways
-            pub.send_multipart([b"warm", seq, b"", b"", VALUE])
-            if sub.poll(100):
+            sender.stdin.write("1\n")
+            sender.stdin.flush()
+            if sub.poll(200):
                 break
-        while sub.poll(200):
+            if zactors:
+                sub.setsockopt(zmq.SUBSCRIBE, b"")
+        while sub.poll(300):
             sub.recv_multipart()
+        sender.stdin.write("%d\n" % n)
+        sender.stdin.flush()
+        sub.rcvtimeo = 2000
         got, first = 0, None
-        for i in range(n):
-            pub.send_multipart([b"key-%07d" % (i % 10000), seq, b"", b"", VALUE])
-            while sub.poll(0):
+        try:
+            while got < n:
                 sub.recv_multipart()
                 got += 1
-                first = first or time.perf_counter()
-        while got < n and sub.poll(2000):
-            sub.recv_multipart()
-            got += 1
+                if first is None:
+                    first = time.perf_counter()
+        except zmq.Again:
+            pass
         rate = got / (time.perf_counter() - first) if first else 0
-        pub.close(0)
         sub.close(0)
     finally:
-        relay.kill()
-        relay.wait()
+        sender.stdin.close()
+        sender.wait(10)
+        if zactors:
+            stop(relay)
+        else:
+            relay.kill()
+            relay.wait()
     return {"updates_per_s": round(rate), "missed": n - got}
 
 
@@ -302,7 +323,7 @@ def main():
     parser.add_argument("--updates", type=int, default=200000)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--failover-seconds", type=float, default=4.0)
-    parser.add_argument("--role", choices=("subscribers", "relay"), help=argparse.SUPPRESS)
+    parser.add_argument("--role", choices=("subscribers", "relay", "rawsend"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--clients", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -311,12 +332,15 @@ def main():
         return subscribers_role(args)
     if args.role == "relay":
         return relay_role(args)
+    if args.role == "rawsend":
+        return rawsend_role(args)
     results = {
         "snapshot": bench_snapshot(args.keys),
         "snapshot_raw_pyzmq": raw_snapshot(args.keys),
         "updates_1_client": bench_updates(args.updates, 1),
         "updates_10_clients": bench_updates(args.updates, 10),
         "updates_raw_pyzmq_relay": raw_updates(args.updates),
+        "updates_server_to_plain_sub": raw_updates(args.updates, zactors=True),
         "failover": bench_failover(args.rate, args.failover_seconds),
     }
     s = results["snapshot"]
@@ -326,6 +350,8 @@ def main():
         u = results[name]
         print("KVSET->KVPUB   %2d client(s): %d updates/s, missed %s (raw pyzmq relay %d/s)"
               % (u["clients"], u["updates_per_s"], u["missed"], results["updates_raw_pyzmq_relay"]["updates_per_s"]))
+    print("KVSET->KVPUB   the server alone, to a plain pyzmq SUB: %d updates/s"
+          % results["updates_server_to_plain_sub"]["updates_per_s"])
     f = results["failover"]
     print("failover       at %d updates/s: %.3f s, %d of %d updates lost" % (f["rate"], f["failover_s"], f["lost"],
                                                                            f["written"]))

@@ -4,13 +4,17 @@ import sys
 import time
 
 import gevent
+import zmq
 
-from .mdp import _until_signal
+from zactors.apps import exitstatus, options
+from zactors.apps.stopping import wait_until_stopped
 
 ORDER = 40
 log = logging.getLogger("zactors.clone")
 
 DEFAULT_PORT = 5556
+STATUS = ("Exit status: 0 done, 1 failed (no such key, not published in time), 2 wrong option, "
+          "3 no server answered, 4 the server refused our key.")
 
 
 def register(sub):
@@ -18,98 +22,130 @@ def register(sub):
                            description="Clone: a cluster-wide key-value map (12/CHP) with snapshots, subtrees, "
                                        "ttls and a primary/backup server pair.")
     cmds = clone.add_subparsers(dest="clone_command", metavar="SUBCOMMAND")
-    clone.set_defaults(func=lambda args: clone.print_help() or 2)
+    clone.set_defaults(func=lambda args: clone.print_help() or exitstatus.USAGE)
 
     server = cmds.add_parser("server", help="run a Clone server until Ctrl-C",
                              description="Serve snapshots on PORT, updates on PORT+1, collect on PORT+2; "
-                                         "a pair also exchanges Binary Star state on PORT+3.")
-    server.add_argument("--host", default="127.0.0.1", help="interface to bind, * for all (default: %(default)s)")
-    server.add_argument("--port", type=int, default=DEFAULT_PORT, help="base port P (default: %(default)s)")
+                                         "a pair also exchanges Binary Star state on PORT+3. "
+                                         "Ctrl-C or SIGTERM stops it (exit status 0).")
+    server.add_argument("--host", default="127.0.0.1", type=options.host,
+                        help="interface to bind, * for all (default: %(default)s)")
+    server.add_argument("--port", type=options.port, default=DEFAULT_PORT, help="base port P (default: %(default)s)")
     role = server.add_mutually_exclusive_group()
     role.add_argument("--primary", action="store_true", help="primary of a Binary Star pair (needs --peer)")
     role.add_argument("--backup", action="store_true", help="backup of a Binary Star pair (needs --peer)")
-    server.add_argument("--peer", metavar="tcp://HOST:PORT", help="the other server's base endpoint")
-    server.add_argument("--hugz", type=float, default=0.2, help="seconds between HUGZ (default: %(default)s)")
-    server.add_argument("--heartbeat", type=float, default=0.2,
+    server.add_argument("--peer", metavar="ENDPOINT", type=options.connect_endpoint,
+                        help="the other server's base endpoint, tcp://HOST:PORT")
+    server.add_argument("--hugz", type=options.positive_float, default=0.2,
+                        help="seconds between HUGZ (default: %(default)s)")
+    server.add_argument("--heartbeat", type=options.positive_float, default=0.2,
                         help="seconds between Binary Star state messages (default: %(default)s)")
     server.add_argument("--dialect", choices=("spec", "guide"), default="spec",
                         help="how KVSYNC/HUGZ are filled: 'spec' or 'guide' (the Guide's clonecli6 clients)")
-    server.add_argument("--curve", metavar="KEYFILE", help="serve CURVE with this secret certificate")
-    server.add_argument("--stats", type=float, default=0, metavar="SECONDS",
+    server.add_argument("--persist", metavar="DIR",
+                        help="keep the map in a journal in DIR; a restarted server starts from it")
+    server.add_argument("--fsync", choices=("interval", "batch", "never"), default="interval",
+                        help="with --persist: fsync every 0.1 s, after every write, or never (default: %(default)s)")
+    options.curve_options(server, "server")
+    server.add_argument("--stats", type=options.non_negative_float, default=0, metavar="SECONDS",
                         help="log state, sequence and counters every SECONDS (default: never)")
     server.set_defaults(func=run_server)
 
-    get = cmds.add_parser("get", help="print one key's value")
+    get = cmds.add_parser("get", help="print one key's value", description="Print KEY's value.", epilog=STATUS)
     get.add_argument("key")
     _client(get)
     get.set_defaults(func=run_get)
 
-    set_ = cmds.add_parser("set", help="set a key and wait for the server to publish it")
+    set_ = cmds.add_parser("set", help="set a key and wait for the server to publish it",
+                           description="Set KEY to VALUE and wait until the server publishes it.", epilog=STATUS)
     set_.add_argument("key")
     set_.add_argument("value")
-    set_.add_argument("--ttl", type=float, help="seconds until the server deletes it")
+    set_.add_argument("--ttl", type=options.positive_float, help="seconds until the server deletes it")
     _client(set_)
     set_.set_defaults(func=run_set)
 
-    delete = cmds.add_parser("del", help="delete a key")
+    delete = cmds.add_parser("del", help="delete a key", description="Delete KEY and wait until the server "
+                             "publishes the deletion.", epilog=STATUS)
     delete.add_argument("key")
     _client(delete)
     delete.set_defaults(func=run_del)
 
-    watch = cmds.add_parser("watch", help="print every change until Ctrl-C")
+    watch = cmds.add_parser("watch", help="print every change until Ctrl-C",
+                            description="Print each change as 'SEQUENCE KEY=VALUE' or 'SEQUENCE KEY deleted' "
+                                        "until Ctrl-C.", epilog=STATUS)
     _client(watch, subtree=True)
     watch.set_defaults(func=run_watch)
 
-    dump = cmds.add_parser("dump", help="print the whole map (or a subtree), one key=value a line")
+    dump = cmds.add_parser("dump", help="print the whole map (or a subtree), one key=value a line",
+                           description="Print the map, or the keys under --subtree, as KEY=VALUE lines.",
+                           epilog=STATUS)
     _client(dump, subtree=True)
     dump.set_defaults(func=run_dump)
 
 
 def _client(parser, subtree=False):
-    parser.add_argument("--connect", action="append", metavar="tcp://HOST:PORT",
-                        help="server base endpoint; twice for a pair, primary first "
+    parser.add_argument("--connect", action="append", metavar="ENDPOINT", type=options.connect_endpoint,
+                        help="server base endpoint tcp://HOST:PORT; twice for a pair, primary first "
                              "(default: tcp://127.0.0.1:%d)" % DEFAULT_PORT)
-    parser.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for a server (default: %(default)s)")
-    parser.add_argument("--curve", metavar="KEYFILE", help="connect with CURVE, using this secret certificate")
-    parser.add_argument("--curve-server", metavar="KEYFILE", help="with --curve: the servers' public certificate")
+    parser.add_argument("--timeout", type=options.positive_float, default=3.0,
+                        help="seconds to wait for a server (default: %(default)s)")
+    options.curve_options(parser, "client")
     if subtree:
         parser.add_argument("--subtree", default="", help="only keys under /this/ (default: all)")
 
 
-def _peer_endpoints(text):
-    from zactors.patterns.clone.server import endpoints
-
-    head, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not head.startswith("tcp://"):
-        raise ValueError("--peer must be tcp://HOST:PORT, got %r" % text)
-    return endpoints(head[len("tcp://"):], int(port))
+def _base(endpoint):
+    """``(host, port)`` of a tcp://HOST:PORT base endpoint."""
+    if not endpoint.startswith("tcp://"):
+        raise options.UsageError("%s: Clone servers take tcp://HOST:PORT (P, P+1, P+2 are its ports)" % endpoint)
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    if int(port) > 65532:
+        raise options.UsageError("%s: a Clone server uses ports P to P+3; choose P <= 65532" % endpoint)
+    return host, int(port)
 
 
 def run_server(args):
-    from zactors.patterns.clone.server import CloneServer
+    from zactors.patterns.clone.server import CloneServer, endpoints
 
     role = "primary" if args.primary else "backup" if args.backup else None
     if role and not args.peer:
-        raise ValueError("--%s needs --peer tcp://HOST:PORT" % role)
+        raise options.UsageError("--%s needs --peer tcp://HOST:PORT (the other server)" % role)
     if args.peer and not role:
-        raise ValueError("--peer needs --primary or --backup")
-    keys = None
-    if args.curve:
-        from zactors.actors.auth import load_keypair
-        keys = load_keypair(args.curve)
-        if keys.secret is None:
-            raise ValueError("%s holds no secret key (use the .key_secret file)" % args.curve)
-    server = CloneServer(args.port, host=args.host, role=role, peer=_peer_endpoints(args.peer) if args.peer else None,
-                         hugz=args.hugz, heartbeat=args.heartbeat, dialect=args.dialect, curve=keys)
+        raise options.UsageError("--peer needs --primary or --backup")
+    options.check_curve(args, "server")
+    auth = None
+    if args.curve_clients:
+        from zactors.actors.auth import Authenticator
+        auth = Authenticator(curve=args.curve_clients)
+    try:
+        server = CloneServer(args.port, host=args.host, role=role,
+                             peer=endpoints(*_base(args.peer)) if args.peer else None, hugz=args.hugz,
+                             heartbeat=args.heartbeat, dialect=args.dialect, curve=args.curve,
+                             persist=args.persist, fsync=args.fsync)
+    except BaseException as exc:
+        if auth is not None:
+            auth.destroy()
+        if isinstance(exc, zmq.ZMQError):
+            raise options.bind_error("tcp://%s:%d-%d" % (args.host, args.port, args.port + 3), exc,
+                                     "another --port") from None
+        raise
     log.info("clone server (%s) on %s; Ctrl-C stops", role or "alone", ", ".join(e for e in server.endpoints if e))
     ticker = gevent.spawn(_log_stats, server, args.stats) if args.stats > 0 else None
+    info = {}
     try:
-        _until_signal()
+        wait_until_stopped()
+        info = server.call("INFO", timeout=5)
     finally:
         if ticker is not None:
             ticker.kill()
         server.destroy()
-    return 0
+        if auth is not None:
+            auth.destroy()
+        print("clone server stopped: %s at sequence %d, %d key(s), %d update(s), %d snapshot(s)" % (
+            info.get("state", "?"), info.get("sequence", 0), info.get("keys", 0),
+            info.get("counters", {}).get("updates", 0), info.get("counters", {}).get("snapshots", 0)),
+            file=sys.stderr)
+    return exitstatus.OK
 
 
 def _log_stats(server, every):
@@ -120,22 +156,33 @@ def _log_stats(server, every):
                  info["pending"], " ".join("%s=%d" % kv for kv in sorted(info["counters"].items())))
 
 
+class _NoServer(RuntimeError):
+    exit_status = exitstatus.NO_ANSWER
+
+
 def _open(args):
+    from zactors.actors.auth import curve_client
+    from zactors.actors.monitor import probe
     from zactors.patterns.clone.client import Clone
+    from zactors.patterns.clone.protocol import check_subtree
 
     servers = args.connect or ["tcp://127.0.0.1:%d" % DEFAULT_PORT]
-    curve = server_public = None
-    if args.curve:
-        if not args.curve_server:
-            raise ValueError("--curve needs --curve-server (the servers' public key file)")
-        from zactors.actors.auth import load_keypair, load_public_key
-        curve, server_public = load_keypair(args.curve), load_public_key(args.curve_server)
-    clone = Clone(servers, subtree=getattr(args, "subtree", "") or "", timeout=min(args.timeout, 1.0),
-                  curve=curve, server_public=server_public, name="clone-cli")
+    for server in servers:
+        _base(server)
+    try:
+        subtree = check_subtree(getattr(args, "subtree", "") or "")
+    except ValueError as exc:
+        raise options.UsageError("--subtree: %s" % exc) from None
+    curve = options.client_curve(args)
+    secure = None if curve is None else (lambda sock: curve_client(sock, curve[1], curve[0]))
+    if not any(probe(s, secure, timeout=min(1.0, args.timeout), peer="the server at %s" % s) for s in servers):
+        raise _NoServer("no server answered at %s" % ", ".join(servers))
+    clone = Clone(servers, subtree=subtree, timeout=min(args.timeout, 1.0), name="clone-cli",
+                  curve=None if curve is None else curve[1], server_public=None if curve is None else curve[0])
     if not clone.wait_synced(args.timeout):
         clone.destroy()
-        raise ValueError("no snapshot from %s within %ss (is a server running there?)" % (", ".join(servers),
-                                                                                          args.timeout))
+        raise RuntimeError("no snapshot from %s within %ss (a passive backup only answers after a failover)"
+                           % (", ".join(servers), args.timeout))
     return clone
 
 
@@ -154,9 +201,9 @@ def run_get(args):
         clone.destroy()
     if value is None:
         print("zactors: %s: no such key" % args.key, file=sys.stderr)
-        return 1
+        return exitstatus.FAILED
     print(_text(value))
-    return 0
+    return exitstatus.OK
 
 
 def run_set(args):
@@ -166,7 +213,7 @@ def run_set(args):
     finally:
         clone.destroy()
     log.info("%s set at sequence %d", args.key, seq)
-    return 0
+    return exitstatus.OK
 
 
 def run_del(args):
@@ -176,7 +223,7 @@ def run_del(args):
     finally:
         clone.destroy()
     log.info("%s deleted at sequence %d", args.key, seq)
-    return 0
+    return exitstatus.OK
 
 
 def run_dump(args):
@@ -186,18 +233,25 @@ def run_dump(args):
             print("%s=%s" % (_text(key), _text(value)))
     finally:
         clone.destroy()
-    return 0
+    return exitstatus.OK
 
 
 def run_watch(args):
     clone = _open(args)
-    clone.on_change(lambda key, value, seq: print("%d %s=%s" % (seq, _text(key), _text(value)) if value
-                                                  else "%d %s deleted" % (seq, _text(key)), flush=True))
+    seen = [0]
+
+    def show(key, value, seq):
+        seen[0] += 1
+        print("%d %s=%s" % (seq, _text(key), _text(value)) if value else "%d %s deleted" % (seq, _text(key)),
+              flush=True)
+    clone.on_change(show)
+    signum = None
     try:
-        _until_signal()
+        signum = wait_until_stopped()
     finally:
         clone.destroy()
-    return 0
+        print("watch stopped: %d change(s)" % seen[0], file=sys.stderr)
+    return 128 + signum if signum else exitstatus.OK
 
 
 def demo(out):
@@ -229,8 +283,8 @@ def demo(out):
         primary.destroy()
         out("primary stopped at sequence %d; ..." % alice.sequence)
         _wait(lambda: backup.call("INFO")["state"] == "active" and alice.server == servers[1][0], 10)
-        bob.set("/demo/after", "failover")  # bob may still be re-syncing: its snapshot will carry it
-        _wait(lambda: alice.get("/demo/after") == b"failover" == bob.get("/demo/after"), 5)
+        bob.set("/demo/after", "failover", wait=5)
+        _wait(lambda: alice.get("/demo/after") == b"failover", 5)
         out("backup took over in %.2f s; alice and bob agree on %d keys, /demo/n=%s"
             % (time.monotonic() - started, len(alice), _text(alice.get("/demo/n", b"?"))))
     finally:

@@ -45,6 +45,7 @@ Safe from many greenlets of one thread (a gevent WSGI server's handlers,
 say); not across OS threads.
 """
 import logging
+import struct
 import time
 import uuid as _uuid
 
@@ -66,6 +67,7 @@ log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
 _ZERO = pack_sequence(0)
+_unpack_seq = struct.Struct("!Q").unpack
 
 
 def server_endpoints(server):
@@ -148,7 +150,9 @@ class Clone(Actor):
         ``ttl``: seconds after which the server deletes the key.  ``wait``:
         seconds to wait for the server's KVPUB of this update, then return its
         sequence (ActorTimeout if it does not come; the update may still be
-        applied later).  Safe from many greenlets.
+        applied later).  Across a failover or re-sync, a snapshot that holds
+        ``value`` for ``key`` counts as that KVPUB (its sequence is returned).
+        Safe from many greenlets.
         """
         key, value = _bytes(key), _bytes(value)
         if not key or key in (HUGZ, KTHXBAI, b"ICANHAZ?"):
@@ -164,7 +168,8 @@ class Clone(Actor):
             return uid
         if not key.startswith(self.subtree):
             raise ValueError("wait= needs a key inside this client's subtree %r" % self.subtree)
-        result = self._acks[uid] = AsyncResult()
+        result = AsyncResult()
+        self._acks[uid] = (result, key, value)
         try:
             self.send("SET", key, value, uid, props)
             return result.get(timeout=wait)
@@ -203,6 +208,7 @@ class Clone(Actor):
         for _snapshot, _publisher, collector in self.servers:
             self.pub.connect(collector)
         self.snapshot = self.sub = self._ask_timer = None
+        self._received = self._counted = 0  # messages that show the server alive, and those seen by the check
         self._building = None
         self._buffer = []
         self._connect(0)
@@ -213,8 +219,14 @@ class Clone(Actor):
             curve_client(sock, self.curve, self.server_public)
         return sock
 
-    def _connect(self, index):
-        """Subscribe to server ``index``, then ask it for a snapshot (see :meth:`_ask`)."""
+    def _connect(self, index, vote=False):
+        """Subscribe to server ``index``, then ask it for a snapshot (see :meth:`_ask`).
+
+        ``vote``: ask at once, as after a silence: a passive backup publishes
+        nothing until a request makes it take over, so waiting for its stream
+        would only delay the failover (the snapshot is then checked, see
+        :meth:`_proven`).
+        """
         for sock in (self.snapshot, self.sub):
             if sock is not None:
                 self.close_socket(sock)
@@ -240,7 +252,10 @@ class Clone(Actor):
         # (briefly: a passive server sends nothing until our request makes it take over) for a
         # first message, which proves the subscription live, before asking for the snapshot.
         self._asked = False
-        self._ask_timer = self.call_later(self.sub_wait, self._ask)
+        if vote:
+            self._ask()
+        else:
+            self._ask_timer = self.call_later(self.sub_wait, self._ask)
 
     def _ask(self, buffered=()):
         """Send ICANHAZ? (a Binary Star vote too).  Updates published meanwhile are buffered."""
@@ -274,26 +289,34 @@ class Clone(Actor):
         self._ask(buffered)
 
     def _check_silence(self):
-        if _monotonic() - self._heard > self.timeout:
+        now = _monotonic()
+        if self._received != self._counted:  # anything arrived since the last check
+            self._counted = self._received
+            self._heard = now
+            return
+        if now - self._heard > self.timeout:
             nxt = (self.current + 1) % len(self.servers)
             log.info("%s: server %s silent for %.1fs; trying %s", self.name, self.servers[self.current][0],
                      self.timeout, self.servers[nxt][0])
             self.stats["failovers"] += 1
-            self._connect(nxt)
+            self._connect(nxt, vote=True)
 
     def _on_snapshot(self, frames):
-        if self._building is None:
+        building = self._building
+        if building is None:
             return
-        try:
-            msg = decode_kvmsg(frames)
-        except ProtocolError:
+        self._received += 1
+        # The hot path of a snapshot: only the key and the value matter in a KVSYNC.
+        if len(frames) != 5 or len(frames[1]) != 8 or not frames[0]:
             self.stats["malformed"] += 1
             return
-        self._heard = _monotonic()
-        if msg.key != KTHXBAI:
-            if msg.value and msg.key.startswith(self.subtree):
-                self._building[msg.key] = msg.value
+        key = frames[0]
+        if key != KTHXBAI:
+            value = frames[4]
+            if value and (not self.subtree or key.startswith(self.subtree)):
+                building[key] = value
             return
+        msg = decode_kvmsg(frames)
         built, buffered = self._building, self._buffer
         self._building, self._buffer = None, []
         old, self.map = self.map, built
@@ -307,6 +330,11 @@ class Clone(Actor):
                 if key not in built:
                     self._changed(key, b"", seq)
         self.synced.set()
+        # Updates waiting for their KVPUB may have been applied before this snapshot (a failover, a
+        # re-sync): the snapshot holding the value we set is their acknowledgement.
+        for result, key, value in list(self._acks.values()):
+            if built.get(key, b"") == value and key.startswith(self.subtree):
+                result.set(seq)
         if self._unproven and buffered:
             self._unproven = False
             if not self._proven(buffered[0]):
@@ -330,16 +358,14 @@ class Clone(Actor):
         if self._building is not None:  # only the snapshot itself shows a request was accepted
             self._buffer.append(frames)
             return
-        self._heard = _monotonic()
+        self._received += 1
         self._update(frames)
 
     def _update(self, frames):
-        try:
-            msg = decode_kvmsg(frames)
-        except ProtocolError:
+        if len(frames) != 5 or len(frames[1]) != 8 or not frames[0]:
             self.stats["malformed"] += 1
             return
-        seq, key = msg.sequence, msg.key
+        key, seq = frames[0], _unpack_seq(frames[1])[0]  # only what a client uses: no full decode
         if key == HUGZ:
             if seq > self.sequence and not self.subtree:  # the Guide's HUGZ carry the sequence: a lost tail
                 self._resync("HUGZ at %d, we are at %d" % (seq, self.sequence))
@@ -350,15 +376,16 @@ class Clone(Actor):
             self._resync("gap: expected %d, got %d" % (self.sequence + 1, seq))
             return
         self.sequence = seq
-        value = msg.value
+        value = frames[4]
         if value:
             self.map[key] = value
         else:
             self.map.pop(key, None)
-        if msg.uuid:
-            ack = self._acks.get(msg.uuid)
+        uid = frames[2]
+        if uid and self._acks:
+            ack = self._acks.get(uid)
             if ack is not None:
-                ack.set(seq)
+                ack[0].set(seq)
         if self._callbacks or self._watchers:
             self._changed(key, value, seq)
 

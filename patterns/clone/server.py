@@ -38,7 +38,13 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   takeover (a client's ICANHAZ? while the active is silent) the pending
   updates are applied and published *before* that snapshot is answered.
   Split brain: the primary wins; the backup yields, logs and re-syncs.
+  A server re-syncs through the peer's snapshot port with the routing id
+  :data:`PEER_IDENTITY`: those snapshots (a zactors extension, invisible to
+  clients) carry each entry's sequence, UUID and properties, with ttl as
+  the seconds left, so the backup can expire keys after a takeover.
 - Malformed messages on any socket are dropped and counted (``malformed``).
+- ``persist=DIR`` keeps the map in the kernel's Journal (see :mod:`.persist`):
+  a restarted server starts from it, at the same sequence.
 - ``curve=keys`` (an ``actors.auth`` Keypair or secret key) makes every
   socket CURVE; peers use ``peer_public`` (default: our own public key).
 
@@ -53,6 +59,7 @@ import heapq
 import logging
 import time
 import uuid as _uuid
+import weakref
 from collections import OrderedDict
 
 import zmq
@@ -64,7 +71,8 @@ from zactors.actors.speedups import send_message
 
 from . import bstar
 from .bstar import BinaryStar, decode_state, encode_state
-from .protocol import (HUGZ, KTHXBAI, SPEC, ProtocolError, decode_icanhaz, decode_kvmsg, decode_kvset,
+from .persist import MapJournal
+from .protocol import (HUGZ, KTHXBAI, MAX_KEY, RESERVED_KEYS, SPEC, ProtocolError, decode_icanhaz, decode_kvmsg, decode_kvset,
                        decode_properties, dialect as _dialect, encode_icanhaz, encode_kthxbai, encode_properties,
                        pack_sequence, parse_ttl)
 
@@ -100,13 +108,29 @@ def _with_ttl(properties, ttl_text):
     return encode_properties(props)
 
 
+class _Cut:
+    """A copy of the map at one sequence, shared by the snapshots started while nothing changed."""
+
+    __slots__ = ("entries", "sequence", "__weakref__")
+
+    def __init__(self, entries, sequence):
+        self.entries = entries
+        self.sequence = sequence
+
+
+class _SnapshotRouter(Router):
+    """The snapshot ROUTER: a peer at its HWM is retried within 5 ms, not 50, so a fast reader never idles."""
+
+    retry_max = 0.005
+
+
 class CloneServer(Actor):
     """A Clone server actor; see the module docstring."""
 
     def __init__(self, port=None, *, host="127.0.0.1", snapshot=None, publisher=None, collector=None, state=None,
                  role=None, peer=None, hugz=0.2, heartbeat=0.2, dialect=SPEC, window=2000, chunk=100,
-                 snapshot_timeout=30.0, snapshot_hwm=10000, expire_batch=10000, max_pending=1000000, curve=None, peer_public=None,
-                 name=None):
+                 snapshot_timeout=30.0, snapshot_hwm=20000, expire_batch=10000, max_pending=1000000, curve=None, peer_public=None,
+                 persist=None, fsync="interval", name=None):
         if role not in (None, "primary", "backup"):
             raise ValueError("role must be None (alone), 'primary' or 'backup'")
         if port is not None:
@@ -128,6 +152,8 @@ class CloneServer(Actor):
         self.max_pending = max_pending
         self.curve = curve
         self.peer_public = peer_public
+        self.persist = persist
+        self.fsync = fsync
         self.name = name or "clone-%s" % (role or "server")
 
     # -- setup ----------------------------------------------------------------
@@ -135,7 +161,12 @@ class CloneServer(Actor):
         self.map = {}
         self.sequence = 0
         self._ttl = []            # heap of (deadline, sequence, key)
+        self.store = None
+        if self.persist is not None:
+            self.store = MapJournal(self, self.persist, fsync=self.fsync)
+            self._restore(*self.store.recover())
         self._snapshots = {}      # identity -> task
+        self._cut_ref = None      # weak reference to the newest _Cut
         self._pending = OrderedDict()  # uuid -> (KVMsg, ttl): client updates the active has not published yet
         self._seen = OrderedDict()     # uuids the active published before their KVSET reached us
         self._syncing = None      # while re-syncing from the peer: dict being built
@@ -146,7 +177,7 @@ class CloneServer(Actor):
         self._feed_progress = False
         curve = self.curve
         self._stalled = {}        # identity -> when its snapshot was held by backpressure
-        self.router = Router(self, self._on_snapshot, backlog=self.window + self.chunk + 16, high=self.window,
+        self.router = _SnapshotRouter(self, self._on_snapshot, backlog=self.window + self.chunk + 16, high=self.window,
                              on_held=self._on_held, on_drained=self._on_drained,
                              on_unroutable=self._on_unroutable, router_handover=1, sndhwm=self.snapshot_hwm,
                              heartbeat_ivl=1000, heartbeat_timeout=5000)
@@ -200,6 +231,24 @@ class CloneServer(Actor):
         self.feed.connect(publisher)
         self.add_reader(self.feed, self._on_feed)
 
+    def _restore(self, entries, sequence):
+        now, wall = _monotonic(), time.time()
+        for key, (seq, uid, props, value, expires) in entries.items():
+            deadline = None if expires is None else now + (expires - wall)
+            self.map[key] = _Entry(value, seq, uid, props, deadline)
+            if deadline is not None:
+                self._ttl.append((deadline, seq, key))
+        heapq.heapify(self._ttl)
+        self.sequence = sequence
+
+    def _expires(self, entry):
+        """An entry's deadline as wall-clock time (for the journal), or None."""
+        return None if entry.deadline is None else time.time() + (entry.deadline - _monotonic())
+
+    def teardown(self):
+        if self.store is not None:
+            self.store.close()
+
     @property
     def active(self):
         return self.fsm is None or self.fsm.state == bstar.ACTIVE
@@ -222,6 +271,9 @@ class CloneServer(Actor):
             "peer_silent": fsm.peer_silent(_monotonic()) if fsm else None,
             "endpoints": list(self.endpoints),
             "dialect": self.dialect.name,
+            "persist": None if self.store is None else {"directory": self.store.directory,
+                                                        "generation": self.store.generation,
+                                                        "compactions": self.store.compactions},
             "counters": dict(self.stats),
         }
 
@@ -267,6 +319,9 @@ class CloneServer(Actor):
             self.map[key] = _Entry(value, sequence, uuid, properties, deadline)
         else:
             self.map.pop(key, None)
+        if self.store is not None:
+            self.store.record(key, sequence, uuid, properties, value,
+                              None if ttl is None or not value else time.time() + ttl)
 
     def _apply(self, msg, ttl, now):
         """Active: give a client update the next sequence, store it and publish it."""
@@ -277,6 +332,19 @@ class CloneServer(Actor):
         self.stats["updates"] += 1
 
     def _on_collect(self, frames):
+        # The hot path: an active server, a KVSET without properties (so no ttl to parse).
+        if (len(frames) == 5 and not frames[3] and self.active and self.store is None and 0 < len(frames[0]) <= MAX_KEY
+                and len(frames[1]) == 8 and len(frames[2]) in (0, 16) and frames[0] not in RESERVED_KEYS):
+            key, _seq, uid, props, value = frames
+            self.sequence = seq = self.sequence + 1
+            if value:
+                self.map[key] = _Entry(value, seq, uid, b"", None)
+            else:
+                self.map.pop(key, None)
+            pub = self.pub
+            send_message(pub, pub.handle, (key, pack_sequence(seq), uid, b"", value))
+            self.stats["updates"] += 1
+            return
         try:
             msg, ttl = decode_kvset(frames)
         except ProtocolError as exc:
@@ -311,7 +379,10 @@ class CloneServer(Actor):
             n += 1
             del self.map[key]
             self.sequence = new = self.sequence + 1
-            send_message(pub, pub.handle, (key, pack_sequence(new), _uuid.uuid4().bytes, entry.properties, b""))
+            uid = _uuid.uuid4().bytes
+            send_message(pub, pub.handle, (key, pack_sequence(new), uid, entry.properties, b""))
+            if self.store is not None:
+                self.store.record(key, new, uid, entry.properties, b"", None)
             self.stats["expired"] += 1
 
     def _send_hugz(self):
@@ -319,6 +390,8 @@ class CloneServer(Actor):
             self.pub.send_multipart(self.dialect.hugz(self.sequence, _uuid.uuid4().bytes))
 
     def _housekeeping(self):
+        if self.store is not None:
+            self.store.maybe_compact(self.map, self._expires)
         if self._stalled:
             horizon = _monotonic() - self.snapshot_timeout
             for identity, since in list(self._stalled.items()):
@@ -367,7 +440,11 @@ class CloneServer(Actor):
 
     def _snapshot(self, identity, subtree, peer):
         """Send a consistent cut of the map, a chunk per step; backpressure pauses the task."""
-        cut, sequence = self.map.copy(), self.sequence
+        held = self._cut_ref() if self._cut_ref is not None else None
+        if held is None or held.sequence != self.sequence:  # share a cut while nothing changed
+            held = _Cut(self.map.copy(), self.sequence)
+            self._cut_ref = weakref.ref(held)
+        cut, sequence = held.entries, held.sequence
         send, chunk = self.router.send, self.chunk
         details = peer or self.dialect.sync_details
         seq_frame = pack_sequence(sequence)
@@ -555,6 +632,8 @@ class CloneServer(Actor):
         for entry in built.values():
             if entry.uuid:
                 self._pending.pop(entry.uuid, None)
+        if self.store is not None:  # the journal describes the old map: write the new one
+            self.store.compact(self.map, self._expires)
         log.info("%s: synced from the peer at sequence %d (%d keys)", self.name, sequence, len(built))
         self.stats["synced"] += 1
         self._feed_progress = True

@@ -24,15 +24,20 @@ A reply is a list of frames (bytes or str) or one bytes/str.  A generator
 that returns nothing ends with a FINAL of one empty frame.  ``yield None``
 sends nothing: it only lets the worker's loop run.
 
-``handle`` runs in the worker actor's greenlet.  Between the steps of a
-generator the worker reads its socket and runs its timers, so heartbeats flow
-while it streams partials; a plain ``handle`` holds the loop until it
-returns, so long work should be a generator (``yield None`` now and then)
-or the broker will count the worker dead after ``liveness`` x ``heartbeat``.
-If ``handle`` raises, :meth:`Worker.on_error` decides: by default the worker
-logs it, drops the request, and reconnects (DISCONNECT then READY), so the
-broker re-dispatches the request to another worker (at most its
-``max_attempts`` times).
+``handle`` runs in the worker actor's greenlet.  A generator runs as a
+cooperative task (:meth:`~zactors.actors.actor.Actor.start_task`): the loop
+advances it a bounded slice per round, so between its steps the worker reads
+its socket and pipe and runs its timers: heartbeats flow, ``$STATS`` is
+answered and ``$TERM`` (``destroy()``) ends a stream at once.  A plain
+``handle`` holds the loop until it returns, so long work should be a
+generator (``yield None`` now and then) or the broker will count the worker
+dead after ``liveness`` x ``heartbeat``.  If ``handle`` raises, or returns
+or yields something that is not a reply (``42``), :meth:`Worker.on_error`
+decides: by default the worker logs it, counts it (``failed`` in
+``$STATS``), drops the request (the client gets no reply from this worker)
+and reconnects (DISCONNECT then READY), so the broker re-dispatches the
+request to another worker (at most its ``max_attempts`` times); the worker
+itself lives on and keeps serving.
 
 The worker heartbeats every ``heartbeat`` seconds when it has sent nothing
 else, counts the broker lost after ``liveness`` x ``heartbeat`` seconds of
@@ -43,16 +48,16 @@ silent.  Events: ``CONNECTED`` (READY sent, after each (re)connect),
 ``DISCONNECTED reason``.  The handle is an actor handle: safe from many
 greenlets of its thread, not across OS threads.
 """
+import functools
 import logging
 import time
 import types
 
-import gevent
 import zmq
 
 from zactors.actors.actor import Actor
 from zactors.actors.auth import curve_client
-from zactors.actors.sockets import NOBLOCK, POLLIN, Socket, context
+from zactors.actors.sockets import NOBLOCK, Socket, context
 
 from .protocol import DISCONNECT, MAJORTOMO, REQUEST, ProtocolError, framing as _framing
 
@@ -64,11 +69,17 @@ _monotonic = time.monotonic
 
 
 def _frames(reply):
+    """The frames of a reply; TypeError unless it is None, bytes/str, or an iterable of bytes-like/str."""
     if reply is None:
         return [b""]
     if isinstance(reply, (bytes, str)):
         reply = [reply]
-    return [f.encode() if isinstance(f, str) else bytes(f) for f in reply] or [b""]
+    try:
+        frames = [f if type(f) is bytes else f.encode() if isinstance(f, str) else bytes(memoryview(f))
+                  for f in reply]
+    except TypeError:
+        raise TypeError("a reply is bytes, str or a list of them, not %.200r" % (reply,)) from None
+    return frames or [b""]
 
 
 class Worker(Actor):
@@ -104,19 +115,18 @@ class Worker(Actor):
         raise NotImplementedError
 
     def on_error(self, request, exc):
-        """``handle`` raised: return a FINAL reply, or None to give the request back."""
+        """``handle`` raised (or gave no valid reply): return a FINAL reply, or None to give the request back."""
         log.error("%s: handler failed on a %r request: %r", self.name, self.service, exc)
         return None
 
     # -- lifecycle ------------------------------------------------------------
     def setup(self):
         self._sock = None
-        self._job = None          # (client address, generator, request) while streaming
+        self._job = None          # the Task streaming a generator's replies
         self._busy = None         # client address of the request in hand
         self._delay = self.reconnect
         self._heard = _monotonic()
         self._sent = 0.0
-        self._step_timer = None
         self._watchdog = None
         self._connect()
         self.call_every(self.heartbeat, self._tick)
@@ -159,12 +169,9 @@ class Worker(Actor):
         self.call_later(delay, self._connect)
 
     def _abandon(self):
-        if self._job is not None:
-            self._job[1].close()
-            self._job = None
-        if self._step_timer is not None:
-            self._step_timer.cancel()
-            self._step_timer = None
+        job, self._job = self._job, None
+        if job is not None:
+            job.cancel()  # closes the handler's generator
         self._busy = None
 
     def _send(self, frames):
@@ -234,51 +241,58 @@ class Worker(Actor):
             self._failed(address, body, exc)
             return
         if isinstance(result, types.GeneratorType):
-            self._job = (address, result, body)
-            self._step_timer = self.call_later(0, self._step)
+            self._job = self.start_task(self._stream(address, result),
+                                        on_done=functools.partial(self._streamed, address, body))
         else:
-            self._finish(address, result)
+            self._finish(address, body, result)
 
-    def _finish(self, address, reply):
-        self._busy = None
-        self._send(self.framing.worker_reply(True, address, _frames(reply)))
-
-    def _failed(self, address, body, exc):
-        self.stats["failed"] += 1
-        self._job = None
-        reply = self.on_error(body, exc)
-        if reply is not None:
-            self._finish(address, reply)
-        else:
-            self._busy = None
-            self._send(self.framing.disconnect)
-            self._reconnect("handler failed", self.reconnect)
-
-    def _step(self):
-        """Run a streaming handler up to its next yield, letting the loop breathe first."""
-        self._step_timer = None
-        gevent.sleep(0)
-        sock = self._sock
-        n = 0
-        while self._sock is sock is not None and sock.events() & POLLIN and n < 64:  # heartbeats, DISCONNECT
-            self._on_frames(sock.recv_frames())
-            n += 1
-        job = self._job
-        if job is None or self._sock is not sock:
-            return
-        address, generator, body = job
+    def _stream(self, address, parts):
+        """The task: send each PARTIAL the handler yields, one per step; return its FINAL."""
         try:
-            part = next(generator)
-        except StopIteration as stop:
-            self._job = None
-            self._finish(address, stop.value)
+            while True:
+                try:
+                    part = next(parts)
+                except StopIteration as stop:
+                    return stop.value
+                if part is not None:
+                    frames = _frames(part)
+                    self.stats["partials"] += 1
+                    self._send(self.framing.worker_reply(False, address, frames))
+                yield
+        finally:
+            parts.close()
+
+    def _streamed(self, address, body, task):
+        if task.cancelled:  # abandoned: the socket went, or the actor ends
             return
-        except Exception as exc:
+        self._job = None
+        if task.error is not None:
+            self._failed(address, body, task.error)
+        else:
+            self._finish(address, body, task.result)
+
+    def _finish(self, address, body, reply):
+        try:
+            frames = _frames(reply)
+        except TypeError as exc:
             self._failed(address, body, exc)
             return
-        if self._job is not job:  # the handler stopped us, or the socket changed
-            return
-        if part is not None:
-            self.stats["partials"] += 1
-            self._send(self.framing.worker_reply(False, address, _frames(part)))
-        self._step_timer = self.call_later(0, self._step)
+        self._busy = None
+        self._send(self.framing.worker_reply(True, address, frames))
+
+    def _failed(self, address, body, exc):
+        """The handler failed: on_error's FINAL, or give the request back and reconnect."""
+        self.stats["failed"] += 1
+        self._job = None
+        try:
+            reply = self.on_error(body, exc)
+            frames = None if reply is None else _frames(reply)
+        except Exception as error:
+            log.error("%s: on_error failed on a %r request: %r", self.name, self.service, error)
+            frames = None
+        self._busy = None
+        if frames is not None:
+            self._send(self.framing.worker_reply(True, address, frames))
+        else:
+            self._send(self.framing.disconnect)
+            self._reconnect("handler failed", self.reconnect)

@@ -3,9 +3,12 @@
 :class:`Scatter` round-robins messages to gather peers through one bounded
 queue per peer; :class:`Gather` fair-queues from scatter peers.  Both are
 safe to use at once from several OS threads and several greenlets (see
-:mod:`.safesocket` for how), carry single-part messages only, and use
-libzmq's draft SCATTER/GATHER when ``zmq.has("draft")`` (else an emulation
-over PUSH/PULL with the same semantics; see :mod:`.native`)::
+:mod:`.safesocket` for how), and carry single-part messages only.  The wire
+is the caller's choice, never the build's: an emulation over PUSH/PULL by
+default (any pyzmq; talks to PUSH/PULL peers), or libzmq's draft
+SCATTER/GATHER with ``native=True`` (needs ``zmq.has("draft")``; talks to
+native peers only).  Both ends of a link must choose alike; a peer refused at
+the handshake for that reason is reported (see :mod:`.native`)::
 
     gather = Gather()
     endpoint = gather.bind("tcp://127.0.0.1:*")

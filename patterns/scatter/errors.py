@@ -16,17 +16,17 @@ class NoPeerAvailable(zmq.Again):
     The message was not accepted: nothing was queued or discarded.
     """
 
-    def __init__(self, timeout):
+    def __init__(self, timeout, note=""):
         when = "now" if timeout == 0 else "within %gs" % timeout
         super().__init__()
         self.strerror = ("no gather peer available %s: every peer queue is full or no peer "
-                         "is connected; message not sent" % when)
+                         "is connected; message not sent%s" % (when, note))
 
 
 class NoMessage(zmq.Again):
     """No message arrived in time."""
 
-    def __init__(self, timeout):
+    def __init__(self, timeout, note=""):
         when = "now" if timeout == 0 else "within %gs" % timeout
         super().__init__()
-        self.strerror = "no message %s" % when
+        self.strerror = "no message %s%s" % (when, note)

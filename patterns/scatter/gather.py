@@ -42,7 +42,9 @@ class Gather(SafeSocket):
     ``linger`` and ``native`` are as for :class:`Scatter`.
     """
 
-    def __init__(self, queue_limit=1000, *, native=None, linger=0, **options):
+    _wait_event = POLLIN
+
+    def __init__(self, queue_limit=1000, *, native=False, linger=0, **options):
         _, kind, native = socket_types(native)
         options.setdefault("rcvhwm", queue_limit)
         super().__init__(kind, native, linger, options)
@@ -85,7 +87,7 @@ class Gather(SafeSocket):
             if deadline is None and timeout is not None:
                 deadline = _monotonic() + timeout
             if not self._wait(deadline):
-                raise NoMessage(timeout)
+                raise NoMessage(timeout, self._refusals())
 
     def _fill(self):
         """Move up to BATCH whole single-part messages into the buffer (lock held)."""

@@ -31,15 +31,17 @@ Woken waiters all retry; those that lose the race park again.
 :meth:`close` may be called from any thread: waiters wake and raise
 :class:`Closed`, and the socket itself is closed by whoever leaves it last.
 
-Native draft sockets (thread-safe in libzmq, but without ``ZMQ_FD``) are
-waited for by polling every millisecond.
+Native draft sockets (thread-safe in libzmq, but without ``ZMQ_FD``): each
+waiter watches instead the descriptor of its own draft ``zmq_poller`` on the
+socket (:class:`~.nativepoll.WaitFd`), made when it parks and closed when it
+leaves; everything else is as above.  Nothing polls on a timer, no thread
+sits in between.
 """
 import errno
 import os
 import threading
 import time
 
-import gevent
 import zmq
 # gevent has no public way to ask whether a thread has a hub without making one;
 # this one has been stable since gevent 20.
@@ -49,6 +51,9 @@ from gevent.monkey import get_original
 
 from zactors.actors.sockets import context
 from zactors.actors.speedups import events, handle
+
+from . import handshakes
+from .nativepoll import WaitFd
 
 __all__ = ["SafeSocket", "Closed", "EVENTS", "POLLIN", "POLLOUT", "NOBLOCK"]
 
@@ -65,10 +70,6 @@ NOBLOCK = 1
 EVENTS = 15
 POLLIN = 1
 POLLOUT = 2
-
-#: seconds between retries of a blocked call on a native draft socket (no ZMQ_FD)
-POLL_INTERVAL = 0.001
-
 
 class Closed(zmq.ZMQError):
     """The Scatter or Gather was closed (possibly by another thread)."""
@@ -148,6 +149,9 @@ class SafeSocket:
     and writes).  From then on everyone takes the lock.
     """
 
+    #: the event (POLLIN or POLLOUT) a blocked caller waits for; set by subclasses
+    _wait_event = 0
+
     def __init__(self, socket_type, native, linger, options):
         self.native = native
         self._lock = _allocate_lock()
@@ -164,7 +168,30 @@ class SafeSocket:
         for name, value in options.items():
             sock.set(getattr(zmq, name.upper()), value)
         self._fd = None if native else sock.get(zmq.FD)
+        self._native_waits = {}  # entry -> WaitFd of a parked caller (native sockets)
         self._handle = handle(sock)  # for the actors.speedups calls
+        self._binds = set()  # endpoints bound, to tell a refused peer's side
+        #: peers refused at the handshake (:class:`~.handshakes.Refusal`, newest last): a
+        #: wire mismatch (native on one side only), a refused CURVE key...
+        self.refused = []
+        self._handshakes = handshakes.watch(self)  # the reader of our monitor, or None
+
+    @property
+    def wire(self):
+        """The socket type on the wire: ``"SCATTER"``/``"GATHER"`` (native) or ``"PUSH"``/``"PULL"``."""
+        return {zmq.PUSH: "PUSH", zmq.PULL: "PULL"}.get(self._sock.type) or (
+            "SCATTER" if self._sock.type == getattr(zmq, "SCATTER", None) else "GATHER")
+
+    def _bound(self, endpoint):
+        return endpoint in self._binds
+
+    def _refusals(self):
+        """Why a blocking call may have timed out: the latest refusals, in words ("" if none)."""
+        latest = self.refused[-3:]
+        if not latest:
+            return ""
+        return " (%d peer(s) refused at the handshake; latest: %s)" % (
+            len(self.refused), "; ".join(refusal.reason for refusal in latest))
 
     # -- options ----------------------------------------------------------------
     def setsockopt(self, option, value):
@@ -184,7 +211,9 @@ class SafeSocket:
         with self._locked:
             self._check()
             self._sock.bind(endpoint)
-            return self._sock.get(zmq.LAST_ENDPOINT).decode()
+            real = self._sock.get(zmq.LAST_ENDPOINT).decode()
+            self._binds.add(real)
+            return real
 
     def connect(self, endpoint):
         """Connect to a peer (its queue exists at once, connected or not)."""
@@ -206,12 +235,18 @@ class SafeSocket:
     def monitor(self, endpoint, events=zmq.EVENT_ALL):
         """Publish socket events (connects, disconnects) on an inproc PAIR ``endpoint``.
 
+        libzmq has one monitor per socket: this one replaces the built-in
+        reporting of refused peers (``refused``) until :meth:`stop_monitor`.
+
         Beware: libzmq's I/O thread *blocks* sending an event to a reader
         that is gone or full, and with it every socket of the context.  Read
         the events, and call :meth:`stop_monitor` before closing the reader.
         """
         with self._locked:
             self._check()
+            if self._handshakes is not None:
+                handshakes.unwatch(self, self._handshakes)
+                self._handshakes = None
             self._sock.monitor(endpoint, events)
 
     def stop_monitor(self):
@@ -219,6 +254,8 @@ class SafeSocket:
         with self._locked:
             if not self._closing:
                 self._sock.disable_monitor()
+                if self._handshakes is None:
+                    self._handshakes = handshakes.watch(self)
 
     # -- closing --------------------------------------------------------------
     @property
@@ -234,6 +271,9 @@ class SafeSocket:
             if self._closing:
                 return
             self._closing = True
+            if self._handshakes is not None:
+                handshakes.unwatch(self, self._handshakes)
+                self._handshakes = None
             self._wake_all()
             if not self._parked:
                 self._sock.close()
@@ -259,8 +299,6 @@ class SafeSocket:
         """Park until :meth:`_ready` may be true; False once ``deadline`` has passed."""
         if deadline is not None and _monotonic() >= deadline:
             return False
-        if self._fd is None:
-            return self._poll_wait(deadline)
         hub = get_hub_if_exists()
         if hub is None:
             if _get_ident() != _main_ident:
@@ -268,12 +306,13 @@ class SafeSocket:
             hub = get_hub()
         waiter = Waiter(hub)
         entry = (hub, waiter)
-        if not self._park(entry):
+        fd = self._park(entry)
+        if fd is None:
             return True
         watcher = timer = None
         try:
             loop = hub.loop
-            watcher = loop.io(self._fd, 1)
+            watcher = loop.io(fd, 1)
             watcher.start(waiter.switch, True)
             if deadline is not None:
                 timer = loop.timer(max(0.0, deadline - _monotonic()))
@@ -292,11 +331,12 @@ class SafeSocket:
         """:meth:`_wait` for a plain thread: block it in ``poll``, no gevent hub."""
         waker = _thread_waker()
         entry = (None, waker)
-        if not self._park(entry):
+        fd = self._park(entry)
+        if fd is None:
             return True
         try:
             poller = _poll()
-            poller.register(self._fd, 1)
+            poller.register(fd, 1)
             poller.register(waker.read_fd, 1)
             timeout = None if deadline is None else max(0, int((deadline - _monotonic()) * 1000 + 1))
             poller.poll(timeout)
@@ -307,14 +347,22 @@ class SafeSocket:
         return True
 
     def _park(self, entry):
-        """Register a waiter; False when a call could go on already (no wait needed)."""
+        """Register a waiter; the descriptor to watch, or None when a call could go on already."""
         with self._locked:
             self._check()
             if self._ready():
-                return False
+                return None
+            fd = self._fd
+            if fd is None:  # native: a poller of our own, checked once more now that it listens
+                wait = WaitFd(self._handle, self._wait_event)
+                if wait.ready():
+                    wait.close()
+                    return None
+                self._native_waits[entry] = wait
+                fd = wait.fd
             self._waiters.append(entry)
             self._parked += 1
-        return True
+        return fd
 
     def _unpark(self, entry):
         """Forget a waiter; the last one out of a closing socket closes it."""
@@ -323,17 +371,11 @@ class SafeSocket:
                 self._waiters.remove(entry)
             except ValueError:  # a waker took it already
                 pass
+            if self._fd is None:
+                self._native_waits.pop(entry).close()
             self._parked -= 1
             if self._closing and not self._parked:
                 self._sock.close()
-
-    def _poll_wait(self, deadline):
-        delay = POLL_INTERVAL
-        if deadline is not None:
-            delay = min(delay, max(0.0, deadline - _monotonic()))
-        gevent.sleep(delay)
-        self._check()
-        return True
 
     # -- waking (called with the lock held) --------------------------------------
     def _ready(self):

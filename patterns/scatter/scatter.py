@@ -34,13 +34,16 @@ class Scatter(SafeSocket):
 
     Thread safety: every method may be called at once from any number of OS
     threads and greenlets; each message is accepted exactly once or refused.
-    ``native`` chooses libzmq's draft SCATTER (True), the PUSH emulation
-    (False) or the former when available (None).  ``linger`` is how long
+    ``native`` chooses the wire: the PUSH emulation (False, the default:
+    talks to Gathers and PULL peers, on any pyzmq) or libzmq's draft SCATTER
+    (True: talks to native GATHER peers only; needs ``zmq.has("draft")``).  ``linger`` is how long
     :meth:`close` keeps flushing queued messages (seconds; None: until sent).
     ``options`` are further socket options by name (``sndbuf=...``).
     """
 
-    def __init__(self, queue_limit=1000, *, native=None, linger=2.0, **options):
+    _wait_event = POLLOUT
+
+    def __init__(self, queue_limit=1000, *, native=False, linger=2.0, **options):
         kind, _, native = socket_types(native)
         options.setdefault("sndhwm", queue_limit)
         super().__init__(kind, native, linger, options)
@@ -99,7 +102,7 @@ class Scatter(SafeSocket):
                 self._check()
                 if self._try_send(message):
                     return
-        raise NoPeerAvailable(timeout)
+        raise NoPeerAvailable(timeout, self._refusals())
 
     def _try_send(self, message):
         """One non-blocking send, by the lock holder or the lock-free owner; False if no peer can take it."""

@@ -238,6 +238,39 @@ def test_context_holds_more_than_libzmq_default_sockets():
         s.close(0)
 
 
+def test_the_many_sockets_test_passes_at_an_open_file_limit_of_1024(processes):
+    """Run it in a child whose soft RLIMIT_NOFILE starts at 1024: context() must raise it."""
+    import resource
+    import subprocess
+    import sys
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip("the hard open-file limit (%d) is too low to test raising the soft one" % hard)
+
+    def at_1024():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+
+    proc = processes([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                      "tests/actors/test_reactor.py::test_context_holds_more_than_libzmq_default_sockets"],
+                     preexec_fn=at_1024, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
+    assert b"1 passed" in out
+
+
+def test_raise_open_files_never_lowers_the_limit():
+    import resource
+
+    from zactors.actors.sockets import raise_open_files
+
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    after = raise_open_files()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert soft == after and hard == before[1]
+    assert soft >= before[0] or before[0] == resource.RLIM_INFINITY
+
+
 def test_reader_added_while_messages_wait_is_drained():
     r = Reactor()
     a, b = pair(zmq.PUSH, zmq.PULL, "inproc://late-reader")

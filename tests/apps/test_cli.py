@@ -61,16 +61,11 @@ def _commands(parser=None, path=()):
 
 #: command groups still moving onto apps/options.py (their owners adopt it after merging the cli branch);
 #: a group listed here that conforms shows as XPASS: then remove it from here
-PENDING = {"clone": "clone commands: descriptions and option types not yet from apps/options.py"}
-
-
 def _groups():
     return sorted({path[0] for path, _ in _commands()})
 
 
-@pytest.mark.parametrize("group", [
-    pytest.param(g, marks=pytest.mark.xfail(reason=PENDING[g], strict=False)) if g in PENDING else g
-    for g in _groups()])
+@pytest.mark.parametrize("group", _groups())
 def test_every_registered_command_follows_the_conventions(group, capsys):
     commands = [(path, parser) for path, parser in _commands() if path[0] == group]
     for path, parser in commands:

@@ -45,6 +45,24 @@ def raw():
         sock.close(0)
 
 
+def rebind(make, cls, timeout=5.0, **kwargs):
+    """``make(cls, **kwargs)`` on endpoints a just-destroyed actor held: libzmq releases them
+    asynchronously, so retry on EADDRINUSE until ``timeout``."""
+    import errno
+    import time
+
+    import gevent
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return make(cls, **kwargs)
+        except zmq.ZMQError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise
+            gevent.sleep(0.05)
+
+
 def client_of(server):
     """The server spec a Clone takes for a CloneServer actor."""
     return tuple(server.endpoints[:3])
@@ -80,4 +98,4 @@ def free_base_port():
     pytest.skip("no four consecutive free ports")
 
 
-__all__ = ["client_of", "pair", "Clone", "CloneServer", "zmq"]
+__all__ = ["rebind", "client_of", "pair", "Clone", "CloneServer", "zmq"]

@@ -7,7 +7,7 @@ from zactors.actors.sockets import Socket, context
 from zactors.patterns.clone.client import Clone
 from zactors.patterns.clone.server import CloneServer
 from tests.conftest import wait_for
-from tests.patterns.clone.conftest import client_of, pair
+from tests.patterns.clone.conftest import client_of, pair, rebind
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -63,8 +63,7 @@ def test_backup_restarted_mid_stream_resyncs(make):
     writer = gevent.spawn(lambda: [a.set("k%d" % (i % 500), str(i)) or gevent.sleep(0.001) for i in range(3000)])
     gevent.sleep(0.5)
     backup.destroy()
-    gevent.sleep(0.3)
-    backup = make(CloneServer, role="backup", name="backup2", snapshot=endpoints[0], publisher=endpoints[1],
+    backup = rebind(make, CloneServer, role="backup", name="backup2", snapshot=endpoints[0], publisher=endpoints[1],
                   collector=endpoints[2], state=endpoints[3], peer=primary.endpoints)
     writer.join(60)
     a.set("done", "1", wait=10)

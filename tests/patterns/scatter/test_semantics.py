@@ -156,6 +156,7 @@ def test_multipart_refused_on_send(make):
 
 
 def test_multipart_received_is_discarded_whole_and_counted(make):
+    make.emulated_only("a PUSH peer cannot reach a native GATHER (see test_wire)")
     gather = make.gather()
     endpoint = gather.bind("tcp://127.0.0.1:*")
     push = context().socket(zmq.PUSH)
@@ -196,17 +197,29 @@ def test_close_from_another_thread_wakes_blocked_callers(make):
         gather.recv(block=False)
 
 
-def test_native_only_with_draft_support():
+def test_the_wire_is_the_callers_choice_never_the_builds():
+    """The emulation by default on every build; native only when asked, and only with drafts."""
     assert native.available() == bool(zmq.has("draft"))
+    scatter, gather = Scatter(), Gather()
+    try:
+        assert not scatter.native and not gather.native
+        assert scatter._sock.type == zmq.PUSH and gather._sock.type == zmq.PULL
+        assert (scatter.wire, gather.wire) == ("PUSH", "PULL")
+    finally:
+        scatter.close()
+        gather.close()
+    with pytest.raises(TypeError, match="native is True"):
+        Scatter(native=None)
     if not zmq.has("draft"):
         with pytest.raises(RuntimeError, match="draft"):
             Scatter(native=True)
         with pytest.raises(RuntimeError, match="draft"):
             Gather(native=True)
-        scatter, gather = Scatter(), Gather()
+    else:
+        scatter, gather = Scatter(native=True), Gather(native=True)
         try:
-            assert not scatter.native and not gather.native
-            assert scatter._sock.type == zmq.PUSH and gather._sock.type == zmq.PULL
+            assert scatter.native and gather.native
+            assert (scatter.wire, gather.wire) == ("SCATTER", "GATHER")
         finally:
             scatter.close()
             gather.close()

@@ -1,0 +1,167 @@
+"""``zactors up`` (a whole node with its dashboard) and ``zactors status`` (what its dashboard shows)."""
+import json
+import logging
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from zactors.apps import exitstatus, options
+from zactors.apps.stopping import wait_until_stopped
+
+ORDER = 90
+log = logging.getLogger("zactors.up")
+
+DEFAULT_URL = "http://127.0.0.1:8765/"
+
+
+def register(sub):
+    up = sub.add_parser(
+        "up", help="run a whole node: Majordomo, ZEPS, Clone, Harmony and the web dashboard",
+        description="Run a Majordomo broker, a ZEPS broker (journal under --data), a Clone server, a Harmony "
+                    "node and the web dashboard in one process, on 127.0.0.1 unless told otherwise.  Prints "
+                    "where each part listens; Ctrl-C or SIGTERM stops it cleanly, the ZEPS journal synced "
+                    "(exit status 0).  A config file (TOML, --config) sets the same things; options win.  "
+                    "A dashboard bound off loopback needs a token: --token, or one is generated and printed.")
+    up.add_argument("--config", metavar="FILE", help="TOML config file (see the README)")
+    up.add_argument("--data", metavar="DIR", help="data directory; the ZEPS journal goes to DIR/zeps "
+                                                  "(default: ./zactors-data)")
+    up.add_argument("--mdp", type=options.bind_endpoint, metavar="ENDPOINT",
+                    help="Majordomo endpoint (default: tcp://127.0.0.1:5555)")
+    up.add_argument("--zeps", type=options.bind_endpoint, metavar="ENDPOINT",
+                    help="ZEPS endpoint (default: tcp://127.0.0.1:5570)")
+    up.add_argument("--fsync", metavar="POLICY", help="ZEPS journal: 'never', 'batch' or a period such as 100ms")
+    up.add_argument("--clone-port", metavar="PORT", type=_port_or_any,
+                    help="Clone base port P: snapshot P, publisher P+1, collector P+2; 0 for any free ones "
+                         "(default: 5556)")
+    up.add_argument("--clone-host", type=options.host, metavar="HOST", help="Clone address (default: 127.0.0.1)")
+    up.add_argument("--name", metavar="NAME", help="Harmony node name (default: from its UUID)")
+    up.add_argument("--beacon", action="store_true", help="Harmony: discover peers by UDP beacon (default: off)")
+    up.add_argument("--interface", metavar="IFACE", help="Harmony: beacon interface")
+    up.add_argument("--peer", action="append", type=options.connect_endpoint, metavar="ENDPOINT",
+                    help="Harmony: a known peer's tcp://HOST:PORT (may be repeated)")
+    up.add_argument("--group", action="append", metavar="GROUP", help="Harmony: join GROUP (may be repeated)")
+    up.add_argument("--web", metavar="HOST:PORT",
+                    help="dashboard address (default: 127.0.0.1:8765; port 0 for any free one)")
+    up.add_argument("--token", metavar="TOKEN",
+                    help="dashboard token, at least 16 characters (required off 127.0.0.1/::1/localhost; "
+                         "generated if not given)")
+    up.add_argument("--demo", action="store_true",
+                    help="drive demo traffic through the node (Majordomo echo, ZEPS orders and sensors, "
+                         "Clone /demo/ keys) to see the dashboard move")
+    for part in ("mdp", "zeps", "clone", "harmony", "web"):
+        up.add_argument("--no-" + part, action="store_true", help="do not run the %s part" % part)
+    up.set_defaults(func=run_up)
+
+    status = sub.add_parser(
+        "status", help="print what a node's dashboard shows (its JSON API)",
+        description="Ask a running `zactors up` (its dashboard) for the state of every part and print it: "
+                    "one line per part, then its rates.  Exit status 0; 3 if nothing answers at --url.")
+    status.add_argument("--url", default=DEFAULT_URL, metavar="URL", help="dashboard address (default: %(default)s)")
+    status.add_argument("--token", metavar="TOKEN", help="the dashboard's token, if it has one")
+    status.add_argument("--json", action="store_true", help="print the API's JSON as it is")
+    status.add_argument("--timeout", type=options.positive_float, default=5.0,
+                        help="seconds to wait for the answer (default: %(default)s)")
+    status.set_defaults(func=run_status)
+
+
+def _port_or_any(text):
+    return 0 if text in ("0", "*") else options.port(text)
+
+
+def config_from(args):
+    """DEFAULTS, then --config, then the options given."""
+    from zactors.apps.up import DEFAULTS, load_config, merge
+    config = load_config(args.config) if args.config else merge(DEFAULTS, {})
+    given = {}
+
+    def put(part, key, value):
+        if value is not None:
+            given.setdefault(part, {})[key] = value
+    if args.data is not None:
+        given["data"] = args.data
+    put("majordomo", "bind", args.mdp)
+    put("zeps", "bind", args.zeps)
+    put("zeps", "fsync", args.fsync)
+    put("clone", "port", args.clone_port)
+    put("clone", "host", args.clone_host)
+    put("harmony", "name", args.name)
+    put("harmony", "beacon", True if args.beacon else None)
+    put("harmony", "interface", args.interface)
+    put("harmony", "endpoints", args.peer)
+    put("harmony", "groups", args.group)
+    put("dashboard", "bind", args.web)
+    put("dashboard", "token", args.token)
+    for flag, part in (("no_mdp", "majordomo"), ("no_zeps", "zeps"), ("no_clone", "clone"),
+                       ("no_harmony", "harmony"), ("no_web", "dashboard")):
+        if getattr(args, flag):
+            put(part, "enabled", False)
+    return merge(config, given)
+
+
+def run_up(args):
+    from zactors.apps.up import ConfigError, Up, parse_period, split_host_port
+    config = config_from(args)
+    parse_period(config["zeps"]["fsync"])  # wrong settings fail before anything starts
+    if config["dashboard"]["enabled"]:
+        split_host_port(config["dashboard"]["bind"])
+    token = config["dashboard"]["token"]
+    if token is not None and len(token) < 16:
+        raise ConfigError("a dashboard token is at least 16 characters")
+    node = Up(config).start()
+    started = time.monotonic()
+    demo = None
+    try:
+        if args.demo:
+            from zactors.apps.dashboard.demo import DemoTraffic
+            demo = DemoTraffic(node)
+        for part, address in node.listening():
+            print("%-10s %s" % (part, address), flush=True)
+        print("up: Ctrl-C stops", flush=True)
+        wait_until_stopped()
+    finally:
+        if demo is not None:
+            demo.stop()
+        node.stop()
+        print("up: stopped after %.0f s" % (time.monotonic() - started), file=sys.stderr)
+    return exitstatus.OK
+
+
+def fetch_status(url, token=None, timeout=5.0):
+    """The ``api/status`` JSON of the dashboard at ``url`` (blocks; urllib)."""
+    request = urllib.request.Request(url.rstrip("/") + "/api/status")
+    if token:
+        request.add_header("Authorization", "Bearer " + token)
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.load(response)
+
+
+def run_status(args):
+    try:
+        snapshot = fetch_status(args.url, args.token, args.timeout)
+    except urllib.error.HTTPError as exc:
+        try:
+            reason = json.load(exc).get("error", exc.reason)
+        except ValueError:
+            reason = exc.reason
+        print("zactors: error: %s answered %d: %s" % (args.url, exc.code, reason), file=sys.stderr)
+        return exitstatus.REFUSED if exc.code in (401, 403) else exitstatus.FAILED
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        print("zactors: error: no dashboard answered at %s (%s); is `zactors up` running?" % (args.url, reason),
+              file=sys.stderr)
+        return exitstatus.NO_ANSWER
+    if args.json:
+        print(json.dumps(snapshot, indent=2))
+        return exitstatus.OK
+    for name, part in snapshot["sources"].items():
+        print("%-10s %-5s %s" % (name, part["status"], part["summary"]))
+        rates = ", ".join("%s %s" % (_number(part["now"].get(key, 0)), label)
+                          for key, label in part.get("charted", {}).items())
+        if rates:
+            print("%-10s       %s" % ("", rates))
+    return exitstatus.OK
+
+
+def _number(x):
+    return ("%d" % x) if float(x).is_integer() else ("%.1f" % x)

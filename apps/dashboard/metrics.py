@@ -1,0 +1,58 @@
+"""``/metrics``: the sampler's last snapshot in the Prometheus text format (prometheus-client).
+
+Scrapes read the snapshot the sampler already took: a scrape never calls a
+broker.  Names: ``zactors_<source>_<counter>_total`` for every counter a
+pattern keeps, the gauges each source lists, ``zactors_up{pattern}``, and
+the dashboard's own (SSE clients, snapshots dropped for slow clients).
+"""
+import re
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+__all__ = ["Metrics", "CONTENT_TYPE"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _name(text):
+    return re.sub(r"[^a-zA-Z0-9_]", "_", text)
+
+
+class Metrics:
+    """A prometheus-client collector over ``dashboard`` (its sources, sampler and clients)."""
+
+    def __init__(self, dashboard):
+        self.dashboard = dashboard
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    def render(self):
+        return generate_latest(self.registry)
+
+    def collect(self):
+        dash = self.dashboard
+        snapshot = dash.latest() or {"sources": {}}
+        up = GaugeMetricFamily("zactors_up", "1 while the pattern answers its introspection", labels=["pattern"])
+        families = {}
+        for source in dash.sources:
+            part = snapshot["sources"].get(source.name)
+            sample = part and part.get("data")
+            up.add_metric([source.name], 0 if sample is None else 1)
+            if sample is None:
+                continue
+            for key, value in sorted(source.counters(sample).items()):
+                if isinstance(value, (int, float)):
+                    yield CounterMetricFamily("zactors_%s_%s" % (source.name, _name(key)),
+                                              "%s counter %s" % (source.title, key), value=value)
+            for name, text, labels, value in source.gauges(sample):
+                family = families.get(name)
+                if family is None:
+                    family = families[name] = GaugeMetricFamily("zactors_" + name, text, labels=sorted(labels))
+                family.add_metric([str(labels[k]) for k in sorted(labels)], value)
+        yield up
+        yield from families.values()
+        yield GaugeMetricFamily("zactors_dashboard_sse_clients", "Server-Sent-Events clients connected",
+                                value=dash.clients)
+        yield CounterMetricFamily("zactors_dashboard_snapshots_dropped", "Snapshots dropped for slow SSE clients",
+                                  value=dash.dropped)

@@ -1,0 +1,393 @@
+"""What the dashboard shows: one :class:`Source` per pattern instance.
+
+A source turns its actor's introspection reply (``INFO``) into a sample,
+says which counters are rates worth charting, which gauges and counters go
+to ``/metrics``, and may offer actions (``/api/NAME/ACTION``).  Adding a
+pattern to the dashboard is one subclass here (and, for a page nicer than
+the generic table, one render function in ``static/app.js``).
+
+``sample()`` runs in the sampler actor's greenlet and may block it on
+actor calls; actions run in the web handler's greenlet.  All of it belongs
+to the thread that made the actors.
+"""
+import json
+import logging
+import re
+
+import gevent
+
+from zactors.actors.errors import ActorError
+
+from .render import show
+
+__all__ = ["Source", "Majordomo", "Zeps", "Clone", "Harmony", "ActionError", "client_endpoint"]
+
+log = logging.getLogger(__name__)
+
+#: seconds an introspection call may take before the sample says "down"
+CALL_TIMEOUT = 2.0
+
+
+class ActionError(Exception):
+    """A request the action refuses: ``status`` (an HTTP status line) and a one-line message."""
+
+    def __init__(self, message, status="400 Bad Request"):
+        super().__init__(message)
+        self.status = status
+
+
+def client_endpoint(endpoint):
+    """The endpoint a local client connects to for a bound ``endpoint`` (``*``/``0.0.0.0`` -> loopback)."""
+    return re.sub(r"^tcp://(\*|0\.0\.0\.0)(?=:)", "tcp://127.0.0.1", endpoint)
+
+
+class Source:
+    """Base class: ``name`` (URL segment), ``title`` (for people); override :meth:`sample`."""
+
+    name = None
+    title = None
+    #: counter name -> chart label: charted as rates per second
+    charted = {}
+
+    def sample(self):
+        """A JSON-able dict of the pattern's state; may block (actor calls)."""
+        raise NotImplementedError
+
+    def totals(self, sample):
+        """Cumulative numbers of ``sample`` keyed like :attr:`charted` (the sampler turns them into rates)."""
+        return {}
+
+    def levels(self, sample):
+        """Numbers of ``sample`` keyed like :attr:`charted` that are charted as they are (not as rates)."""
+        return {}
+
+    def health(self, sample):
+        """``("ok" | "warn", one-line summary)`` for the overview."""
+        return "ok", ""
+
+    def gauges(self, sample):
+        """``[(name, help, {label: value}, value), ...]`` for ``/metrics``."""
+        return []
+
+    def counters(self, sample):
+        """``{name: value}`` cumulative counters for ``/metrics``."""
+        return dict(sample.get("counters", {}))
+
+    def action(self, verb, method, query, body):
+        """Run ``/api/NAME/VERB``: a JSON-able result, or an iterator of SSE bytes; ActionError to refuse."""
+        raise ActionError("no such action: %s" % verb, "404 Not Found")
+
+    def close(self):
+        """Release what the source made (not the actor it watches)."""
+
+
+class Majordomo(Source):
+    """A Majordomo broker (:class:`zactors.patterns.majordomo.broker.Broker`)."""
+
+    name = "majordomo"
+    title = "Majordomo"
+    charted = {"requests": "requests/s", "replies": "replies/s"}
+
+    def __init__(self, broker):
+        self.broker = broker
+
+    def sample(self):
+        return self.broker.call("INFO", timeout=CALL_TIMEOUT)
+
+    def totals(self, sample):
+        c = sample["counters"]
+        return {"requests": c.get("requests", 0), "replies": c.get("replies", 0)}
+
+    def health(self, sample):
+        waiting = [name for name, s in sample["services"].items() if s["queued"] and not s["workers"]]
+        text = "%d services, %d workers, %d queued" % (len(sample["services"]), sample["workers"], sample["queued"])
+        if waiting:
+            return "warn", text + "; no workers for " + ", ".join(sorted(waiting)[:3])
+        return "ok", text
+
+    def gauges(self, sample):
+        out = [("majordomo_workers", "Workers registered", {}, sample["workers"]),
+               ("majordomo_queued", "Requests waiting for a worker", {}, sample["queued"])]
+        for name, s in sample["services"].items():
+            out.append(("majordomo_service_queued", "Requests queued per service", {"service": name}, s["queued"]))
+            out.append(("majordomo_service_workers", "Workers per service", {"service": name}, s["workers"]))
+        return out
+
+
+class Zeps(Source):
+    """A ZEPS broker (:class:`zactors.patterns.zeps.broker.Broker`); action ``tail`` streams a live tail."""
+
+    name = "zeps"
+    title = "ZEPS"
+    charted = {"published": "published/s", "delivered": "delivered/s"}
+    #: live tails open at once; a tail is one subscriber on the broker
+    max_tails = 8
+    #: streams in a sample at most (the busiest), and subscribers per stream (the most behind)
+    max_streams = 200
+    max_subscribers = 100
+    #: rows a tail update carries at most
+    tail_rows = 50
+
+    def __init__(self, broker, endpoint=None):
+        self.broker = broker
+        self.endpoint = endpoint or client_endpoint(broker.endpoint)
+        self.tails = 0
+
+    def sample(self):
+        info = self.broker.call("INFO", timeout=CALL_TIMEOUT)
+        streams = info["streams"]
+        if len(streams) > self.max_streams:  # keep the busiest: a snapshot goes to every page each tick
+            keep = sorted(streams, key=lambda n: -streams[n]["rate"])[:self.max_streams]
+            info["streams"] = {n: streams[n] for n in sorted(keep)}
+            info["streams_not_shown"] = len(streams) - self.max_streams
+        for stream in info["streams"].values():
+            subscribers = stream["subscribers"]
+            stream["subscriber_count"] = len(subscribers)
+            stream["max_lag"] = max((x["lag"] for x in subscribers), default=0)
+            stream["delivered"] = sum(x["delivered"] for x in subscribers)
+            if len(subscribers) > self.max_subscribers:
+                stream["subscribers"] = sorted(subscribers, key=lambda x: -x["lag"])[:self.max_subscribers]
+        return info
+
+    def totals(self, sample):
+        streams = sample["streams"].values()
+        return {"published": sum(s["last_seq"] for s in streams), "delivered": sum(s["delivered"] for s in streams)}
+
+    def health(self, sample):
+        streams = sample["streams"]
+        behind = [] if getattr(self.broker, "fsync", None) == "never" else \
+            [n for n, s in streams.items() if s["synced_seq"] < s["written_seq"] - 100000]
+        text = "%d streams, %d peers" % (len(streams) + sample.get("streams_not_shown", 0), sample["peers"])
+        if behind:
+            return "warn", text + "; journal sync behind on " + ", ".join(sorted(behind)[:3])
+        return "ok", text
+
+    def gauges(self, sample):
+        out = [("zeps_peers", "Attached peers", {}, sample["peers"])]
+        for name, s in sample["streams"].items():
+            labels = {"stream": name}
+            out.append(("zeps_stream_last_seq", "Last sequence journaled", labels, s["last_seq"]))
+            out.append(("zeps_stream_bytes", "Journal bytes on disk", labels, s["bytes"]))
+            out.append(("zeps_stream_unsynced", "Records written but not yet fsynced", labels,
+                        max(0, s["written_seq"] - s["synced_seq"])))
+            out.append(("zeps_stream_subscribers", "Subscribers", labels, s["subscriber_count"]))
+            out.append(("zeps_stream_max_lag", "Largest subscriber lag (messages)", labels, s["max_lag"]))
+        return out
+
+    def action(self, verb, method, query, body):
+        if verb != "tail" or method != "GET":
+            return super().action(verb, method, query, body)
+        stream = query.get("stream", "")
+        if not stream:
+            raise ActionError("tail needs ?stream=NAME")
+        # attaching creates a stream: a GET must not, so only streams the broker has open are tailed
+        if stream not in self.broker.call("INFO", timeout=CALL_TIMEOUT)["streams"]:
+            raise ActionError("no open stream %r" % stream[:100], "404 Not Found")
+        if self.tails >= self.max_tails:
+            raise ActionError("too many live tails open (%d)" % self.max_tails, "503 Service Unavailable")
+        from zactors.patterns.zeps import PatternError, Subscriber, ZepsError
+        pattern = query.get("key", "")
+        try:
+            sub = Subscriber(self.endpoint, stream, pattern, new=True, window=256 << 10, timeout=3.0,
+                             name="dashboard-tail")
+        except (PatternError, ZepsError, ValueError, ActorError) as exc:
+            raise ActionError("cannot tail %r: %s" % (stream, exc)) from None
+        self.tails += 1
+        return self._tail(sub)
+
+    def _tail(self, sub):
+        """SSE: batches of the newest messages, at most 5 updates a second, a comment every 15 s of quiet."""
+        from zactors.patterns.zeps import ZepsError
+        rows = self.tail_rows
+        try:
+            yield b"retry: 3000\n\n"
+            while True:
+                try:
+                    message = sub.get(timeout=15)
+                except ZepsError as exc:
+                    yield sse("error", {"error": str(exc)})
+                    return
+                if message is None:
+                    if not sub.alive:
+                        return
+                    yield b": idle\n\n"
+                    continue
+                batch = [message]
+                while sub.pending:
+                    batch.append(sub.get(0))
+                skipped = max(0, len(batch) - rows)
+                yield sse("messages", {"skipped": skipped, "messages": [
+                    {"seq": m.seq, "key": show(m.key), "body": show(m.body)} for m in batch[-rows:]]})
+                gevent.sleep(0.2)  # pace the page, not the broker: the subscriber's credit holds it
+        finally:
+            self.tails -= 1
+            sub.destroy()
+
+
+class Clone(Source):
+    """A Clone server (:class:`zactors.patterns.clone.server.CloneServer`); actions ``keys``, ``set``, ``delete``.
+
+    Changes go through a Clone client of this process that follows an
+    empty subtree, so it holds no copy of the map.
+    """
+
+    name = "clone"
+    title = "Clone"
+    charted = {"updates": "updates/s"}
+    #: keys a listing returns at most
+    max_keys = 500
+    #: keys under a prefix a listing looks at (for its subtrees) at most
+    scan_keys = 20000
+
+    def __init__(self, server, servers=None):
+        self.server = server
+        self.servers = servers or [tuple(client_endpoint(e) for e in server.endpoints[:3])]
+        self._client = None
+        self.client()  # now, so that its publisher is connected before the first change
+
+    def sample(self):
+        return self.server.call("INFO", timeout=CALL_TIMEOUT)
+
+    def totals(self, sample):
+        return {"updates": sample["sequence"]}
+
+    def health(self, sample):
+        text = "%s %s, %d keys, sequence %d" % (sample["role"], sample["state"], sample["keys"], sample["sequence"])
+        return ("ok" if sample["state"] == "active" or sample["role"] != "alone" else "warn"), text
+
+    def gauges(self, sample):
+        return [("clone_keys", "Keys in the map", {}, sample["keys"]),
+                ("clone_sequence", "Last update sequence", {}, sample["sequence"]),
+                ("clone_active", "1 while this server is active", {}, int(sample["state"] == "active")),
+                ("clone_pending", "Client updates pending (passive server)", {}, sample["pending"])]
+
+    def action(self, verb, method, query, body):
+        if verb == "keys" and method == "GET":
+            return self.keys(query.get("prefix", ""), query.get("limit", "200"))
+        if verb in ("set", "delete") and method == "POST":
+            key = _field(body, "key")
+            if not key or len(key.encode()) > 255:
+                raise ActionError("a key is 1-255 bytes")
+            value = "" if verb == "delete" else _field(body, "value")
+            if verb == "set" and not value:
+                raise ActionError("a value may not be empty (that deletes the key: use delete)")
+            ttl = body.get("ttl") if verb == "set" else None
+            if ttl is not None and not (isinstance(ttl, (int, float)) and 0 < ttl < 1e9):
+                raise ActionError("ttl is a number of seconds > 0")
+            try:
+                uid = self.client().set(key, value, ttl=ttl)
+            except ValueError as exc:
+                raise ActionError(str(exc)) from None
+            return {"key": key, "uuid": uid.hex(), "deleted": verb == "delete"}
+        return super().action(verb, method, query, body)
+
+    def keys(self, prefix, limit):
+        try:
+            limit = max(1, min(int(limit), self.max_keys))
+        except ValueError:
+            raise ActionError("limit is a number") from None
+        raw = prefix.encode("utf-8", "surrogateescape")
+        server = self.server
+        found = server.call("KEYS", raw, self.scan_keys, timeout=CALL_TIMEOUT)  # sorted, bounded
+        subtrees, keys = {}, []
+        for key in found:
+            rest = key[len(raw):]
+            cut = rest.find(b"/", 1 if rest.startswith(b"/") else 0)
+            if cut >= 0 and cut + 1 < len(rest):  # a deeper key: count it under its next segment
+                sub = raw + rest[:cut + 1]
+                subtrees[sub] = subtrees.get(sub, 0) + 1
+            elif len(keys) < limit:
+                value = server.call("GET", key, timeout=CALL_TIMEOUT)
+                if value is not None:  # deleted meanwhile
+                    keys.append({"key": show(key), "raw": key.hex(), "value": show(value)})
+        return {"prefix": prefix, "keys": keys, "truncated": len(found) >= self.scan_keys or len(keys) >= limit,
+                "subtrees": [{"prefix": show(s), "raw": s.hex(), "keys": n} for s, n in sorted(subtrees.items())]}
+
+    def client(self):
+        if self._client is None or not self._client.alive:
+            from zactors.patterns.clone.client import Clone as CloneClient
+            self._client = CloneClient(self.servers, subtree=b"/$dashboard/", name="dashboard-clone")
+            # synced means connected: a KVSET sent before its PUB connects would be lost
+            if not self._client.wait_synced(5):
+                log.warning("the dashboard's Clone client has no snapshot from %s yet", self.servers[0][0])
+        return self._client
+
+    def close(self):
+        if self._client is not None:
+            self._client.destroy()
+            self._client = None
+
+
+class Harmony(Source):
+    """A Harmony node (:class:`zactors.patterns.harmony.node.Node`): peers, groups, headers, evasive peers.
+
+    Watches the node's events through a ``"drop"`` subscription, so it never
+    holds the node back nor takes events from the application.
+    """
+
+    name = "harmony"
+    title = "Harmony"
+    charted = {"peers": "peers"}
+    #: peers described in a sample at most
+    max_peers = 200
+
+    def __init__(self, node):
+        self.node = node
+        self.evasive = {}
+        self._events = node.actor.subscribe(size=1000, policy="drop")
+        self._watcher = gevent.spawn(self._watch)
+
+    def _watch(self):
+        for event in self._events:
+            name, args = event.name, event.args
+            if name in ("EVASIVE", "SILENT"):
+                self.evasive[args[0]] = name.lower()
+            elif args and isinstance(args[0], str):
+                self.evasive.pop(args[0], None)
+
+    def sample(self):
+        actor = self.node.actor
+        info = actor.call("INFO", timeout=CALL_TIMEOUT)
+        ids = actor.call("PEERS", timeout=CALL_TIMEOUT)
+        peers = []
+        for peer_id in sorted(ids)[:self.max_peers]:
+            peer = actor.call("PEER", peer_id, timeout=CALL_TIMEOUT)
+            if peer is not None:
+                peer["state"] = self.evasive.get(peer_id, "alive")
+                peer["headers"] = {k: v for k, v in list(peer["headers"].items())[:32]}
+                peers.append(peer)
+        info["own_groups"] = actor.call("OWN_GROUPS", timeout=CALL_TIMEOUT)
+        info["groups"] = actor.call("PEER_GROUPS", timeout=CALL_TIMEOUT)
+        info["peer_count"] = len(ids)
+        info["peers"] = peers
+        info["evasive"] = sum(1 for p in peers if p["state"] != "alive")
+        info["counters"] = actor.call("$STATS", timeout=CALL_TIMEOUT)
+        return info
+
+    def levels(self, sample):
+        return {"peers": sample["peer_count"]}
+
+    def health(self, sample):
+        text = "%d peers, %d evasive, groups: %s" % (sample["peer_count"], sample["evasive"],
+                                                       ", ".join(sample["own_groups"][:5]) or "none")
+        return ("warn" if sample["evasive"] else "ok"), text
+
+    def gauges(self, sample):
+        return [("harmony_peers", "Peers that said HELLO", {}, sample["peer_count"]),
+                ("harmony_evasive_peers", "Peers silent past the evasive deadline", {}, sample["evasive"])]
+
+    def close(self):
+        self._events.close()
+        self._watcher.kill(block=False)
+
+
+def _field(body, name):
+    value = body.get(name, "")
+    if not isinstance(value, str):
+        raise ActionError("%s must be a string" % name)
+    return value
+
+
+def sse(event, data):
+    """One Server-Sent Event: ``event`` name and ``data`` (JSON-encoded)."""
+    return b"event: %s\ndata: %s\n\n" % (event.encode(), json.dumps(data, separators=(",", ":")).encode())

@@ -1,0 +1,272 @@
+"""``zactors up``: a whole zactors node in one process, with its dashboard.
+
+::
+
+    node = Up(config)          # config: the dict of DEFAULTS' shape (or load_config(path))
+    node.start()               # returns once every part listens; raises (and stops the rest) if one cannot
+    node.listening()           # [(part, address), ...]
+    node.stop()                # dashboard first, brokers last; the ZEPS journal is synced
+
+Parts (each may be turned off, ``enabled = false``): a Majordomo broker, a
+ZEPS broker journaling under ``<data>/zeps``, a Clone server (ports P..P+2),
+a Harmony node (beacons off unless ``beacon = true``; ``endpoints`` to
+connect to known peers), and the dashboard (:mod:`zactors.apps.dashboard`)
+served by gevent's ``pywsgi``.  Everything binds 127.0.0.1 by default; a
+dashboard bound anywhere else needs a token (generated if none is given).
+
+Config file (TOML), every key optional::
+
+    data = "./zactors-data"
+    [majordomo]
+    bind = "tcp://127.0.0.1:5555"
+    [zeps]
+    bind = "tcp://127.0.0.1:5570"
+    fsync = "100ms"            # "never", "batch" or a period
+    [clone]
+    host = "127.0.0.1"
+    port = 5556                # "*" or 0: any free ports
+    [harmony]
+    name = "node-1"
+    beacon = false
+    endpoints = ["tcp://10.0.0.2:49152"]
+    groups = ["ops"]
+    [dashboard]
+    bind = "127.0.0.1:8765"    # port 0: any free one
+    token = "..."              # required off loopback; generated if absent
+    interval = 1.0
+
+All of it runs in the calling thread's gevent hub; the methods are not
+thread-safe.
+"""
+import copy
+import logging
+import os
+import secrets
+import tomllib
+
+import gevent
+from gevent.pool import Pool
+from gevent.pywsgi import WSGIServer
+
+from zactors.apps.options import UsageError
+
+__all__ = ["Up", "DEFAULTS", "load_config", "merge", "parse_period"]
+
+log = logging.getLogger(__name__)
+
+PARTS = ("majordomo", "zeps", "clone", "harmony", "dashboard")
+
+DEFAULTS = {
+    "data": "./zactors-data",
+    "majordomo": {"enabled": True, "bind": "tcp://127.0.0.1:5555"},
+    "zeps": {"enabled": True, "bind": "tcp://127.0.0.1:5570", "fsync": "100ms"},
+    "clone": {"enabled": True, "host": "127.0.0.1", "port": 5556},
+    "harmony": {"enabled": True, "name": None, "beacon": False, "interface": None, "endpoints": [], "groups": [],
+                "host": "127.0.0.1"},
+    "dashboard": {"enabled": True, "bind": "127.0.0.1:8765", "token": None, "interval": 1.0,
+                  "max_clients": 1000},
+}
+
+_KEYS = {part: set(DEFAULTS[part]) for part in PARTS}
+
+
+class ConfigError(UsageError):
+    """A config file or option that makes no sense: one line saying which and why (exit status 2)."""
+
+
+def load_config(path):
+    """The TOML file at ``path`` merged over :data:`DEFAULTS` (ConfigError with the reason)."""
+    try:
+        with open(path, "rb") as f:
+            given = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError("cannot read the config file %s: %s" % (path, exc.strerror or exc)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("%s is not valid TOML: %s" % (path, exc)) from None
+    return merge(DEFAULTS, given, path)
+
+
+def merge(config, given, where="the options"):
+    """``config`` updated with ``given`` (same shape), checking the names."""
+    out = copy.deepcopy(config)
+    for key, value in given.items():
+        if key == "data":
+            if not isinstance(value, str):
+                raise ConfigError("%s: data is a directory path" % where)
+            out["data"] = value
+        elif key in PARTS:
+            if not isinstance(value, dict):
+                raise ConfigError("%s: [%s] is a table" % (where, key))
+            unknown = set(value) - _KEYS[key]
+            if unknown:
+                raise ConfigError("%s: [%s] has no setting %s (known: %s)" % (
+                    where, key, ", ".join(sorted(unknown)), ", ".join(sorted(_KEYS[key]))))
+            out[key].update(value)
+        else:
+            raise ConfigError("%s: unknown section %r (known: data, %s)" % (where, key, ", ".join(PARTS)))
+    return out
+
+
+def parse_period(text):
+    """ZEPS fsync: "never", "batch", a number of seconds, or "100ms" / "1s"."""
+    if isinstance(text, (int, float)) and text > 0:
+        return float(text)
+    if text in ("never", "batch"):
+        return text
+    value = str(text).strip()
+    try:
+        if value.endswith("ms"):
+            seconds = float(value[:-2]) / 1000
+        else:
+            seconds = float(value[:-1] if value.endswith("s") else value)
+    except ValueError:
+        raise ConfigError("fsync is 'never', 'batch' or a period such as 100ms, not %r" % text) from None
+    if seconds <= 0:
+        raise ConfigError("an fsync period is > 0")
+    return seconds
+
+
+def split_host_port(text):
+    """``HOST:PORT`` (``[v6]:PORT``) -> (host, port); port 0 is any free one."""
+    host, sep, port = str(text).rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError("the dashboard binds HOST:PORT, e.g. 127.0.0.1:8765 (port 0: any free one), not %r" % text)
+    return host, int(port)
+
+
+class Up:
+    """The node: starts the parts of ``config`` in order and stops them in reverse."""
+
+    def __init__(self, config):
+        self.config = config
+        self.broker = self.zeps = self.clone = self.harmony = None
+        self.dashboard = self.server = None
+        self.token = None
+        self.url = None
+        self._greenlets = []
+
+    # -- lifecycle ----------------------------------------------------------------
+    def start(self):
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self):
+        from zactors.apps import options
+        cfg = self.config
+        import zmq
+        if cfg["majordomo"]["enabled"]:
+            from zactors.patterns.majordomo.broker import Broker
+            endpoint = cfg["majordomo"]["bind"]
+            try:
+                self.broker = Broker(endpoint, name="majordomo")
+            except zmq.ZMQError as exc:
+                raise options.bind_error(endpoint, exc) from None
+        if cfg["zeps"]["enabled"]:
+            from zactors.patterns.zeps.broker import Broker as ZepsBroker
+            journal = os.path.join(cfg["data"], "zeps")
+            try:
+                os.makedirs(journal, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError("cannot make the data directory %s: %s" % (journal, exc.strerror)) from None
+            endpoint = cfg["zeps"]["bind"]
+            try:
+                self.zeps = ZepsBroker(journal, endpoint, fsync=parse_period(cfg["zeps"]["fsync"]), name="zeps")
+            except zmq.ZMQError as exc:
+                raise options.bind_error(endpoint, exc) from None
+        if cfg["clone"]["enabled"]:
+            from zactors.patterns.clone.server import CloneServer
+            port = cfg["clone"]["port"]
+            port = None if port in ("*", 0, "0") else int(port)
+            try:
+                self.clone = CloneServer(port, host=cfg["clone"]["host"], name="clone")
+            except zmq.ZMQError as exc:
+                raise options.bind_error("tcp://%s:%s" % (cfg["clone"]["host"], port), exc,
+                                         "port 0 for any free ones") from None
+        if cfg["harmony"]["enabled"]:
+            from zactors.patterns.harmony.node import Node
+            h = cfg["harmony"]
+            self.harmony = Node(h["name"], beacon=h["beacon"], interface=h["interface"],
+                                endpoints=h["endpoints"], host=None if h["beacon"] else h["host"]).start()
+            for group in h["groups"]:
+                self.harmony.join(group)
+            self._greenlets.append(gevent.spawn(self._follow_harmony, self.harmony))
+        if cfg["dashboard"]["enabled"]:
+            self._start_dashboard(cfg["dashboard"])
+
+    def _start_dashboard(self, d):
+        try:
+            from zactors.apps.dashboard import Dashboard, is_loopback_bind, sources
+        except ImportError as exc:
+            raise ConfigError("the dashboard needs the web extra (%s): pip install 'zactors[web]', "
+                              "or run without it (--no-web)" % exc) from None
+        host, port = split_host_port(d["bind"])
+        token = d["token"]
+        if token is None and not is_loopback_bind(host):
+            token = secrets.token_urlsafe(24)
+        parts = []
+        if self.broker is not None:
+            parts.append(sources.Majordomo(self.broker))
+        if self.zeps is not None:
+            parts.append(sources.Zeps(self.zeps))
+        if self.clone is not None:
+            parts.append(sources.Clone(self.clone))
+        if self.harmony is not None:
+            parts.append(sources.Harmony(self.harmony))
+        self.dashboard = Dashboard(parts, token=token, interval=float(d["interval"]), max_clients=int(d["max_clients"]))
+        self.token = token
+        self.server = WSGIServer((host, port), self.dashboard, log=None, error_log=log, spawn=Pool(10000))
+        try:
+            self.server.start()
+        except OSError as exc:
+            from zactors.apps import options
+            raise options.bind_error("%s:%d" % (host, port), exc, "port 0 for any free one") from None
+        bound_host, bound_port = self.server.address[:2]
+        shown = "[%s]" % bound_host if ":" in bound_host else bound_host
+        self.url = "http://%s:%d/" % (shown, bound_port)
+
+    @staticmethod
+    def _follow_harmony(node):
+        """The node's own events: logged, so that its event window never fills."""
+        for event in node.events():
+            if event.type in ("ENTER", "EXIT", "EVASIVE"):
+                log.info("harmony: %s %s (%s)", event.type, event.name, event.peer)
+
+    def listening(self):
+        """``[(part, address), ...]`` of what listens now."""
+        out = []
+        if self.broker is not None:
+            out.append(("majordomo", self.broker.endpoint))
+        if self.zeps is not None:
+            out.append(("zeps", "%s  journal %s" % (self.zeps.endpoint, self.zeps.journal_dir)))
+        if self.clone is not None:
+            out.append(("clone", " ".join(self.clone.endpoints[:3])))
+        if self.harmony is not None:
+            out.append(("harmony", "%s  uuid %s" % (self.harmony.endpoint, self.harmony.id)))
+        if self.url is not None:
+            out.append(("dashboard", self.url + ("?token=" + self.token if self.token else "")))
+        return out
+
+    def stop(self):
+        """Stop everything that started (idempotent): the dashboard first, the brokers last."""
+        if self.server is not None:
+            self.server.stop(timeout=1)
+            self.server = None
+        if self.dashboard is not None:
+            self.dashboard.close()
+            self.dashboard = None
+        if self.harmony is not None:
+            self.harmony.stop()
+            self.harmony = None
+        for greenlet in self._greenlets:
+            greenlet.kill(block=False)
+        self._greenlets = []
+        for name in ("clone", "zeps", "broker"):
+            actor = getattr(self, name)
+            if actor is not None:
+                actor.destroy()
+                setattr(self, name, None)

@@ -1,0 +1,185 @@
+"""Persistence of a Clone server's map in the kernel's :class:`~zactors.actors.journal.Journal`.
+
+Layout: ``DIR/gen-NNNNNNNN/`` journals, one *generation* each.  Every change
+the server applies (a set, a delete, an expiry) is one record: key = the map
+key, body = msgpack ``[sequence, uuid, properties, value, expires]``
+(``expires``: wall-clock epoch seconds or None; an empty value is a delete).
+Writes and fsyncs run through :class:`~zactors.actors.group_commit.GroupCommit`
+(fsync every ``interval`` s by default, off the loop).
+
+Compaction: when a generation holds more than ``4 x keys + 10,000`` records,
+or when the map was replaced (a re-sync from the peer), a new generation
+starts: a cooperative task writes a cut of the map into it while new changes
+go to both generations; once the cut is written and fsynced a ``COMPLETE``
+file marks it, and the older generations are removed.  Recovery replays the
+newest complete generation, keeping for each key the record with the highest
+sequence, so the cut and the changes made meanwhile may interleave in any
+order.  Incomplete generations are removed on open.
+
+Used from the server actor's loop only; not thread-safe.
+"""
+import logging
+import os
+import shutil
+import time
+
+import msgpack
+
+from zactors.actors.group_commit import GroupCommit
+from zactors.actors.journal import Journal, JournalReader
+
+__all__ = ["MapJournal"]
+
+log = logging.getLogger(__name__)
+
+_COMPLETE = "COMPLETE"
+
+
+def _generations(directory):
+    out = []
+    for name in os.listdir(directory):
+        if name.startswith("gen-") and name[4:].isdigit():
+            out.append((int(name[4:]), os.path.join(directory, name)))
+    return sorted(out)
+
+
+class MapJournal:
+    """The journal of one server's map in ``directory`` (see the module docstring)."""
+
+    def __init__(self, actor, directory, *, fsync="interval", interval=0.1, chunk=1000):
+        self.actor = actor
+        self.directory = os.fspath(directory)
+        self.fsync = fsync
+        self.interval = interval
+        self.chunk = chunk
+        os.makedirs(self.directory, exist_ok=True)
+        self.generation = None
+        self.journal = self.commit = None
+        self._next = None           # (generation, journal, commit) being written by compaction
+        self._task = None
+        self.compactions = 0
+
+    # -- recovery -------------------------------------------------------------
+    def recover(self):
+        """``({key: (sequence, uuid, properties, value, expires)}, sequence)`` from the newest complete generation."""
+        complete = [(n, path) for n, path in _generations(self.directory)
+                    if os.path.exists(os.path.join(path, _COMPLETE))]
+        for n, path in _generations(self.directory):
+            if not complete or n > complete[-1][0] or n < complete[-1][0]:
+                shutil.rmtree(path, ignore_errors=True)  # unfinished compaction, or superseded
+        latest, sequence = {}, 0
+        if complete:
+            self.generation, path = complete[-1]
+            with JournalReader(path) as reader:
+                for record in reader.records():
+                    seq, uuid, props, value, expires = msgpack.unpackb(record.body)
+                    sequence = max(sequence, seq)
+                    old = latest.get(record.key)
+                    if old is None or seq > old[0]:
+                        latest[record.key] = (seq, uuid, props, value, expires)
+        else:
+            self.generation = 0
+            path = self._path(0)
+            os.makedirs(path, exist_ok=True)
+            self._mark_complete(path)
+        self.journal = Journal(path)
+        self.commit = GroupCommit(self.actor, self.journal, fsync=self.fsync, interval=self.interval)
+        self.commit.start()
+        now = time.time()
+        live = {k: v for k, v in latest.items() if v[3] and (v[4] is None or v[4] > now)}
+        log.info("%s: recovered %d key(s) at sequence %d from %s", self.actor.name, len(live), sequence, path)
+        return live, sequence
+
+    def _path(self, n):
+        return os.path.join(self.directory, "gen-%08d" % n)
+
+    def _mark_complete(self, path):
+        fd = os.open(os.path.join(path, _COMPLETE), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        dfd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    # -- appending -------------------------------------------------------------
+    def record(self, key, sequence, uuid, properties, value, expires):
+        """Journal one change (value b"": a delete); compacts when the journal outgrew the map."""
+        body = msgpack.packb((sequence, uuid, properties, value, expires))
+        self.journal.append(key, body)
+        self.commit.kick()
+        if self._next is not None:
+            self._next[1].append(key, body)
+            self._next[2].kick()
+
+    def maybe_compact(self, entries, expires_of):
+        """Start a compaction if the journal holds far more records than the map has keys."""
+        if self._next is None and self.journal.last_seq > 4 * len(entries) + 10000:
+            self.compact(entries, expires_of)
+
+    def compact(self, entries, expires_of):
+        """Write a cut of ``entries`` ({key: entry}) into a new generation, as a cooperative task."""
+        if self._next is not None:
+            self._task.cancel()
+            self._abandon()
+        n = self.generation + 1 if self._next is None else self._next[0] + 1
+        path = self._path(n)
+        shutil.rmtree(path, ignore_errors=True)
+        journal = Journal(path)
+        commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval)
+        commit.start()
+        self._next = (n, journal, commit)
+        self._task = self.actor.start_task(self._write_cut(dict(entries), expires_of, journal, commit),
+                                           on_done=self._cut_done)
+
+    def _write_cut(self, cut, expires_of, journal, commit):
+        pack = msgpack.packb
+        for i, (key, e) in enumerate(cut.items(), 1):
+            journal.append(key, pack((e.sequence, e.uuid, e.properties, e.value, expires_of(e))))
+            if i % self.chunk == 0:
+                commit.kick()
+                yield
+        commit.kick()
+
+    def _cut_done(self, task):
+        if task.cancelled or self._next is None:
+            return
+        if task.error is not None:
+            log.error("%s: compaction failed: %s", self.actor.name, task.error)
+            self._abandon()
+            return
+        n, journal, commit = self._next
+        commit.when_synced(lambda seq, n=n: self._switch(n))
+
+    def _switch(self, n):
+        if self._next is None or self._next[0] != n:
+            return
+        _n, journal, commit = self._next
+        self._mark_complete(self._path(n))
+        old_path = self._path(self.generation)
+        self.commit.stop()
+        self.journal.close()
+        self.generation, self.journal, self.commit = n, journal, commit
+        self._next = self._task = None
+        shutil.rmtree(old_path, ignore_errors=True)
+        self.compactions += 1
+        log.info("%s: journal compacted into generation %d", self.actor.name, n)
+
+    def _abandon(self):
+        n, journal, commit = self._next
+        self._next = self._task = None
+        commit.stop(sync=False)
+        journal.close(sync=False)
+        shutil.rmtree(self._path(n), ignore_errors=True)
+
+    def close(self):
+        if self._task is not None:
+            self._task.cancel()
+        if self._next is not None:
+            self._abandon()
+        if self.commit is not None:
+            self.commit.stop()
+            self.journal.close()
