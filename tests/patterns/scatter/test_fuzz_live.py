@@ -28,6 +28,7 @@ def test_hostile_messages_never_break_a_gather(make):
     for _ in range(3):
         push = context().socket(zmq.SCATTER if make.native else zmq.PUSH)
         push.linger = 0
+        push.sndtimeo = 10000  # every blocking call has a deadline
         push.connect(endpoint)
         pushes.append(push)
     try:
@@ -62,7 +63,7 @@ def test_hostile_messages_never_break_a_gather(make):
         barrage()
         scatter = make.scatter()
         scatter.connect(endpoint)
-        scatter.send(b"valid")
+        scatter.send(b"valid", timeout=10)
         assert gather.recv(timeout=10) == b"valid"
     finally:
         for push in pushes:

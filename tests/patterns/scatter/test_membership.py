@@ -16,7 +16,7 @@ LIMIT = 50
 def _reader(gather, into):
     try:
         while True:
-            into.append(_unpack(gather.recv())[0])
+            into.append(_unpack(gather.recv(timeout=60))[0])
     except Closed:
         pass
 

@@ -24,12 +24,12 @@ def test_only_a_listed_scatter_reaches_a_curve_gather(make, keys):
     stranger = make.scatter()
     curve_client(stranger, generate_keypair(), server.public)
     stranger.connect(endpoint)
-    stranger.send(b"from a stranger")  # queued for a peer that will never accept it
+    stranger.send(b"from a stranger", timeout=10)  # queued for a peer that will never accept it
     with pytest.raises(NoMessage):
         gather.recv(timeout=1.5)
 
     friend = make.scatter()
     curve_client(friend, keys, server.public)
     friend.connect(endpoint)
-    friend.send(b"from a friend")
+    friend.send(b"from a friend", timeout=10)
     assert gather.recv(timeout=10) == b"from a friend"

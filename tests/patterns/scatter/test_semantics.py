@@ -29,7 +29,7 @@ def test_round_robin_across_three_gathers(make):
     for gather in gathers:
         scatter.connect(gather.bind("tcp://127.0.0.1:*"))
     for i in range(30):
-        scatter.send(b"%d" % i)
+        scatter.send(b"%d" % i, timeout=10)
     heads = []
     for gather in gathers:
         got = [int(m) for m in _drain(gather, 10)]
@@ -50,7 +50,7 @@ def test_slow_gathers_full_queue_is_skipped_and_nothing_is_lost(make):
 
     def read_fast():
         while True:
-            fast_got.append(fast.recv())
+            fast_got.append(fast.recv(timeout=60))
 
     reader = gevent.spawn(read_fast)
     payload = b"x" * 1000
@@ -130,9 +130,9 @@ def test_gather_fair_queues_between_scatters(make):
     a.connect(endpoint)
     b.connect(endpoint)
     for i in range(20):
-        a.send(b"a%d" % i)
+        a.send(b"a%d" % i, timeout=10)
     for i in range(20):
-        b.send(b"b%d" % i)
+        b.send(b"b%d" % i, timeout=10)
     first = [m[:1] for m in _drain(gather, 20)]
     assert first.count(b"a") == first.count(b"b") == 10
 
@@ -148,9 +148,9 @@ def test_multipart_refused_on_send(make):
             scatter.send_multipart(frames)
     with pytest.raises(TypeError):
         scatter.send("text")
-    scatter.send_multipart([b"one"])
-    scatter.send([b"two"])
-    scatter.send(bytearray(b"three"))
+    scatter.send_multipart([b"one"], timeout=10)
+    scatter.send([b"two"], timeout=10)
+    scatter.send(bytearray(b"three"), timeout=10)
     assert _drain(gather, 3) == [b"one", b"two", b"three"]
     assert scatter.sent == 3
 
@@ -161,6 +161,7 @@ def test_multipart_received_is_discarded_whole_and_counted(make):
     endpoint = gather.bind("tcp://127.0.0.1:*")
     push = context().socket(zmq.PUSH)
     push.linger = 0
+    push.sndtimeo = 10000  # every blocking call has a deadline
     try:
         push.connect(endpoint)
         push.send_multipart([b"bad", b"multi", b"part"])

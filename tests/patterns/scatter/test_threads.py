@@ -27,7 +27,10 @@ def _send_range(scatter, start, stop):
 def _in_own_hub(function):
     """Run ``function`` in a greenlet of this thread's own gevent hub (cross-hub wake-ups)."""
     def run(*args):
-        gevent.spawn(function, *args).get()
+        try:
+            gevent.spawn(function, *args).get()
+        finally:  # and its monitor thread (tests/conftest.py) with it
+            gevent.get_hub().destroy(destroy_loop=True)
     return run
 
 

@@ -29,6 +29,7 @@ needs_draft = pytest.mark.skipif(not native_available(), reason=NO_DRAFT)
 def _plain(kind, endpoint, bind=True):
     sock = context().socket(kind)
     sock.linger = 0
+    sock.sndtimeo = sock.rcvtimeo = 10000  # every blocking call has a deadline
     if bind:
         sock.bind(endpoint)
         return sock, sock.last_endpoint.decode()
@@ -161,10 +162,17 @@ def test_blocked_callers_cost_no_cpu(make):
     for thread in threads:
         thread.start()
     wait_for(lambda: len(gather._waiters) == 5 and len(scatter._waiters) == 5, 10, "ten parked callers")
-    before_cpu, before = time.process_time(), time.monotonic()
-    gevent.sleep(1.0)  # the measuring window (not a synchronisation)
-    used = (time.process_time() - before_cpu) / (time.monotonic() - before)
-    assert used < 0.03, "%.1f%% of a core while idle" % (used * 100)
+    # The best of three windows (not synchronisation): a stray collection or a
+    # straggler of an earlier test may spoil one; polling (the old 1 ms retry
+    # cost 5-25%) would spoil them all.
+    windows = []
+    for _ in range(3):
+        before_cpu, before = time.process_time(), time.monotonic()
+        gevent.sleep(0.5)
+        windows.append((time.process_time() - before_cpu) / (time.monotonic() - before))
+        if windows[-1] < 0.02:
+            break
+    assert min(windows) < 0.02, "%s%% of a core while idle" % ["%.1f" % (w * 100) for w in windows]
     gather.close()
     scatter.close()  # wakes all ten with Closed
     wait_for(lambda: len(outcomes) == 10 and not any(t.is_alive() for t in threads), 10, "the callers")
