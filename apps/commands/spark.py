@@ -63,7 +63,7 @@ def _master(text):
 def spark_environment():
     """Check for pyspark and Java; set JAVA_HOME and PYSPARK_PYTHON when unset.  UsageError if missing."""
     try:
-        import pyspark  # noqa: F401
+        import pyspark  # noqa: F401  (only to check it is there)
     except ImportError:
         raise options.UsageError("pyspark is not installed: pip install 'zactors[spark]'") from None
     if not os.environ.get("JAVA_HOME"):
