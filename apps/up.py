@@ -199,11 +199,7 @@ class Up:
             self._start_dashboard(cfg["dashboard"])
 
     def _start_dashboard(self, d):
-        try:
-            from zactors.apps.dashboard import Dashboard, is_loopback_bind, sources
-        except ImportError as exc:
-            raise ConfigError("the dashboard needs the web extra (%s): pip install 'zactors[web]', "
-                              "or run without it (--no-web)" % exc) from None
+        from zactors.apps.dashboard import Dashboard, is_loopback_bind, sources
         host, port = split_host_port(d["bind"])
         token = d["token"]
         if token is None and not is_loopback_bind(host):

@@ -12,17 +12,17 @@ synchronous).  Phases:
 - ``0 pages``: the dashboard runs (its sampler asks each broker once a
   second), nobody watches;
 - ``1 page`` and ``N pages``: that many Server-Sent-Events clients read
-  ``/api/events`` (raw sockets in this process: the node serves them just
-  as it serves browsers).
+  ``/api/events`` (raw sockets in a process of their own: the node serves
+  them just as it serves browsers).
 
-For each: ZEPS messages/s and MDP requests/s through the node, the node's
-CPU (percent of one core, from its process times) and memory (RSS at the
-end).  Target (the issue): the dashboard with 50 pages costs the brokers at
+Phases run ``--rounds`` times, interleaved; medians are printed.  For
+each: ZEPS messages/s and MDP requests/s through the node, the node's CPU
+(percent of one core, from its process times) and memory (RSS at the end).  Target (the issue): the dashboard with 50 pages costs the brokers at
 most 5% of their throughput; CPU and memory stay flat as pages are added.
-Smoke-run with ``--seconds 1 --clients 3``.
+Smoke-run with ``--seconds 1 --clients 3 --rounds 1``.
 """
 import argparse
-import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,8 +83,9 @@ def phase(name, seconds, pages, size, web=True):
     with tempfile.TemporaryDirectory(prefix="zactors-bench-") as data:
         proc, where = start_node(data, web)
         node = psutil.Process(proc.pid)
-        counts = [0]
-        readers = [gevent.spawn(sse_reader, where["dashboard"], counts) for _ in range(pages)] if web else []
+        # the pages read in a process of their own, so that they take no CPU from the load generator
+        readers = subprocess.Popen([sys.executable, __file__, "--pages-of", where["dashboard"], str(pages)],
+                                   stdout=subprocess.PIPE, text=True) if web and pages else None
         worker = Echo(where["majordomo"])
         client = Client(where["majordomo"])
         pub = Publisher(where["zeps"], "bench")
@@ -115,26 +116,47 @@ def phase(name, seconds, pages, size, web=True):
             cpu = (sum(node.cpu_times()[:2]) - cpu0) / elapsed * 100
             rss = node.memory_info().rss / 2 ** 20
         finally:
-            gevent.killall(readers)
+            snapshots = 0
+            if readers is not None:
+                readers.terminate()
+                snapshots = int(readers.communicate(timeout=30)[0].strip() or 0)
             pub.close()
             client.close()
             worker.destroy()
             proc.terminate()
             proc.wait(timeout=30)
         return {"phase": name, "zeps": published[0] / elapsed, "mdp": requests[0] / elapsed, "cpu": cpu,
-                "rss": rss, "snapshots": counts[0]}
+                "rss": rss, "snapshots": snapshots}
+
+
+def pages_of(url, count):
+    """``--pages-of URL N``: N pages reading /api/events until SIGTERM; prints the snapshots they got."""
+    import signal
+    counts = [0]
+    readers = [gevent.spawn(sse_reader, url, counts) for _ in range(count)]
+    gevent.signal_handler(signal.SIGTERM, lambda: gevent.killall(readers, block=False))
+    gevent.joinall(readers)
+    print(counts[0], flush=True)
 
 
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--pages-of":
+        return pages_of(sys.argv[2], int(sys.argv[3]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="traffic per phase (default: 10)")
     parser.add_argument("--clients", type=int, default=50, help="pages in the last phase (default: 50)")
     parser.add_argument("--size", type=int, default=100, help="ZEPS body bytes (default: 100)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="run the phases this many times, interleaved, and report medians (default: 3)")
     args = parser.parse_args()
-    rows = [phase("no dashboard", args.seconds, 0, args.size, web=False),
-            phase("0 pages", args.seconds, 0, args.size),
-            phase("1 page", args.seconds, 1, args.size),
-            phase("%d pages" % args.clients, args.seconds, args.clients, args.size)]
+    plan = [("no dashboard", 0, False), ("0 pages", 0, True), ("1 page", 1, True),
+            ("%d pages" % args.clients, args.clients, True)]
+    runs = {name: [] for name, _, _ in plan}
+    for _ in range(args.rounds):  # interleaved, so that the machine's load drifts over every phase alike
+        for name, pages, web in plan:
+            runs[name].append(phase(name, args.seconds, pages, args.size, web=web))
+    rows = [{key: (statistics.median(r[key] for r in runs[name]) if key != "phase" else name)
+             for key in runs[name][0]} for name, _, _ in plan]
     base = rows[0]
     print("%-14s %12s %8s %12s %8s %9s %9s %10s" % ("phase", "zeps msg/s", "vs base", "mdp req/s", "vs base",
                                                     "node CPU", "node RSS", "snapshots"))

@@ -4,7 +4,6 @@
 application; :mod:`.sources` holds one :class:`~.sources.Source` per
 pattern (Majordomo, ZEPS, Clone, Harmony).  ``zactors up`` serves it with
 gevent's ``pywsgi``; mount it in your own server or Flask app the same way.
-Needs the ``web`` extra (``prometheus-client``).
 """
 from . import sources
 from .app import Dashboard

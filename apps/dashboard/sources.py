@@ -13,6 +13,7 @@ to the thread that made the actors.
 import json
 import logging
 import re
+import time
 
 import gevent
 
@@ -238,6 +239,9 @@ class Clone(Source):
     max_keys = 500
     #: keys under a prefix a listing looks at (for its subtrees) at most
     scan_keys = 20000
+    #: a change not in the server's map after ``confirm`` seconds is sent again, ``attempts`` times in all
+    confirm = 1.0
+    attempts = 3
 
     def __init__(self, server, servers=None):
         self.server = server
@@ -275,11 +279,30 @@ class Clone(Source):
             if ttl is not None and not (isinstance(ttl, (int, float)) and 0 < ttl < 1e9):
                 raise ActionError("ttl is a number of seconds > 0")
             try:
-                uid = self.client().set(key, value, ttl=ttl)
+                confirmed = self._change(key.encode(), value.encode(), ttl)
             except ValueError as exc:
                 raise ActionError(str(exc)) from None
-            return {"key": key, "uuid": uid.hex(), "deleted": verb == "delete"}
+            return {"key": key, "deleted": verb == "delete", "confirmed": confirmed}
         return super().action(verb, method, query, body)
+
+    def _change(self, key, value, ttl):
+        """Send the KVSET and confirm it from the server's map; True once it shows there.
+
+        A PUB drops what it sends before its connection is up (the slow
+        joiner), so an update the server has not applied within
+        ``confirm`` seconds is sent again, at most ``attempts`` times (setting
+        the same value twice changes nothing but the sequence).
+        """
+        client = self.client()
+        for _ in range(self.attempts):
+            client.set(key, value, ttl=ttl)
+            deadline = time.monotonic() + self.confirm
+            while time.monotonic() < deadline:
+                current = self.server.call("GET", key, timeout=CALL_TIMEOUT)
+                if current == (value or None):
+                    return True
+                gevent.sleep(0.02)
+        return False
 
     def keys(self, prefix, limit):
         try:

@@ -243,7 +243,8 @@
   }
   function change(verb, body, notice, prefix) {
     api("clone/" + verb, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) })
-      .then(() => { notice.className = "notice"; notice.textContent = (verb === "set" ? "Set " : "Deleted ") + body.key;
+      .then(r => { notice.className = r.confirmed ? "notice" : "notice bad";
+                   notice.textContent = (verb === "set" ? "Set " : "Deleted ") + body.key + (r.confirmed ? "" : " (not confirmed by the server yet)");
                     setTimeout(() => { if (location.hash.startsWith("#/clone")) render(true); }, 400); },
             err => { notice.className = "notice bad"; notice.textContent = err.message; });
   }

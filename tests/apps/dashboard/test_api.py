@@ -199,8 +199,10 @@ def test_clone_browse_set_and_delete(node):
     client = Clone([tuple(node.clone.endpoints[:3])], subtree=b"/app/")
     try:
         assert client.wait_synced(5)
-        for key, value in ((b"/app/a", b"1"), (b"/app/b", b"\x00\xff"), (b"/app/sub/c", b"3"), (b"/other/d", b"4")):
-            client.set(key, value)
+        for key, value in ((b"/app/a", b"1"), (b"/app/b", b"\x00\xff"), (b"/app/sub/c", b"3")):
+            client.set(key, value, wait=5)  # confirmed: a PUB drops what it sends before it connects
+        client.set(b"/other/d", b"4")
+        wait_for(lambda: node.clone.call("GET", b"/other/d") == b"4", 5, "the key outside the subtree")
         wait_for(lambda: len(client) == 3, 5, "the keys set")
         listing = get_json(node.url + "api/clone/keys?prefix=/app/")
         assert [k["key"]["text"] for k in listing["keys"]] == ["/app/a", "/app/b"]
@@ -210,7 +212,7 @@ def test_clone_browse_set_and_delete(node):
         assert [s["prefix"]["text"] for s in root["subtrees"]] == ["/app/", "/other/"]
 
         status_code, _, body = request(node.url + "api/clone/set", "POST", {"key": "/app/web", "value": "from the page"})
-        assert status_code == 200, body
+        assert status_code == 200 and json.loads(body)["confirmed"] is True, body
         wait_for(lambda: client.get(b"/app/web") == b"from the page", 5, "the set reaching a Clone client")
         assert request(node.url + "api/clone/delete", "POST", {"key": "/app/web"})[0] == 200
         wait_for(lambda: b"/app/web" not in client, 5, "the delete reaching a Clone client")
