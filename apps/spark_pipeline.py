@@ -4,7 +4,7 @@
 
     sensors (greenlets) --PUBLISH--> broker, stream "readings" (journaled)
         --> Spark Structured Streaming (format "zeps", over tcp):
-            per sensor and 10 s window (event time, 5 s watermark): count, mean, max, outliers
+            per sensor and 10 s window (event time, 5 s watermark; ``window``): count, mean, max, outliers
             --> Parquet (WORKDIR/aggregates)        exactly-once (file sink)
             --> stream "aggregates" on the broker   exactly-once (zeps sink)
         --> a subscriber prints each aggregate as it lands
@@ -46,7 +46,7 @@ class Pipeline:
     """
 
     def __init__(self, workdir, *, master="local[*]", bind="tcp://127.0.0.1:*", advertise=None, sensors=8,
-                 rate=50.0, duration=60.0, out=print, progress=None):
+                 rate=50.0, duration=60.0, window=10, count=0, out=print, progress=None):
         self.workdir = os.path.abspath(workdir)
         self.master = master
         self.bind = bind
@@ -54,6 +54,8 @@ class Pipeline:
         self.sensors = sensors
         self.rate = rate                    # readings per second per sensor
         self.duration = duration
+        self.count = count                  # stop streaming after this many aggregates (0: no limit)
+        self.window = window                # seconds per aggregate window; the watermark is half of it
         self.out = out
         self.progress = progress or (lambda line: None)
         self.published = 0
@@ -115,6 +117,7 @@ class Pipeline:
 
         spark = (SparkSession.builder.master(self.master).appName("zactors telemetry pipeline")
                  .config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
                  .config("spark.sql.shuffle.partitions", "4")
                  .config("spark.sql.session.timeZone", "UTC")
                  .config("spark.sql.streaming.stopTimeout", "10s")
@@ -126,8 +129,8 @@ class Pipeline:
                     .option("startingOffsets", "latest")
                     .option("bodyFormat", "json").option("bodySchema", "sensor STRING, value DOUBLE, ts DOUBLE")
                     .load().withColumn("event_time", F.timestamp_seconds("ts")))
-        stats = (readings.withWatermark("event_time", "5 seconds")
-                 .groupBy(F.window("event_time", "10 seconds"), "sensor")
+        stats = (readings.withWatermark("event_time", "%g seconds" % (self.window / 2))
+                 .groupBy(F.window("event_time", "%d seconds" % self.window), "sensor")
                  .agg(F.count("*").alias("count"), F.round(F.avg("value"), 3).alias("mean"),
                       F.max("value").alias("max"),
                       F.sum((F.col("value") > OUTLIER).cast("int")).alias("outliers"))
@@ -175,7 +178,8 @@ class Pipeline:
 
     # -- the run ------------------------------------------------------------------------
     def run(self):
-        """Run for ``duration`` seconds (0: until interrupted), then the history job. Returns 0."""
+        """Stream for ``duration`` seconds or until ``count`` aggregates were printed (both 0: until
+        interrupted), then run the history job.  Returns 0."""
         from zactors.patterns.zeps.broker import Broker
         from zactors.patterns.zeps.client import Subscriber
 
@@ -188,10 +192,11 @@ class Pipeline:
             self.progress("starting Spark (%s)..." % self.master)
             _spark_call(self._start_spark, endpoint)
             self._greenlets.append(gevent.spawn(self._sensor_loop, endpoint))
-            self.progress("%d sensors publishing %g readings/s each; aggregates appear once a 10 s window "
-                          "closes (about 15 s)" % (self.sensors, self.rate))
+            self.progress("%d sensors publishing %g readings/s each; aggregates appear once a %d s window "
+                          "closes (about %d s)" % (self.sensors, self.rate, self.window, self.window * 1.5 + 1))
             started = time.monotonic()
-            while not self.duration or time.monotonic() - started < self.duration:
+            while (not self.duration or time.monotonic() - started < self.duration) and \
+                    (not self.count or self.printed < self.count):
                 gevent.sleep(2.0)
                 batches, rate, error = _spark_call(self._status)
                 if error is not None:

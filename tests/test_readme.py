@@ -32,7 +32,7 @@ def test_quick_start_works_with_a_system_python():
     # each command makes and uses its own venv, through paths into it
     commands = quick_start_commands()
     assert commands == ["python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/zactors demo",
-                        "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest"]
+                        "python3 -m venv .venv && .venv/bin/pip install '.[test,spark]' && .venv/bin/python -m pytest"]
     for command in commands:
         for step in command.split(" && "):
             assert step.split()[0] in ("python3", ".venv/bin/pip", ".venv/bin/zactors", ".venv/bin/python"), step

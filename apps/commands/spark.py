@@ -1,5 +1,6 @@
 """Spark commands: ``zactors spark pipeline`` (the telemetry pipeline of :mod:`zactors.apps.spark_pipeline`)."""
 import argparse
+import logging
 import os
 import re
 import shutil
@@ -26,7 +27,7 @@ def register(sub):
         description="Simulated sensors publish into a ZEPS stream; Spark Structured Streaming computes per-"
                     "sensor 10 s windows (count, mean, max, outliers) into Parquet and back into a ZEPS "
                     "stream printed live; then a batch job finds each sensor's busiest minute.  Runs for "
-                    "--duration seconds (exit status 0) or until Ctrl-C (130).  Results on stdout, "
+                    "--duration seconds or --count aggregates (exit status 0), or until Ctrl-C (130).  Results on stdout, "
                     "progress on stderr.")
     pipe.add_argument("--master", default="local[*]", type=_master,
                       help="Spark master: local[*] (default), local[N], or spark://HOST:7077 for a standalone "
@@ -45,6 +46,10 @@ def register(sub):
                       help="readings per second per sensor (default: 50)")
     pipe.add_argument("--duration", type=options.non_negative_float, default=60.0,
                       help="seconds of streaming before the batch job; 0 runs until Ctrl-C (default: 60)")
+    pipe.add_argument("--count", type=options.count, default=0,
+                      help="stop streaming once N aggregates were printed (default: no limit)")
+    pipe.add_argument("--window", type=options.positive_int, default=10, metavar="SECONDS",
+                      help="aggregate window; the watermark is half of it (default: 10)")
     pipe.set_defaults(func=run_pipeline)
 
 
@@ -58,7 +63,7 @@ def _master(text):
 def spark_environment():
     """Check for pyspark and Java; set JAVA_HOME and PYSPARK_PYTHON when unset.  UsageError if missing."""
     try:
-        import pyspark  # noqa: F401
+        import pyspark  # noqa: F401  (only to check it is there)
     except ImportError:
         raise options.UsageError("pyspark is not installed: pip install 'zactors[spark]'") from None
     if not os.environ.get("JAVA_HOME"):
@@ -75,13 +80,15 @@ def run_pipeline(args):
     from zactors.apps.spark_pipeline import Pipeline
 
     spark_environment()
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     workdir = args.workdir or tempfile.mkdtemp(prefix="zactors-spark-")
 
     def progress(line):
         print(line, file=sys.stderr, flush=True)
 
     pipeline = Pipeline(workdir, master=args.master, bind=args.bind, advertise=args.advertise,
-                        sensors=args.sensors, rate=args.rate, duration=args.duration,
+                        sensors=args.sensors, rate=args.rate, duration=args.duration, window=args.window,
+                        count=args.count,
                         out=lambda line: print(line, flush=True), progress=progress)
     try:
         pipeline.run()

@@ -292,6 +292,10 @@ def read_partition(opts, part, out_schema, body_fields=None):
             columns.extend(_body_columns(opts, batch.column(3), body_fields, part))
             yield pa.RecordBatch.from_arrays(columns, schema=out_schema)
     except SequenceGone as exc:
+        if not opts.fail_on_data_loss:      # retention got there between planning and reading
+            log.warning("stream %r: sequences %d..%d were removed by retention before they were read; skipped",
+                        part.stream, part.from_seq, exc.first_seq - 1)
+            return
         raise ZepsSparkError("stream %r: sequences from %d were removed by retention (first available: %d)"
                              % (part.stream, part.from_seq, exc.first_seq)) from None
     except JournalError as exc:

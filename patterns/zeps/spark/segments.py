@@ -71,47 +71,62 @@ def _gather(a, at, width, dtype):
     return a[at[:, None] + np.arange(width)].view(dtype).ravel()
 
 
-def _binary(a, starts, lengths):
-    """An Arrow binary array of the byte ranges [start, start+length) of ``a``: one mask, one copy."""
-    n = len(a)
+def _binary(a, skips, lengths, tails):
+    """An Arrow binary array of the values laid out in ``a`` as runs of (skip, value, tail) bytes,
+    one run per record, back to back: one ``np.repeat`` mask and one masked copy, no Python per row."""
     total = int(lengths.sum())
-    offsets = np.zeros(len(starts) + 1, np.int32 if total < (1 << 31) else np.int64)
+    offsets = np.zeros(len(lengths) + 1, np.int32 if total < (1 << 31) else np.int64)
     np.cumsum(lengths, out=offsets[1:])
     if total == 0:
         data = b""
     else:
-        edge = np.zeros(n + 1, np.int8)
-        edge[starts] += 1               # ranges never overlap: each index is hit at most once per line
-        edge[starts + lengths] -= 1
-        data = a[np.cumsum(edge[:n], dtype=np.int8).view(np.bool_)]
+        runs = np.empty(3 * len(lengths), np.int64)
+        runs[0::3], runs[1::3], runs[2::3] = skips, lengths, tails
+        keep = np.repeat(np.tile(np.array([False, True, False]), len(lengths)), runs)
+        data = a[keep]
     kind = pa.binary() if offsets.dtype == np.int32 else pa.large_binary()
-    array = pa.Array.from_buffers(kind, len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    array = pa.Array.from_buffers(kind, len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     return array if kind == pa.binary() else array.cast(pa.binary())
 
 
-def _parse(buf, pos, path, expect):
-    """Walk the complete records of ``buf`` (read at file offset ``pos``), checking each CRC.
-
-    Returns (record start offsets in buf, bytes consumed).  ``expect`` is the
-    first record's sequence, or None when unknown.
-    """
-    mv = memoryview(buf)
+def _parse(buf, pos, path):
+    """The start offsets of the complete records in ``buf`` (read at file offset ``pos``), each CRC
+    checked, and the bytes they span.  Records of one size (common) are found with numpy; others
+    are walked one length at a time."""
     n = len(buf)
-    starts = []
-    append = starts.append
-    at = 0
-    while at + 32 <= n:
-        length, crc = _unpack_prefix(buf, at)
-        if length < _MIN_LENGTH or length > _MAX_LENGTH:
-            raise JournalError("%s: corrupt record at offset %d (bad record length %d)" % (path, pos + at, length))
-        stop = at + 8 + length
-        if stop > n:
-            break
-        if _crc(mv[at + 8:stop]) != crc:
-            raise JournalError("%s: corrupt record at offset %d (bad CRC)" % (path, pos + at))
-        append(at)
-        at = stop
-    return starts, at
+    if n < 32:
+        return [], 0
+    mv = memoryview(buf)
+    length = _unpack_prefix(buf, 0)[0]
+    stride = 8 + length
+    starts = None
+    if _MIN_LENGTH <= length <= _MAX_LENGTH and n >= 2 * stride:
+        a = np.frombuffer(buf, np.uint8, (n // stride) * stride).reshape(-1, stride)
+        same = a[:, :4].copy().view("<u4").ravel() == length
+        count = len(same) if same.all() else int(np.argmin(same))
+        if count > 1:
+            starts = list(range(0, count * stride, stride))
+    if starts is None:
+        starts = []
+        append = starts.append
+        at = 0
+        while at + 32 <= n:
+            length = _unpack_prefix(buf, at)[0]
+            if length < _MIN_LENGTH or length > _MAX_LENGTH:
+                raise JournalError("%s: corrupt record at offset %d (bad record length %d)" % (path, pos + at, length))
+            stop = at + 8 + length
+            if stop > n:
+                break
+            append(at)
+            at = stop
+    if not starts:
+        return starts, 0
+    end = starts[-1] + 8 + _unpack_prefix(buf, starts[-1])[0]
+    bounds = starts[1:] + [end]
+    bad = [s for s, e in zip(starts, bounds) if _crc(mv[s + 8:e]) != _unpack_prefix(buf, s)[1]]
+    if bad:
+        raise JournalError("%s: corrupt record at offset %d (bad CRC)" % (path, pos + bad[0]))
+    return starts, end
 
 
 def segment_batches(path, base, from_seq, to_seq, *, index=None, chunk=CHUNK):
@@ -135,7 +150,7 @@ def segment_batches(path, base, from_seq, to_seq, *, index=None, chunk=CHUNK):
         pos, seq = offset_of(index if index is not None else sparse_index(path), base, from_seq)
         while seq <= to_seq and pos < size:
             buf = os.pread(fd, min(chunk, size - pos), pos)
-            starts, used = _parse(buf, pos, path, seq)
+            starts, used = _parse(buf, pos, path)
             if not starts:
                 if len(buf) >= 8:
                     need = 8 + _unpack_prefix(buf, 0)[0]
@@ -165,11 +180,12 @@ def segment_batches(path, base, from_seq, to_seq, *, index=None, chunk=CHUNK):
             if (blen < 0).any() or (_gather(a, st + 28 + klen, 4, "<u4") != blen).any():
                 raise JournalError("%s: corrupt segment near offset %d (bad key/body lengths)" % (path, pos))
             ts = (_gather(a, st + 16, 8, "<f8") * 1e6).astype(np.int64)
+            region = a[st[0]:st[-1] + 8 + length[-1]]      # the selected records, back to back
             yield pa.RecordBatch.from_arrays([
                 pa.array(seqs.view(np.int64)),
                 pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), len(st), [None, pa.py_buffer(ts)]),
-                _binary(a, st + 28, klen),
-                _binary(a, st + 32 + klen, blen),
+                _binary(region, 28, klen, 4 + blen),
+                _binary(region, 32 + klen, blen, 0),
             ], schema=SCHEMA)
     finally:
         os.close(fd)

@@ -1,7 +1,6 @@
 """Batch reads through a real SparkSession: journal files and a live broker, options, clear errors."""
 import json
 import os
-import time
 
 import pytest
 
