@@ -23,5 +23,7 @@ setup(
     ext_modules=[
         # optional: without a compiler zactors installs and runs in pure Python
         Extension("zactors.actors._speedups", sources=["actors/_speedups.c"], optional=True),
+        Extension("zactors.actors._journal", sources=["actors/_journal.c"], optional=True),
+        Extension("zactors.patterns.zeps._deliver", sources=["patterns/zeps/_deliver.c"], optional=True),
     ],
 )

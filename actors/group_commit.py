@@ -16,7 +16,9 @@ round are handed to the OS together at the start of the next round
   once written).
 
 :meth:`when_written` / :meth:`when_synced` run a callback once everything
-appended so far is written / fsynced (a ZEPS broker answers PING-OK with it).
+appended so far (or up to a given sequence) is written / fsynced; with
+``on_error`` a waiter is told of a failed write instead of waiting for the
+retry (a ZEPS broker answers PING with PING-OK or INVALID that way).
 A failed write is reported to ``on_error`` (once) and retried every ``retry``
 seconds (the journal refuses appends meanwhile); a failed fsync is final.
 
@@ -32,6 +34,10 @@ __all__ = ["GroupCommit", "FSYNC_POLICIES"]
 log = logging.getLogger(__name__)
 
 FSYNC_POLICIES = ("interval", "batch", "never")
+
+
+def _first(item):
+    return item[0]
 
 
 class GroupCommit:
@@ -64,7 +70,7 @@ class GroupCommit:
         self._sync_timer = None
         self._syncing = False
         self._sync_again = False
-        self._wait_written = deque()    # (seq, callback), seq non-decreasing
+        self._wait_written = deque()    # (seq, callback, on_error), seq non-decreasing
         self._wait_synced = deque()
         self._stopped = False
         self._failing = False           # a write failed and is being retried
@@ -78,22 +84,31 @@ class GroupCommit:
         if self._write_timer is None and not self._stopped:
             self._write_timer = self.actor.call_later(0, self._write)
 
-    def when_written(self, callback):
-        """``callback(written_seq)`` once every record appended so far is written."""
-        self._wait(self._wait_written, self.journal.written_seq, callback)
+    def when_written(self, callback, seq=None, on_error=None):
+        """``callback(written_seq)`` once every record up to ``seq`` (default:
+        all appended so far) is written; runs now if they are.  With
+        ``on_error``, a failed write calls ``on_error(exc)`` instead and the
+        wait ends; without, the wait lasts until a retried write succeeds."""
+        self._wait(self._wait_written, self.journal.written_seq, callback, seq, on_error)
 
-    def when_synced(self, callback):
-        """``callback(synced_seq)`` once every record appended so far is fsynced."""
-        self._wait(self._wait_synced, self.journal.synced_seq, callback)
+    def when_synced(self, callback, seq=None):
+        """``callback(synced_seq)`` once every record up to ``seq`` (default:
+        all appended so far) is fsynced."""
+        self._wait(self._wait_synced, self.journal.synced_seq, callback, seq, None)
         if self.fsync != "batch":
             self._sync_soon()
 
-    def _wait(self, queue, done, callback):
-        target = self.journal.last_seq
+    def _wait(self, queue, done, callback, seq, on_error):
+        target = self.journal.last_seq if seq is None else min(seq, self.journal.last_seq)
         if target <= done:
             callback(done)
             return
-        queue.append((target, callback))
+        if queue and queue[-1][0] > target:  # keep the queue sorted (an explicit seq may be lower)
+            items = sorted([*queue, (target, callback, on_error)], key=_first)
+            queue.clear()
+            queue.extend(items)
+        else:
+            queue.append((target, callback, on_error))
         self.kick()
 
     def _sync_soon(self):
@@ -110,6 +125,12 @@ class GroupCommit:
                 log.error("journal write failed: %s (retrying every %ss)", exc, self.retry)
                 if self.on_error is not None:
                     self.on_error(exc)
+            if self._wait_written:  # waiters that asked to hear of a failure hear of it now
+                waiting = self._wait_written
+                self._wait_written = deque(w for w in waiting if w[2] is None)
+                for _, _, failed in waiting:
+                    if failed is not None:
+                        failed(exc)
             if self._write_timer is None and not self._stopped and not self.journal.broken:
                 self._write_timer = self.actor.call_later(self.retry, self._write)
             return

@@ -103,7 +103,8 @@ import time
 from collections import namedtuple
 from operator import attrgetter
 
-from crc32c import crc32c as _crc
+from . import journal_codec as _codec
+from .journal_codec import crc as _crc
 
 __all__ = [
     "Journal", "JournalReader", "Record",
@@ -115,6 +116,7 @@ log = logging.getLogger(__name__)
 
 Record = namedtuple("Record", "seq timestamp key body")
 Record.__doc__ = "One journal record: seq (int >= 1), timestamp (float seconds), key and body (bytes)."
+_codec.bind(Record)
 
 FORMAT_VERSION = 1
 SEGMENT_MAGIC = b"ZJSG"
@@ -136,18 +138,17 @@ MAX_RECORD = 1 << 30                # key + body bound: a bad length never makes
 _MEM_OVERHEAD = 160                 # rough bytes of Python objects per cached Record
 _NO_SPACE = (_errno.ENOSPC, _errno.EDQUOT)
 
-_pack_prefix = _PREFIX.pack
-_pack_head = _HEAD.pack
 _pack_u32 = _U32.pack
 _unpack_prefix = _PREFIX.unpack_from
 _unpack_u32 = _U32.unpack_from
 _unpack_rec = _REC.unpack_from
 _MIN_LENGTH = _HEAD.size + _U32.size             # length of a record with empty key and body
 _MAX_LENGTH = _MIN_LENGTH + MAX_RECORD
-_join = b"".join
 _now = time.time
 _INF = float("inf")
 _tuple_new = tuple.__new__         # _tuple_new(Record, fields): skips namedtuple's Python __new__
+_frame = _codec.frame               # one record framed (and its CRC) into the write buffer, in one call
+_decode = _codec.decode             # a chunk of records decoded into Records, in one call
 _timestamp = attrgetter("timestamp")
 
 
@@ -401,34 +402,18 @@ class _Segment:
         total = 0
         budget = (1 << 62) if max_bytes is None else max_bytes
         chunk = min(1 << 16, max(1 << 12, want << 9))   # small reads stay small; doubled as it goes
-        append = out.append
-        new = _tuple_new
         while pos < end and want > 0:
             buf = os.pread(fd, min(chunk, end - pos), pos)
             n = len(buf)
-            mv = memoryview(buf)
-            verify = pos + n > checked
-            at = 0
-            while at + _REC.size <= n:
-                length, crc, seq, ts, klen = _unpack_rec(buf, at)
-                stop = at + 8 + length
-                if stop > n:
-                    break
-                if seq >= from_seq:
-                    if seq > to_seq:
-                        return total
-                    if verify and pos + stop > checked and _crc(mv[at + 8:stop]) != crc:
-                        raise JournalError("%s: corrupt record at offset %d (bad CRC)" % (self.path, pos + at))
-                    k = at + _REC.size
-                    size = length - _MIN_LENGTH
-                    if total + size > budget and out:
-                        return total
-                    append(new(Record, (seq, ts, buf[k:k + klen], buf[k + klen + 4:stop])))
-                    total += size
-                    want -= 1
-                    if want == 0:
-                        return total
-                at = stop
+            before = len(out)
+            at, got, status = _decode(buf, 0, out, from_seq, to_seq, before + want, budget - total,
+                                      checked - pos)
+            total += got
+            want -= len(out) - before
+            if status == 1:
+                return total
+            if status == 2:
+                raise JournalError("%s: corrupt record at offset %d (bad length or CRC)" % (self.path, pos + at))
             if at == 0:
                 need = 8 + _unpack_prefix(buf, 0)[0] if n >= 8 else end
                 if need > n and pos + need <= end:
@@ -668,6 +653,10 @@ class Journal:
         time works).  Raises :class:`JournalFull` or :class:`JournalError`
         while the journal refuses appends (see the module docstring).
         """
+        return self.append_record(key, body, timestamp)[0]
+
+    def append_record(self, key, body, timestamp=None):
+        """:meth:`append`, returning the :class:`Record` (the one the tail cache holds)."""
         if type(key) is not bytes:
             key = _check_bytes(key, "key")
         if type(body) is not bytes:
@@ -688,15 +677,12 @@ class Journal:
             if timestamp < self._last_ts:
                 timestamp = self._last_ts
             seq = self._next_seq
-            payload = _join((_pack_head(seq, timestamp, klen), key, _pack_u32(blen), body))
             size = klen + blen + RECORD_OVERHEAD
             pos = self._tail_end
             if pos + size > self.segment_bytes or self._pending_bytes + size > self.buffer_bytes:
                 pos = self._make_room(seq, size, pos)
             chunk = self._pending[-1]
-            buf = chunk[1]
-            buf += _pack_prefix(size - 8, _crc(payload))
-            buf += payload
+            record = _frame(chunk[1], seq, timestamp, key, body)  # framed, CRC'd, and the cache's Record
             chunk[2] = seq
             if pos >= self._index_at:
                 seg = chunk[0]
@@ -708,11 +694,11 @@ class Journal:
             self._pending_bytes += size
             self._next_seq = seq + 1
             self._last_ts = timestamp
-            self._cache.append(_tuple_new(Record, (seq, timestamp, key, body)))
+            self._cache.append(record)
             self._cache_bytes += klen + blen + _MEM_OVERHEAD
             if self._cache_bytes > self._evict_at:
                 self._evict()
-        return seq
+        return record
 
     def _make_room(self, seq, size, pos):
         """append's slow path: refuse when the buffer is full, else roll over to

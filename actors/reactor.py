@@ -89,13 +89,14 @@ class _FdReader:
 
 
 class Reactor:
-    """Run socket handlers and timers in the calling greenlet.
+    """Run socket, descriptor and timer handlers, posted calls and tasks in the calling greenlet.
 
     ``handler(frames)`` is called for every whole message that arrives on a
-    registered socket; ``handler(*args)`` for timers.  The wait between rounds
-    is bounded by the nearest timer deadline (monotonic clock).  A handler
-    that raises stops the reactor and the exception propagates out of
-    :meth:`run`.
+    registered socket; ``handler(*args)`` for timers; see :meth:`run` for
+    the order within a round.  The wait between rounds is bounded by the
+    nearest timer deadline (monotonic clock).  A handler (or posted call, or
+    task without ``on_done``) that raises stops the reactor and the
+    exception propagates out of :meth:`run`.
     """
 
     def __init__(self, drain_cap=DRAIN_CAP, task_slice=TASK_SLICE):

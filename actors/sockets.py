@@ -185,8 +185,9 @@ class Socket(zmq.Socket):
         # whole message is accepted: the following ones never return EAGAIN.
         # Every buffer is taken (and so checked) before the first frame goes,
         # and held until the last has gone.
-        held = buffers(frames)  # noqa: F841
+        held = buffers(frames)
         send_frames(self, frames, False)
+        del held
 
     def recv_multipart(self, flags=0, copy=True, track=False, timeout=None):
         """Receive one whole message; parks the greenlet until one arrives."""

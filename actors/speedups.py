@@ -81,10 +81,10 @@ def _check(sock):
 # A Python signal handler that raises (KeyboardInterrupt) runs between two
 # bytecodes, so it may strike between the frames of one message.  The pure
 # calls then finish that message (read the rest and drop it, or send the
-# rest) before the exception goes on: the socket is left at a message
-# boundary, never with half a message read or sent (short of a second raising
-# handler striking within the microseconds that takes: the C calls have no
-# such window).
+# rest) before the exception goes on, so the socket is normally left at a
+# message boundary.  This narrows the window but cannot close it from Python
+# (a SIGALRM storm still splits about one message in ten runs): only the C
+# calls, which never run a handler inside a message, guarantee it.
 
 def _skip_rest(sock):
     while _get(sock, _RCVMORE):

@@ -8,6 +8,7 @@ import gevent
 import gevent.subprocess
 import pytest
 from gevent import events as gevent_events
+from gevent.hub import _get_hub as _existing_hub
 
 #: seconds zactors code in an actor (or any greenlet but the test's own) may
 #: hold the gevent hub without a greenlet switch before the test fails (real
@@ -70,9 +71,11 @@ def _on_gevent_event(event):
 
 
 gevent_events.subscribers.append(_on_gevent_event)
-if gevent.get_hub():  # its greenlet runs already; otherwise Hub.run() starts the monitor
-    # (started before that, the monitor sees a hub that is not running and stops for good)
-    gevent.get_hub().start_periodic_monitoring_thread()
+# Hub.run() starts the monitor.  Only a hub that runs already needs it started
+# here: one made now would keep a stale loop clock until the first test (and
+# a monitor started before the hub runs sees it idle and stops for good).
+if _existing_hub():
+    _existing_hub().start_periodic_monitoring_thread()
 
 
 @pytest.fixture(autouse=True)

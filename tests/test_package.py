@@ -25,3 +25,11 @@ def test_packages_import_under_the_zactors_namespace():
 
     assert zactors.actors.Actor.__module__ == "zactors.actors.actor"
     assert callable(zactors.apps.cli.main)
+
+
+def test_the_dashboards_static_files_are_installed():
+    from importlib.resources import files
+
+    static = files("zactors.apps.dashboard") / "static"
+    for name in ("index.html", "app.js", "style.css"):
+        assert (static / name).is_file(), "%s is not installed with the package" % name

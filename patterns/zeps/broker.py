@@ -19,11 +19,13 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   or ``/etc`` never leave ``journal_dir``.  Stream names are at most
   ``max_stream_name`` bytes; streams at most ``max_streams``.
 - Every PUBLISH is appended to the stream's journal and gets the next
-  sequence.  Appends are buffered and handed to the OS once per loop round
-  (after the socket drain), so the loop never waits on the disk; ``fsync``
-  follows ``fsync``: ``"never"``, a period in seconds (default 0.1: group
-  commit), or ``"batch"`` (after every write), always on the hub's
-  threadpool.  A publisher is never refused for speed.  A journal that
+  sequence.  Each stream's journal is driven by the kernel's
+  :class:`~zactors.actors.group_commit.GroupCommit`: appends are buffered and
+  handed to the OS once per loop round (after the socket drain), so the loop
+  never waits on the disk; ``fsync`` follows ``fsync``: ``"never"``, a period
+  in seconds (default 0.1: group commit), or ``"batch"`` (after every
+  write), always on the hub's threadpool.  A failed write is retried every
+  0.1 s.  A publisher is never refused for speed.  A journal that
   refuses an append (disk full, I/O error) answers that PUBLISH with INVALID.
 - A PING is answered with PING-OK only once every PUBLISH received before it
   on that peering is written to the journal (it survives ``kill -9`` of the
@@ -64,17 +66,20 @@ import logging
 import os
 import struct
 import time
+from functools import partial
 
 from zmq import ZMQError
 
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import curve_server
+from zactors.actors.group_commit import GroupCommit
 from zactors.actors.heartbeat import Liveness
 from zactors.actors.journal import Journal, JournalError, SequenceGone
 from zactors.actors.router import Router
 from zactors.actors.speedups import send_message
 
 from . import protocol as p
+from .deliver import frames as _frames, matcher_of
 from .matcher import Filter, Matcher, PatternError
 
 __all__ = ["Broker", "stream_directory", "stream_name"]
@@ -82,10 +87,8 @@ __all__ = ["Broker", "stream_directory", "stream_name"]
 log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
-_DELIVER_HEAD = struct.Struct(">2sBQB").pack   # signature, 7, sequence, key length
-_u32 = struct.Struct(">I").pack
-_SIG = p.SIGNATURE
 _unpack_u32 = struct.Struct(">I").unpack_from
+_unpack_u64 = struct.Struct(">Q").unpack_from
 _LIVE, _REPLAY = "live", "replay"
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
@@ -113,14 +116,16 @@ def stream_name(directory):
 
 
 class _Stream:
-    __slots__ = ("name", "journal", "matcher", "peers", "fresh", "delivered_seq", "samples", "publishes")
+    __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
+                 "publishes")
 
-    def __init__(self, name, journal):
+    def __init__(self, name, journal, commit):
         self.name = name
         self.journal = journal
+        self.commit = commit      # its GroupCommit: writes, fsyncs, PING-OK waits
         self.matcher = Matcher()
         self.peers = {}           # identity -> _Peer attached here
-        self.fresh = []           # (seq, key, body) appended this round: written, then delivered live
+        self.fresh = []           # journal Records appended this round: written, then delivered live
         self.delivered_seq = journal.last_seq  # the publish path delivered up to here
         self.samples = []         # (monotonic, last_seq) for the rate
         self.publishes = 0
@@ -197,8 +202,6 @@ class Broker(Actor):
         self._peers = {}
         self._replaying = {}        # peers with credit waiting to be replayed (ordered set)
         self._pumping = False
-        self._flush_due = False
-        self._syncing = set()
         self._alive = Liveness(self.heartbeat, self.expiry)
         self._alive_timer = None
         self._heard = set()         # identities heard from since the last liveness sweep
@@ -222,8 +225,6 @@ class Broker(Actor):
             group, port = self.multicast
             self._multicast = MulticastSender(group, port, interface=self.multicast_interface, ttl=self.multicast_ttl)
             self.call_every(self.heartbeat, self._multicast_heads)
-        if isinstance(self.fsync, (int, float)):
-            self.call_every(self.fsync, self._sync_all)
         for name in self._existing() + self.declared:  # journals already there, and pre-declared streams
             if name not in self._streams and self._open(None, name) is None:
                 raise RuntimeError("cannot open stream %s under %s" % (name.decode(), self.journal_dir))
@@ -237,7 +238,8 @@ class Broker(Actor):
         for identity in list(self._peers):
             self._send(identity, p.DETACH_FRAME)
         for stream in self._streams.values():
-            stream.journal.close(sync=self.fsync != "never")  # logs what it could not write
+            stream.commit.stop()      # the last write (and fsync); logs what it could not write
+            stream.journal.close(sync=self.fsync != "never")
 
     # -- the hot path ---------------------------------------------------------------
     def _on_frames(self, frames):
@@ -257,15 +259,13 @@ class Broker(Actor):
                             return
                         stream = peer.stream  # the common case, inline: append, then deliver this round
                         try:
-                            seq = stream.journal.append(key, body)
+                            record = stream.journal.append_record(key, body)
                         except JournalError:
                             self._publish(peer, key, body)  # refused again there, and said so
                             return
-                        peer.published = seq
-                        stream.fresh.append((seq, key, body))
-                        if not self._flush_due:
-                            self._flush_due = True
-                            self.call_later(0, self._flush_all)
+                        peer.published = record[0]
+                        stream.fresh.append(record)
+                        stream.commit.kick()
                         return
             self._on_message(identity, [frame])
         elif len(frames) > 2:
@@ -324,51 +324,42 @@ class Broker(Actor):
             if not self._allowed(peer, "publish"):
                 return
         try:
-            seq = stream.journal.append(key, body)
+            record = stream.journal.append_record(key, body)
         except JournalError as exc:
             self.stats["journal_refused"] += 1
             self._invalid(peer.identity, "stream %s refused the message: %s" % (stream.name.decode(), exc))
             return
-        peer.published = seq
-        stream.fresh.append((seq, key, body))
-        if not self._flush_due:
-            self._flush_due = True
-            self.call_later(0, self._flush_all)
+        peer.published = record[0]
+        stream.fresh.append(record)
+        stream.commit.kick()
 
-    def _flush_all(self):
-        """Once per loop round: write what was appended, then deliver it live."""
-        self._flush_due = False
-        for stream in self._streams.values():
-            if stream.fresh and not self._flush(stream) and not self._flush_due:
-                self._flush_due = True
-                self.call_later(0.1, self._flush_all)  # the journal could not write: try again soon
-
-    def _flush(self, stream):
-        """Write ``stream``'s journal, then deliver its fresh messages to live subscribers.
+    def _written(self, stream, written_seq):
+        """``stream``'s GroupCommit wrote its journal: deliver the fresh messages to live subscribers.
 
         Written first: a subscriber never holds a message that a crash of the
         broker could take back (its sequence would be given to another).
         """
-        if not self._write(stream):
-            return False
+        if not stream.fresh:
+            return
         fresh, stream.fresh = stream.fresh, []
         stream.publishes += len(fresh)
         stream.delivered_seq = fresh[-1][0]
         if self._multicast is not None:
             multicast, name = self._multicast.send, stream.name
-            for seq, key, body in fresh:
+            for seq, _, key, body in fresh:
                 multicast(name, seq, key, body)
         matcher = stream.matcher
         if not matcher:
-            return True
+            return
         match = matcher.match
         send, pending = self._outbox_send, self._outbox_pending
         sock = self.router.socket
         handle = sock.handle
-        for seq, key, body in fresh:
+        direct = {}  # identity -> nothing waits in the outbox for it (asked once per call, not per message)
+        frames = _frames(fresh, 0, fresh[-1][0], 1 << 62, None)[0]  # every DELIVER frame, in one call
+        for (seq, _, key, _), frame in zip(fresh, frames):
             owners = match(key)
             if owners:
-                frame = b"".join((_DELIVER_HEAD(_SIG, 7, seq, len(key)), key, _u32(len(body)), body))
                 cost = len(frame)
                 for sub in owners:
                     if seq < sub.floor or sub.mode is not _LIVE:
@@ -377,16 +368,18 @@ class Broker(Actor):
                         sub.credit -= cost
                         sub.delivered += 1
                         identity = sub.identity
-                        if pending(identity):  # behind what waits already, in order
-                            send(identity, [frame])
-                        else:
+                        ok = direct.get(identity)
+                        if ok is None:
+                            ok = direct[identity] = not pending(identity)
+                        if ok:
                             try:  # straight to libzmq (one C call), the kernel outbox when it would block
                                 send_message(sock, handle, (identity, frame))
+                                continue
                             except ZMQError:
-                                send(identity, [frame])  # queued (EAGAIN), or the peer is gone: dropped
+                                direct[identity] = False
+                        send(identity, [frame])  # behind what waits already, in order (or dropped: gone)
                     else:
                         self._to_replay(sub, seq)
-        return True
 
     def _to_replay(self, sub, seq):
         """``sub`` could not take message ``seq`` live: replay from it."""
@@ -453,42 +446,38 @@ class Broker(Actor):
             log.error("%s: replay of %s failed: %s", self.name, stream.name, exc)
             self.stats["replay_errors"] += 1
             return False
-        match = peer.filter
+        # the whole batch matched and encoded in one call; then one C send per frame
+        frames, credit, consumed, short = _frames(records, 0, limit, peer.credit, matcher_of(peer.filter))
         send = self._outbox_send
         identity = peer.identity
         direct = not self._outbox_pending(identity)
         sock = self.router.socket
         handle = sock.handle
-        credit = peer.credit
         sent = 0
-        more = True
-        for seq, _, key, body in records:
-            if seq > limit:
+        stopped = False
+        for frame in frames:
+            if direct:
+                try:  # straight to libzmq while nothing waits in the outbox
+                    send_message(sock, handle, (identity, frame))
+                    sent += 1
+                    continue
+                except ZMQError:
+                    direct = False
+            if not send(identity, [frame]):  # gone (dropped by on_unroutable)
+                stopped = True
                 break
-            if match(key):
-                frame = b"".join((_DELIVER_HEAD(_SIG, 7, seq, len(key)), key, _u32(len(body)), body))
-                cost = len(frame)
-                if credit < cost:
-                    more = False
-                    break
-                credit -= cost
-                if direct:
-                    try:  # straight to libzmq while nothing waits in the outbox
-                        send_message(sock, handle, (identity, frame))
-                    except ZMQError:
-                        direct = False
-                        if not send(identity, [frame]):  # gone (dropped by on_unroutable)
-                            more = False
-                            break
-                elif not send(identity, [frame]):
-                    more = False
-                    break
-                sent += 1
-                if peer.held:  # the transport is full: sent, but go no further now
-                    peer.next = seq + 1
-                    more = False
-                    break
-            peer.next = seq + 1
+            sent += 1
+            if peer.held:  # the transport is full: sent, but go no further now
+                stopped = True
+                break
+        more = not short
+        if stopped:
+            credit += sum(map(len, frames[sent:]))  # not sent: not spent
+            if sent:
+                peer.next = _unpack_u64(frames[sent - 1], 3)[0] + 1
+            more = False
+        elif consumed:
+            peer.next = records[consumed - 1][0] + 1
         peer.credit = credit
         peer.delivered += sent
         self.stats["replayed"] += sent
@@ -510,39 +499,15 @@ class Broker(Actor):
         peer.stream.matcher.add(peer.filter)
 
     # -- the journal ----------------------------------------------------------------
-    def _write(self, stream):
-        try:
-            stream.journal.write()
-        except (JournalError, OSError) as exc:
-            errors = self.stats["journal_write_errors"] = self.stats["journal_write_errors"] + 1
-            if errors % 100 == 1:  # retried every 0.1 s while it fails: say so, not every time
-                log.error("%s: stream %s: journal write failed (%d so far; retrying): %s", self.name,
-                          stream.name.decode(), errors, exc)
-            return False
-        if self.fsync == "batch":
-            self._sync(stream)
-        return True
-
-    def _sync_all(self):
-        for stream in self._streams.values():
-            journal = stream.journal
-            if journal.written_seq > journal.synced_seq:
-                self._sync(stream)
-
-    def _sync(self, stream):
-        if stream.name in self._syncing:
-            return
-        self._syncing.add(stream.name)
-
-        def done(result, error):
-            self._syncing.discard(stream.name)
-            if error is not None:
-                self.stats["journal_sync_errors"] += 1
-                log.error("%s: stream %s: fsync failed: %s", self.name, stream.name.decode(), error)
-            elif self.fsync == "batch" and stream.journal.written_seq > stream.journal.synced_seq:
-                self._sync(stream)  # batches written while this sync ran
-
-        self.run_in_thread(stream.journal.sync, on_done=done)
+    def _write_failed(self, stream, exc):
+        """GroupCommit's ``on_error``: once per failing streak of writes, or a failed fsync."""
+        if stream.journal.broken:  # a failed fsync: final, the journal refuses until reopened
+            self.stats["journal_sync_errors"] += 1
+            log.error("%s: stream %s: fsync failed: %s", self.name, stream.name.decode("ascii", "replace"), exc)
+        else:
+            self.stats["journal_write_errors"] += 1
+            log.error("%s: stream %s: journal write failed (retrying every 0.1 s): %s", self.name,
+                      stream.name.decode("ascii", "replace"), exc)
 
     def _retain(self):
         for stream in self._streams.values():
@@ -611,7 +576,14 @@ class Broker(Actor):
             if identity is not None:
                 self._invalid(identity, "cannot open stream %s: %s" % (name.decode(), exc))
             return None
-        stream = self._streams[name] = _Stream(name, journal)
+        policy = self.fsync if isinstance(self.fsync, str) else "interval"
+        interval = self.fsync if policy == "interval" else 0.1
+        stream = _Stream(name, journal, None)
+        stream.commit = GroupCommit(self, journal, fsync=policy, interval=interval, retry=0.1,
+                                    on_written=partial(self._written, stream),
+                                    on_error=partial(self._write_failed, stream))
+        stream.commit.start()
+        self._streams[name] = stream
         stream.samples.append((_monotonic(), journal.last_seq))
         log.info("%s: stream %s open (sequences %d..%d)", self.name, name.decode(), journal.first_seq,
                  journal.last_seq)
@@ -668,13 +640,16 @@ class Broker(Actor):
             self._send(identity, p.DETACH_FRAME)
             return
         stream = peer.stream
-        if stream.fresh and peer.published > stream.delivered_seq and not self._flush(stream):
+
+        def written(_):
+            self._send(identity, p.PING_OK_FRAME)
+
+        def failed(exc):
             # No PING-OK: what it published is not written.  The reason starts with "PING:" so that a
             # client waiting for the PING-OK knows this INVALID is the answer (the write is retried).
-            self._invalid(identity, "PING: stream %s cannot write its journal: %s"
-                          % (stream.name.decode(), stream.journal.error))
-            return
-        self._send(identity, p.PING_OK_FRAME)
+            self._invalid(identity, "PING: stream %s cannot write its journal: %s" % (stream.name.decode(), exc))
+
+        stream.commit.when_written(written, peer.published, failed)
 
     def _allowed(self, peer, action):
         if self.permissions is None:

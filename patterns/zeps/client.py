@@ -25,8 +25,8 @@ high-water mark, and its reads (flush, heartbeats) are serialised by a lock.
 :class:`Subscriber` is an actor owning its socket: it answers heartbeats and
 replenishes credit by itself; messages wait in a local queue bounded by the
 credit window (``window`` bytes) until the application takes them, by
-iterating, with :meth:`Subscriber.get`, or through a ``callback`` run in the
-subscriber's own greenlet.  Neither is safe across OS threads.
+iterating, with :meth:`Subscriber.get` (:meth:`Subscriber.get_many` for a
+batch), or through a ``callback`` run in the subscriber's own greenlet.  Neither is safe across OS threads.
 """
 import logging
 import struct
@@ -41,9 +41,9 @@ from gevent.lock import Semaphore
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import curve_client
 from zactors.actors.sockets import POLLIN, Socket, context
-from zactors.actors.speedups import events as _events, send_message
+from zactors.actors.speedups import events as _events, recv_singles, send_message
 
-from . import protocol as p
+from . import deliver as _deliver, protocol as p
 
 __all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "query"]
 
@@ -53,11 +53,12 @@ _monotonic = time.monotonic
 
 _PUBLISH_HEAD = struct.Struct(">2sBB").pack
 _u32 = struct.Struct(">I").pack
-_unpack_u32 = struct.Struct(">I").unpack_from
-_unpack_u64 = struct.Struct(">Q").unpack_from
 
+_BATCH = 256                 # DELIVERs taken from the socket per C call
 Message = namedtuple("Message", "seq key body")
 Message.__doc__ = "One delivered message: its stream sequence, routing key and body (bytes)."
+_deliver.bind(Message)
+_parse = _deliver.parse      # DELIVER frames to Messages, a batch per call
 
 
 class ZepsError(Exception):
@@ -323,13 +324,35 @@ class Subscriber(Actor):
                     raise self._error
                 return None
         message = queue.popleft()
-        cost = 16 + len(message[1]) + len(message[2])  # its DELIVER frame size: what it cost in credit
+        self._taken(16 + len(message[1]) + len(message[2]))  # its DELIVER frame size: what it cost in credit
+        return message
+
+    def get_many(self, max_count=1024, timeout=None):
+        """Up to ``max_count`` messages at once, in order: waits like :meth:`get` for the
+        first, then takes what else is queued; [] after ``timeout`` or once closed."""
+        first = self.get(timeout)
+        if first is None:
+            return []
+        out = [first]
+        queue = self._queue
+        n = min(len(queue), max_count - 1)
+        if n > 0:
+            popleft, append = queue.popleft, out.append
+            cost = 0
+            for _ in range(n):
+                message = popleft()
+                append(message)
+                cost += 16 + len(message[1]) + len(message[2])
+            self._taken(cost)
+        return out
+
+    def _taken(self, cost):
+        """The application took messages costing ``cost`` bytes of credit: give it back in quarters."""
         self._queued_bytes -= cost
         consumed = self._consumed = self._consumed + cost
         if consumed >= self._quarter and not self._credit_posted:
             self._credit_posted = True
             self.post(self._give_credit)
-        return message
 
     @property
     def pending(self):
@@ -404,27 +427,49 @@ class Subscriber(Actor):
             self._sock.send(p.credit(amount))
 
     def _on_frames(self, frames):
+        """The reactor's handler: this message, then what else is waiting, in batches (one C call each)."""
         self._heard = _monotonic()
-        frame = frames[0]
-        size = len(frame)
-        if size >= 16 and frame[2] == 7 and frame[0] == 0xAA and frame[1] == 0xA5:  # DELIVER, inline
-            end = 12 + frame[11]
-            if size >= end + 4 and _unpack_u32(frame, end)[0] == size - end - 4:
-                seq = _unpack_u64(frame, 3)[0]
-                last = self.last_seq
-                if last is not None and seq <= last:
-                    self._stats["duplicates"] += 1
-                    return
-                self.last_seq = seq
-                item = Message(seq, frame[12:end], frame[end + 4:])
+        sock = self._sock
+        self._receive(frames[:1])
+        while self._sock is sock and sock is not None:
+            try:
+                batch, _ = recv_singles(sock, sock.handle, _BATCH)
+            except zmq.ZMQError:
+                return
+            if batch:
+                self._receive(batch)
+            if len(batch) < _BATCH:
+                return
+
+    def _receive(self, frames):
+        """DELIVERs (a batch per C call: the hot path) and the broker's other commands, in order."""
+        sock = self._sock
+        i, n = 0, len(frames)
+        while i < n:
+            last = self.last_seq
+            messages, last, size, i, duplicates = _parse(frames, i, -1 if last is None else last)
+            if duplicates:
+                self._stats["duplicates"] += duplicates
+            if messages:
                 if self.callback is None:
-                    self._queue.append(item)
+                    self.last_seq = last
+                    self._queue.extend(messages)
                     self._queued_bytes += size
                     if self._waiting:
                         self._ready.set()
                 else:
-                    self._callback(item, size)
-                return
+                    for item in messages:
+                        self.last_seq = item[0]
+                        self._callback(item, 16 + len(item[1]) + len(item[2]))
+                        if self._sock is not sock:
+                            return
+            if i < n:  # not a DELIVER
+                self._command(frames[i])
+                i += 1
+                if self._sock is not sock:  # the peering was replaced: the rest came on the old one
+                    return
+
+    def _command(self, frame):
         try:
             message = p.decode(frame)
         except p.ProtocolError as exc:
@@ -432,7 +477,7 @@ class Subscriber(Actor):
             log.debug("%s: invalid frame from the broker dropped: %s", self.name, exc)
             return
         kind = type(message)
-        # (every valid DELIVER took the inline path above)
+        # (every valid DELIVER took the inline path in _receive)
         if kind is p.Ping:
             self._sock.send(p.PING_OK_FRAME)
         elif kind is p.PingOk:

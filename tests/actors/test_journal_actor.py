@@ -4,6 +4,7 @@ import pytest
 from tests.conftest import wait_for
 from zactors.actors import Actor, CommandError, command
 from zactors.actors.group_commit import GroupCommit
+from tests.actors.test_journal_enospc import small_disk  # noqa: F401,F811  (fixture: a 256 KiB tmpfs)
 from zactors.actors.journal import Journal
 from zactors.actors.journal_actor import JournalActor
 
@@ -102,6 +103,15 @@ class Owner(Actor):
     def flush(self, reply, durable):
         (self.commit.when_synced if durable else self.commit.when_written)(reply)
 
+    @command(deferred=True)
+    def burst_and_wait(self, reply, n, upto=None, tell_failure=True):
+        """Append ``n``, then answer once written up to ``upto`` (default: all), or failed."""
+        for i in range(n):
+            self.journal.append(b"k", b"x" * 100)
+        self.commit.kick()
+        self.commit.when_written(lambda seq: reply(["written", seq]), upto,
+                                 (lambda exc: reply(["failed", str(exc)])) if tell_failure else None)
+
     @command(reply=True)
     def state(self):
         return [self.journal.written_seq, self.journal.synced_seq, len(self.written), len(self.synced),
@@ -121,3 +131,19 @@ def test_group_commit_batches_and_keeps_the_loop_running(tmp_path, actors, fsync
     assert 1 <= syncs <= writes, "fsyncs are grouped"
     before = owner.call("STATE")[4]
     wait_for(lambda: owner.call("STATE")[4] > before + 5, timeout=10, what="timers to keep firing")
+
+
+def test_when_written_waits_for_a_given_sequence(tmp_path, actors):
+    owner = actors(Owner, str(tmp_path), "never")
+    assert owner.call("BURST_AND_WAIT", 10, 4) == ["written", 10]  # one write covers all ten
+    assert owner.call("BURST_AND_WAIT", 0, 3) == ["written", 10]  # written already: answered at once
+
+
+def test_a_waiter_with_on_error_hears_of_a_failed_write(small_disk, actors):  # noqa: F811
+    (small_disk / "filler").write_bytes(b"\0" * (160 << 10))
+    owner = actors(Owner, str(small_disk / "j"), "never")
+    kind, reason = owner.call("BURST_AND_WAIT", 1200, timeout=20)   # ~160 KiB: more than is left
+    assert kind == "failed" and "ENOSPC" in reason
+    (small_disk / "filler").unlink()
+    # a waiter without on_error waits for the retried write (every retry=1 s)
+    assert owner.call("BURST_AND_WAIT", 0, None, False, timeout=20) == ["written", 1200]

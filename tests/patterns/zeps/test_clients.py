@@ -289,3 +289,25 @@ def test_flush_waits_for_its_own_ping_not_an_earlier_heartbeat(broker):
         assert broker.call("INFO")["streams"]["s"]["written_seq"] == 30000
     finally:
         pub.close()
+
+
+def test_get_many_takes_batches_in_order_and_gives_the_credit_back(broker):
+    n = 5000
+    with Publisher(broker.endpoint, "batches") as pub:
+        for i in range(n):
+            pub.publish(b"k", b"%d" % i)
+        pub.flush()
+    # a window of ~40 messages: everything arrives only if get_many returns the credit it frees
+    sub = Subscriber(broker.endpoint, "batches", window=40 * 20)
+    try:
+        got = []
+        while len(got) < n:
+            batch = sub.get_many(16, timeout=30)
+            assert batch, "stalled at %d/%d" % (len(got), n)
+            assert len(batch) <= 16
+            got.extend(batch)
+        assert [m.seq for m in got] == list(range(1, n + 1))
+        assert [m.body for m in got] == [b"%d" % i for i in range(n)]
+        assert sub.get_many(16, timeout=0.05) == []
+    finally:
+        sub.destroy()
