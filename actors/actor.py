@@ -70,7 +70,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections import Counter as _Counter
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 import gevent
@@ -327,7 +327,7 @@ class Actor(metaclass=_ActorType):
         for name, value in options.items():
             setattr(sock, name, value)
         self._sockets.append(sock)
-        return sock
+        return sock  # type: ignore[return-value]  # socket_class=Socket
 
     def close_socket(self, sock: Socket, linger: float = 0) -> None:
         """Stop reading and close one of this actor's sockets now.
@@ -371,7 +371,7 @@ class Actor(metaclass=_ActorType):
         """Run ``handler(*args)`` every ``interval`` seconds; returns a Timer."""
         return self._reactor.call_every(interval, handler, *args)
 
-    def start_task(self, work: Generator[Any, Any, Any],
+    def start_task(self, work: Iterator[Any],
                    on_done: Callable[[Task], object] | None = None) -> Task:
         """Run the generator ``work`` as a cooperative task in this actor's loop.
 
