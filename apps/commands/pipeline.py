@@ -12,6 +12,7 @@ from zactors.actors.auth import Authenticator, curve_client, curve_server, gener
 from zactors.actors.monitor import HandshakeFailed
 from zactors.apps import exitstatus, options
 from zactors.apps.pipeline import Sink, Ventilator, Worker
+from zactors.patterns.scatter import native_available
 from zactors.apps.stopping import Interrupted, wait_until_stopped
 
 __all__ = ["register", "demo", "SquareWorker", "ORDER"]
@@ -58,6 +59,7 @@ def register(subparsers):
     d.add_argument("--encrypt", action="store_true",
                    help="encrypt and authenticate every link with CURVE, with fresh keys")
     _worker_options(d)
+    _wire_option(d)
     d.set_defaults(func=run_demo)
 
     v = sub.add_parser("ventilate", help="send tasks to the workers that connect",
@@ -71,6 +73,7 @@ def register(subparsers):
     v.add_argument("--wait", type=options.positive_float, default=60.0,
                    help="seconds to wait for them (default %(default)s)")
     options.curve_options(v, "server")
+    _wire_option(v)
     v.set_defaults(func=run_ventilate)
 
     w = sub.add_parser("work", help="process tasks until interrupted (Ctrl-C)",
@@ -83,6 +86,7 @@ def register(subparsers):
                    help="the sink's endpoint, where results go (default %(default)s)")
     options.curve_options(w, "client")
     _worker_options(w)
+    _wire_option(w)
     w.set_defaults(func=run_work)
 
     s = sub.add_parser("sink", help="collect results and report who did what",
@@ -95,6 +99,7 @@ def register(subparsers):
     s.add_argument("--timeout", type=options.positive_float, default=60.0,
                    help="give up after this many seconds without a result (default %(default)s)")
     options.curve_options(s, "server")
+    _wire_option(s)
     s.set_defaults(func=run_sink)
 
 
@@ -106,6 +111,21 @@ def _serve_securely(args):
     keys = args.curve
     authenticator = Authenticator(curve=args.curve_clients or "*")
     return (lambda sock: curve_server(sock, keys)), authenticator
+
+
+def _wire_option(parser):
+    parser.add_argument("--native", action="store_true",
+                        help="speak libzmq's draft SCATTER/GATHER on the wire instead of PUSH/PULL (needs pyzmq "
+                             "built with the draft API; every role of one pipeline must agree)")
+
+
+def _native(args):
+    """The wire the user chose; a native wire this pyzmq lacks is a usage error."""
+    native = getattr(args, "native", False)
+    if native and not native_available():
+        raise options.UsageError("--native needs pyzmq and libzmq built with the draft API "
+                                 "(zmq.has('draft') is False here); leave --native out to speak PUSH/PULL")
+    return native
 
 
 def _worker_options(parser):
@@ -124,7 +144,7 @@ def _make_worker(args, tasks, results, name=None):
         server_public, keys = curve
         secure = lambda sock: curve_client(sock, keys, server_public)  # noqa: E731
     return SquareWorker(tasks, results, concurrency=args.concurrency, threads=args.threads,
-                        work_ms=args.work_ms, name=name, secure=secure)
+                        work_ms=args.work_ms, name=name, secure=secure, native=_native(args))
 
 
 class _Tally:
@@ -172,15 +192,16 @@ def pipeline(out, tasks, workers, args=None, progress=False):
         authenticator = Authenticator(curve="*")
         server_secure = lambda sock: curve_server(sock, server)  # noqa: E731
         worker_secure = lambda sock: curve_client(sock, client, server.public)  # noqa: E731
-    sink = Sink(secure=server_secure)
-    ventilator = Ventilator(secure=server_secure)
+    native = _native(args) if args is not None else False
+    sink = Sink(secure=server_secure, native=native)
+    ventilator = Ventilator(secure=server_secure, native=native)
     crew = []
     try:
         for i in range(workers):
             crew.append(SquareWorker(ventilator.endpoint, sink.endpoint, name="worker-%d" % (i + 1),
                                      concurrency=getattr(args, "concurrency", 1),
                                      threads=getattr(args, "threads", 0),
-                                     work_ms=getattr(args, "work_ms", 0), secure=worker_secure))
+                                     work_ms=getattr(args, "work_ms", 0), secure=worker_secure, native=native))
         if not ventilator.wait_for_workers(workers, timeout=30):
             raise RuntimeError("only %d of %d workers connected to the ventilator" % (ventilator.workers, workers))
         out("ventilator %s -> %d workers -> sink %s: %d tasks%s" % (
@@ -221,7 +242,7 @@ def run_ventilate(args):
     secure, authenticator = _serve_securely(args)
     sent = 0
     try:
-        ventilator = _bound(lambda: Ventilator(args.bind, secure=secure), args.bind)
+        ventilator = _bound(lambda: Ventilator(args.bind, secure=secure, native=_native(args)), args.bind)
         try:
             print("ventilator on %s, waiting for %d worker(s)..." % (ventilator.endpoint, args.workers), flush=True)
             if not ventilator.wait_for_workers(args.workers, timeout=args.wait):
@@ -279,7 +300,7 @@ def run_sink(args):
     secure, authenticator = _serve_securely(args)
     tally = _Tally()
     try:
-        sink = _bound(lambda: Sink(args.bind, secure=secure), args.bind)
+        sink = _bound(lambda: Sink(args.bind, secure=secure, native=_native(args)), args.bind)
         try:
             print("sink on %s, waiting for %d results..." % (sink.endpoint, args.tasks), flush=True)
             _collect(sink, args.tasks, args.timeout, args.tasks >= PROGRESS_FROM, tally)

@@ -1,6 +1,7 @@
 """The scatter-gather task pipeline: in one process, and as three CLI processes."""
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -15,7 +16,7 @@ from zactors.actors.auth import create_keypair
 from zactors.actors.sockets import context
 from zactors.apps.commands.pipeline import SquareWorker, pipeline
 from zactors.apps.pipeline import Sink, Ventilator, Worker, decode_result, decode_task, encode_result, encode_task
-from zactors.patterns.scatter import Scatter
+from zactors.patterns.scatter import Scatter, native_available
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -251,3 +252,25 @@ def test_sink_throughput_is_timed_from_the_first_result():
     lines = []
     assert _report(lines.append, tally, 3)
     assert lines[-1] == "  3 of 3 results in 0.50s (4 tasks/s, first to last result)"
+
+
+def _cli(*argv):
+    return subprocess.run([sys.executable, "-m", "zactors.apps.cli", "-q", "pipeline", *argv],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(native_available(), reason="this pyzmq has the draft API: --native works here")
+@pytest.mark.parametrize("role", ["demo", "ventilate", "work", "sink"])
+def test_native_without_drafts_is_a_one_line_usage_error(role):
+    done = _cli(role, "--native")
+    assert done.returncode == 2, done
+    assert "--native needs pyzmq and libzmq built with the draft API" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(not native_available(), reason="native SCATTER/GATHER needs pyzmq built with the draft API "
+                                                   "(run .ci/draft)")
+def test_demo_runs_on_the_native_wire():
+    done = _cli("demo", "--native", "--tasks", "500", "--workers", "2")
+    assert done.returncode == 0, done.stderr
+    assert "500 of 500 results" in done.stdout
