@@ -146,6 +146,7 @@ def latency(spark, endpoint, seconds, rate):
             pub.flush()
             gevent.sleep(3)
     finally:
+        pool.apply(spark.sparkContext.setLogLevel, "OFF")     # stopping interrupts a micro-batch: noise
         pool.apply(query.stop)
         sub.destroy()
         shutil.rmtree(tmp, ignore_errors=True)

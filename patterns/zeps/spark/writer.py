@@ -17,9 +17,9 @@ records in a commit log stream on the same broker
 
 A micro-batch that Spark replays after a crash is skipped when the log says
 ``done``; after an ``intent`` alone (the crash hit mid-publish) the writer
-counts how many of its rows already follow sequence S in the stream, in
-order, and publishes only the rest.  So every row lands once, whatever
-moment the query died at.  (The count matches rows by key and body: another
+finds which of its rows already follow sequence S in the stream (as a
+multiset: the replay may order rows differently) and publishes only the
+rest.  So every row lands once, whatever moment the query died at.  (Rows are matched by key and body: another
 publisher writing identical records into the same stream at the same moment
 could be taken for ours; give the query its own output stream.)  Each
 micro-batch travels through the driver, so this sink suits streams of
@@ -157,7 +157,6 @@ class StreamWriter(DataSourceStreamArrowWriter):
         return _Rows(sink.getvalue().to_pybytes(), rows)
 
     def commit(self, messages, batchId):
-        from zactors.patterns.zeps.client import Subscriber
         from .reader import broker_info
 
         opts = self.opts
@@ -176,10 +175,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
                         keys.extend(batch.column(0).to_pylist())
                         bodies.extend(batch.column(1).to_pylist())
             if last is not None and last["batch"] == batchId:          # intent without done: resume
-                done = self._published_prefix(last["start"], keys, bodies, Subscriber, broker_info)
+                before = len(keys)
+                keys, bodies = self._not_yet_published(last["start"], keys, bodies)
                 log.warning("zeps: micro-batch %d was cut short after %d of %d rows; publishing the rest",
-                            batchId, done, len(keys))
-                keys, bodies = keys[done:], bodies[done:]
+                            batchId, before - len(keys), before)
             else:
                 start = broker_info(opts)["streams"][self.stream]["last_seq"]
                 _publish(marks, [b"intent"], [json.dumps({"batch": batchId, "state": "intent", "start": start,
@@ -211,26 +210,43 @@ class StreamWriter(DataSourceStreamArrowWriter):
             raise ZepsSparkError("commit log %r holds a record that is not JSON at sequence %d"
                                  % (self.log_stream, message[0])) from None
 
-    def _published_prefix(self, start, keys, bodies, Subscriber, broker_info):
-        """How many of (keys, bodies), in order, already follow sequence ``start`` in the stream."""
+    def _not_yet_published(self, start, keys, bodies):
+        """The rows of (keys, bodies) not found after sequence ``start`` in the stream.
+
+        Matched as a multiset (each stream record accounts for one row at most), so the
+        replay may order its rows differently from the attempt that was cut short."""
+        from collections import Counter
+
+        from zactors.patterns.zeps.client import Subscriber
+        from .reader import broker_info
+
         end = broker_info(self.opts)["streams"][self.stream]["last_seq"]
         if end <= start or not keys:
-            return 0
+            return keys, bodies
+        wanted = Counter(zip(keys, bodies))
+        found = Counter()
         sub = Subscriber(self.opts.broker, self.stream, from_seq=start + 1, timeout=self.opts.timeout)
-        matched = 0
         try:
             seq = start
-            while seq < end and matched < len(keys):
+            while seq < end:
                 message = sub.get(self.opts.timeout)
                 if message is None:
                     raise ZepsSparkError("the broker at %s stopped delivering %r at sequence %d"
                                          % (self.opts.broker, self.stream, seq + 1))
                 seq = message[0]
-                if message[1] == keys[matched] and message[2] == bodies[matched]:
-                    matched += 1
+                row = (message[1], message[2])
+                if found[row] < wanted[row]:
+                    found[row] += 1
         finally:
             sub.destroy()
-        return matched
+        out_keys, out_bodies = [], []
+        for row in zip(keys, bodies):
+            if found[row]:
+                found[row] -= 1
+            else:
+                out_keys.append(row[0])
+                out_bodies.append(row[1])
+        return out_keys, out_bodies
 
     def abort(self, messages, batchId):
         log.warning("zeps: micro-batch %d aborted; nothing of it was published", batchId)

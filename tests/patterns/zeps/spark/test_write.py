@@ -80,12 +80,13 @@ def test_stream_commit_resumes_a_batch_cut_short(broker_process):
     publish(broker.endpoint, "out", [(b"other", b"noise")])                 # another publisher
     publish(broker.endpoint, commit_log_stream("out", "default"),
             [(b"intent", json.dumps({"batch": 1, "state": "intent", "start": 11, "count": 10}).encode())])
-    publish(broker.endpoint, "out", rows[:4])                               # the crash hit here
+    publish(broker.endpoint, "out", [rows[5], rows[2], rows[7]])           # the crash hit here (another order)
     writer.commit(messages, 1)                                              # Spark replays batch 1
     writer.commit(messages, 1)                                              # and once more: skipped
     writer.commit(messages, 0)                                              # an old batch: skipped
     got = [(k, b) for _s, k, b in _stream(broker.endpoint, "out")]
-    assert got == rows + [(b"other", b"noise")] + rows
+    assert got == rows + [(b"other", b"noise")] + [rows[5], rows[2], rows[7]] + \
+        [r for i, r in enumerate(rows) if i not in (2, 5, 7)]
 
 
 def test_stream_write_exactly_once_across_sigkill(broker_process, tmp_path, processes):
