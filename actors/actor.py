@@ -65,9 +65,13 @@ An exception raised by a command handler is sent back to the caller as
 or timer handler is a bug: the actor dies, emits ``$DIED``, and every call
 on it then raises :class:`ActorDied`.
 """
+from __future__ import annotations
+
 import logging
 import traceback
 from collections import Counter as _Counter
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 import gevent
 import zmq
@@ -81,7 +85,15 @@ from .speedups import recv_message
 from .pipe import (DIED, ERROR, EVENTS_BYTES, EVENTS_SIZE, EXIT, FAILED, READY, REPLY, RESERVED, TERM, PipeEnd,
                    decode, encode, pipe_pair)
 
+if TYPE_CHECKING:
+    from .events import Subscription
+    from .pipe import Event
+    from .reactor import Timer
+    from .task import Task
+
 __all__ = ["Actor", "command"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +107,12 @@ _SEND, _WAIT, _STOP = "send", "wait", "stop"
 MAX_EMIT_NESTING = 8
 
 
-def command(verb=None, *, reply=False, deferred=False):
+@overload
+def command(verb: _F, *, reply: bool = ..., deferred: bool = ...) -> _F: ...
+@overload
+def command(verb: str | None = None, *, reply: bool = False, deferred: bool = False) -> Callable[[_F], _F]: ...
+def command(verb: str | Callable[..., Any] | None = None, *, reply: bool = False,
+            deferred: bool = False) -> Any:
     """Mark a method as the handler of a pipe command.
 
     ``verb`` defaults to the method name in upper case.  ``reply=True`` sends
@@ -106,11 +123,12 @@ def command(verb=None, *, reply=False, deferred=False):
     if callable(verb):  # bare @command
         return command()(verb)
 
-    def mark(func):
+    def mark(func: _F) -> _F:
         name = (verb or func.__name__).upper()
         if not name.replace("_", "").replace("$", "").isalnum():
             raise ValueError("command verb must be alphanumeric: %r" % name)
-        func._zactors_command = (name, _DEFERRED if deferred else _REPLY if reply else _NO_REPLY)
+        func._zactors_command = (  # type: ignore[attr-defined]
+            name, _DEFERRED if deferred else _REPLY if reply else _NO_REPLY)
         return func
 
     return mark
@@ -121,23 +139,23 @@ class Reply:
 
     __slots__ = ("_actor", "_request_id")
 
-    def __init__(self, actor, request_id):
+    def __init__(self, actor: Actor | None, request_id: int) -> None:
         self._actor = actor
         self._request_id = request_id
 
     @property
-    def wanted(self):
+    def wanted(self) -> bool:
         """False when the caller used ``send`` and expects nothing."""
         return self._request_id != 0 and self._actor is not None
 
-    def __call__(self, value=None):
+    def __call__(self, value: Any = None) -> None:
         if self.wanted:
-            self._actor._to_parent(REPLY, self._request_id, (value,))
+            self._actor._to_parent(REPLY, self._request_id, (value,))  # type: ignore[union-attr]
         self._actor = None
 
-    def error(self, exc):
+    def error(self, exc: BaseException) -> None:
         if self.wanted:
-            self._actor._to_parent(ERROR, self._request_id, _error_args(exc))
+            self._actor._to_parent(ERROR, self._request_id, _error_args(exc))  # type: ignore[union-attr]
         self._actor = None
 
 
@@ -209,11 +227,11 @@ class Actor(metaclass=_ActorType):
                 raise error
             raise ActorError("%s failed to start" % self.name)
 
-    def send(self, verb, *args):
+    def send(self, verb: str, *args: Any) -> None:
         """Send a command that wants no reply.  Safe from many greenlets."""
         self._pipe.send(verb, *args)
 
-    def call(self, verb, *args, timeout=None):
+    def call(self, verb: str, *args: Any, timeout: float | None = None) -> Any:
         """Send a command and return its reply.  Safe from many greenlets.
 
         Raises :class:`CommandError` if the actor rejected it,
@@ -222,11 +240,12 @@ class Actor(metaclass=_ActorType):
         """
         return self._pipe.call(verb, *args, timeout=timeout)
 
-    def recv_event(self, timeout=None):
+    def recv_event(self, timeout: float | None = None) -> Event | None:
         """The next event from the actor (``None`` on timeout)."""
         return self._pipe.recv_event(timeout)
 
-    def subscribe(self, size=None, policy=BLOCK, max_bytes=None):
+    def subscribe(self, size: int | None = None, policy: str = BLOCK,
+                  max_bytes: int | None = None) -> Subscription:
         """Another reader of this actor's events: a :class:`~zactors.actors.events.Subscription`.
 
         It gets every event that reaches the parent from now on, in order,
@@ -238,7 +257,7 @@ class Actor(metaclass=_ActorType):
         """
         return self._pipe.subscribe(size, policy, max_bytes)
 
-    def events(self, timeout=None):
+    def events(self, timeout: float | None = None) -> Iterator[Event]:
         """Iterate over events until the actor ends or ``timeout`` passes with none."""
         while True:
             try:
@@ -250,10 +269,10 @@ class Actor(metaclass=_ActorType):
             yield event
 
     @property
-    def alive(self):
+    def alive(self) -> bool:
         return self._greenlet is not None and not self._greenlet.dead
 
-    def destroy(self, timeout=None):
+    def destroy(self, timeout: float | None = None) -> None:
         """Stop the actor, wait for its exit, close its pipe.  Idempotent."""
         greenlet = getattr(self, "_greenlet", None)
         if greenlet is None:
@@ -275,29 +294,29 @@ class Actor(metaclass=_ActorType):
 
     close = destroy
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.destroy()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "alive" if self.alive else "stopped"
         return "<%s %s %s>" % (type(self).__name__, getattr(self, "name", "?"), state)
 
     # -- actor side: to override --------------------------------------------
-    def setup(self):
+    def setup(self) -> None:
         """Make sockets, readers and timers.  Runs in the actor greenlet."""
 
-    def teardown(self):
+    def teardown(self) -> None:
         """Last words before the sockets close.  Runs in the actor greenlet."""
 
-    def on_unknown(self, verb, args):
+    def on_unknown(self, verb: str, args: Sequence[Any]) -> None:
         """A command with no handler arrived (default: log and count)."""
         log.warning("%s: unknown command %r rejected", self.name, verb)
 
     # -- actor side: tools --------------------------------------------------
-    def socket(self, socket_type, **options):
+    def socket(self, socket_type: int, **options: Any) -> Socket:
         """A socket owned by this actor, closed with linger 0 when it ends.
 
         ``options`` are socket options by name, e.g. ``socket(zmq.ROUTER,
@@ -308,9 +327,9 @@ class Actor(metaclass=_ActorType):
         for name, value in options.items():
             setattr(sock, name, value)
         self._sockets.append(sock)
-        return sock
+        return sock  # type: ignore[return-value]  # socket_class=Socket
 
-    def close_socket(self, sock, linger=0):
+    def close_socket(self, sock: Socket, linger: float = 0) -> None:
         """Stop reading and close one of this actor's sockets now.
 
         ``linger`` (seconds) lets queued messages (a goodbye, say) leave first.
@@ -320,39 +339,40 @@ class Actor(metaclass=_ActorType):
             self._sockets.remove(sock)
         sock.close(int(linger * 1000))
 
-    def pause_commands(self):
+    def pause_commands(self) -> None:
         """Stop reading the pipe: the parent's calls queue up, then its senders block."""
         self._commands_paused = True
         self._reactor.remove_reader(self._child)
 
-    def resume_commands(self):
+    def resume_commands(self) -> None:
         """Read the pipe again (queued commands are handled at once)."""
         self._commands_paused = False
         self._reactor.add_reader(self._child, self._on_pipe)
 
-    def add_reader(self, sock, handler):
+    def add_reader(self, sock: Socket, handler: Callable[[list[Any]], object]) -> None:
         """Call ``handler(frames)`` for each message on ``sock``."""
         self._reactor.add_reader(sock, handler)
 
-    def remove_reader(self, sock):
+    def remove_reader(self, sock: Socket) -> None:
         self._reactor.remove_reader(sock)
 
-    def add_fd(self, fd, handler):
+    def add_fd(self, fd: int, handler: Callable[[], object]) -> None:
         """Call ``handler()`` when a plain file descriptor (a UDP socket, say) is readable."""
         self._reactor.add_fd(fd, handler)
 
-    def remove_fd(self, fd):
+    def remove_fd(self, fd: int) -> None:
         self._reactor.remove_fd(fd)
 
-    def call_later(self, delay, handler, *args):
+    def call_later(self, delay: float, handler: Callable[..., object], *args: Any) -> Timer:
         """Run ``handler(*args)`` once after ``delay`` seconds; returns a Timer."""
         return self._reactor.call_later(delay, handler, *args)
 
-    def call_every(self, interval, handler, *args):
+    def call_every(self, interval: float, handler: Callable[..., object], *args: Any) -> Timer:
         """Run ``handler(*args)`` every ``interval`` seconds; returns a Timer."""
         return self._reactor.call_every(interval, handler, *args)
 
-    def start_task(self, work, on_done=None):
+    def start_task(self, work: Iterator[Any],
+                   on_done: Callable[[Task], object] | None = None) -> Task:
         """Run the generator ``work`` as a cooperative task in this actor's loop.
 
         The loop advances it a bounded slice per round, after the sockets,
@@ -364,14 +384,15 @@ class Actor(metaclass=_ActorType):
         """
         return self._reactor.start_task(work, on_done)
 
-    def post(self, func, *args):
+    def post(self, func: Callable[..., object], *args: Any) -> None:
         """Run ``func(*args)`` in this actor's loop.  Safe from any thread; never blocks.
 
         An exception from ``func`` kills the actor, as in a handler.
         """
         self._reactor.post(func, *args)
 
-    def run_in_thread(self, func, *args, on_done=None):
+    def run_in_thread(self, func: Callable[..., Any], *args: Any,
+                      on_done: Callable[[Any, BaseException | None], object] | None = None) -> None:
         """Run a blocking call (a file write, ``fsync``, a cold read) on the hub's threadpool.
 
         ``on_done(result, error)`` runs back in this actor's loop.  Without
@@ -379,7 +400,7 @@ class Actor(metaclass=_ActorType):
         """
         self._reactor.run_in_thread(func, *args, on_done=on_done)
 
-    def emit(self, name, *args, drop=None):
+    def emit(self, name: str, *args: Any, drop: bool | None = None) -> bool:
         """Send the event ``name(*args)`` to the parent; False if it was dropped.
 
         Blocks (parks the actor's greenlet) while the event window is full
@@ -409,7 +430,7 @@ class Actor(metaclass=_ActorType):
             self._wait_for_room(pipe)
         return True
 
-    def watch(self, child, on_event):
+    def watch(self, child: Actor, on_event: Callable[[Event], object]) -> None:
         """Drive a child actor's pipe from this actor's loop.
 
         ``on_event(event)`` then runs in this actor's greenlet, and
@@ -417,8 +438,9 @@ class Actor(metaclass=_ActorType):
         """
         child._pipe.attach(self._reactor, on_event)
 
-    def stop(self):
-        """End this actor from inside (the parent sees ``$EXIT``)."""
+    def stop(self) -> None:
+        """End this actor from inside
+ (the parent sees ``$EXIT``)."""
         if self._emit_mode is _WAIT:
             self._emit_mode = _STOP
         self._reactor.stop()

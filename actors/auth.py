@@ -33,10 +33,13 @@ The handle is an actor handle: safe from many greenlets of the thread that
 created it, not across OS threads.  ZAP requests come from libzmq's own I/O
 threads, so every socket of the context is served.
 """
+from __future__ import annotations
+
 import hmac
 import logging
 import os
-from collections import namedtuple
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, TypeVar
 
 import zmq
 import zmq.auth
@@ -53,10 +56,15 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_S = TypeVar("_S", bound=zmq.Socket)
+
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 
-Keypair = namedtuple("Keypair", "public secret")
-Keypair.__doc__ = "A CURVE keypair: ``public`` and ``secret`` z85 bytes (``secret`` may be None)."
+class Keypair(NamedTuple):
+    """A CURVE keypair: ``public`` and ``secret`` z85 bytes (``secret`` may be None)."""
+
+    public: bytes
+    secret: bytes | None
 
 
 def _require_curve():
@@ -64,13 +72,13 @@ def _require_curve():
         raise RuntimeError("this libzmq was built without CURVE support")
 
 
-def generate_keypair():
+def generate_keypair() -> Keypair:
     """A fresh :class:`Keypair` (in memory)."""
     _require_curve()
     return Keypair(*zmq.curve_keypair())
 
 
-def create_keypair(directory, name):
+def create_keypair(directory: str | os.PathLike[str], name: str) -> tuple[str, str]:
     """Write ``name.key`` (public) and ``name.key_secret`` (both keys, mode 0600).
 
     Creates ``directory`` if needed; refuses to overwrite existing files
@@ -91,12 +99,12 @@ def create_keypair(directory, name):
     return public_path, secret_path
 
 
-def load_keypair(path):
+def load_keypair(path: str | os.PathLike[str]) -> Keypair:
     """The :class:`Keypair` in a certificate file (``secret`` is None for a ``.key``)."""
     return Keypair(*zmq.auth.load_certificate(path))
 
 
-def load_public_key(path):
+def load_public_key(path: str | os.PathLike[str]) -> bytes:
     """The public key (z85 bytes) of a certificate file."""
     return load_keypair(path).public
 
@@ -110,7 +118,7 @@ def _secret_of(keys):
     return secret
 
 
-def curve_server(sock, keys, domain=None):
+def curve_server(sock: _S, keys: Keypair | bytes | str, domain: str | None = None) -> _S:
     """Make ``sock`` a CURVE server with ``keys`` (a Keypair or the secret key).
 
     ``domain`` is the ZAP domain the authenticator sees (the authenticator's
@@ -126,7 +134,7 @@ def curve_server(sock, keys, domain=None):
     return sock
 
 
-def curve_client(sock, keys, server_public):
+def curve_client(sock: _S, keys: Keypair | bytes | str, server_public: bytes | str) -> _S:
     """Make ``sock`` a CURVE client with its ``keys`` talking to ``server_public``."""
     _require_curve()
     secret = _secret_of(keys)
@@ -138,7 +146,7 @@ def curve_client(sock, keys, server_public):
     return sock
 
 
-def plain_server(sock, domain=None):
+def plain_server(sock: _S, domain: str | None = None) -> _S:
     """Make ``sock`` a PLAIN server (clear-text passwords: loopback/trusted nets only)."""
     sock.setsockopt(zmq.PLAIN_SERVER, 1)
     if domain:
@@ -146,7 +154,7 @@ def plain_server(sock, domain=None):
     return sock
 
 
-def plain_client(sock, username, password):
+def plain_client(sock: _S, username: str, password: str) -> _S:
     """Make ``sock`` a PLAIN client."""
     sock.setsockopt(zmq.PLAIN_USERNAME, username.encode())
     sock.setsockopt(zmq.PLAIN_PASSWORD, password.encode())
@@ -186,10 +194,11 @@ class Authenticator(Actor):
     it later.
     """
 
-    def __init__(self, curve=None, allow=(), deny=(), passwords=None):
+    def __init__(self, curve: str | None = None, allow: Iterable[str] = (), deny: Iterable[str] = (),
+                 passwords: Mapping[str, str] | None = None) -> None:
         self._config = (curve, tuple(allow), tuple(deny), passwords)
 
-    def setup(self):
+    def setup(self) -> None:
         self.policy = _Policy(self.stats)
         self.zap = self.socket(zmq.REP)
         try:
@@ -211,7 +220,7 @@ class Authenticator(Actor):
             self.plain(passwords)
         self.add_reader(self.zap, self._on_zap)
 
-    def teardown(self):
+    def teardown(self) -> None:
         # Closing releases the inproc name only later, in the reaper; unbind
         # now so that a new authenticator can start at once.
         try:
@@ -244,26 +253,27 @@ class Authenticator(Actor):
 
     # -- commands -------------------------------------------------------------
     @command(reply=True)
-    def allow(self, *addresses):
+    def allow(self, *addresses: str) -> None:
         self.policy.allow(*addresses)
 
     @command(reply=True)
-    def deny(self, *addresses):
+    def deny(self, *addresses: str) -> None:
         self.policy.deny(*addresses)
 
     @command(reply=True)
-    def curve(self, directory):
+    def curve(self, directory: str) -> int:
         if not os.path.isdir(directory):
             raise ValueError("no such directory of public keys: %s" % directory)
         self.policy.configure_curve("*", directory)
         return len(self.policy.certs.get("*", ()))
 
     @command(reply=True)
-    def curve_any(self):
+    def curve_any(self) -> None:
         self.policy.configure_curve("*", zmq.auth.CURVE_ALLOW_ANY)
 
     @command(reply=True)
-    def plain(self, passwords):
+    def plain(self, passwords: Mapping[str, str]) -> None:
+
         if not isinstance(passwords, dict):
             raise TypeError("PLAIN takes a map of user -> password")
         self.policy.passwords = {"*": {str(k): str(v) for k, v in passwords.items()}}

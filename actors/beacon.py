@@ -27,14 +27,21 @@ host's addresses).  A failing send (network down, unreachable) is counted
 in ``stats["send_errors"]``, logged (first time, then every 100th) and tried
 again at the next interval: the actor lives on.
 """
+from __future__ import annotations
+
 import ipaddress
 import logging
 import socket as _stdsocket
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from gevent import socket
 
 from .actor import Actor, command
+
+if TYPE_CHECKING:
+    from .reactor import Timer
 
 __all__ = ["Beacon", "BeaconError", "choose_interface", "MAX_PAYLOAD",
            "PUBLISH", "SILENCE", "SUBSCRIBE", "UNSUBSCRIBE", "INFO", "BEACON"]
@@ -79,7 +86,9 @@ def _ipv4_interfaces():
     return found
 
 
-def choose_interface(spec=None, interfaces=None):
+def choose_interface(spec: str | None = None,
+                     interfaces: Sequence[tuple[str, str, str | None, bool, bool]] | None = None,
+                     ) -> tuple[str, str, str]:
     """``(name, address, broadcast)`` of the interface to beacon on.
 
     ``spec`` is an interface name or one of its IPv4 addresses; None picks
@@ -113,7 +122,8 @@ class Beacon(Actor):
     #: that reads slowly loses some, counted, rather than holding the actor back
     events_policy = "drop"
 
-    def __init__(self, port=5670, interface=None, interval=1.0, name=None):
+    def __init__(self, port: int = 5670, interface: str | None = None, interval: float = 1.0,
+                 name: str | None = None) -> None:
         if not 0 < port < 65536:
             raise ValueError("beacon port must be 1..65535, got %r" % (port,))
         if interval <= 0:
@@ -122,16 +132,17 @@ class Beacon(Actor):
         self.interface = interface
         self.interval = interval
         self.name = name or "Beacon"
-        self.address = self.broadcast = None
-        self._udp = None
-        self._payload = None
-        self._timer = None
-        self._prefix = None
+        self.address: str | None = None
+        self.broadcast: str | None = None
+        self._udp: Any = None
+        self._payload: bytes | None = None
+        self._timer: Timer | None = None
+        self._prefix: bytes | None = None
         self._errors_logged = 0
-        self._own = ()
+        self._own: Collection[str] = ()
 
     # -- actor side ---------------------------------------------------------
-    def setup(self):
+    def setup(self) -> None:
         interfaces = _ipv4_interfaces()
         self.interface, self.address, self.broadcast = choose_interface(self.interface, interfaces)
         self._own = {address for _, address, _, _, _ in interfaces}
@@ -150,7 +161,7 @@ class Beacon(Actor):
         self.add_fd(udp.fileno(), self._drain)
         log.debug("%s: %s %s, broadcast %s:%d", self.name, self.interface, self.address, self.broadcast, self.port)
 
-    def teardown(self):
+    def teardown(self) -> None:
         if self._udp is not None:
             self.remove_fd(self._udp.fileno())
             self._udp.close()
@@ -202,7 +213,7 @@ class Beacon(Actor):
 
     # -- commands -----------------------------------------------------------
     @command(PUBLISH, reply=True)
-    def publish(self, payload, interval=None):
+    def publish(self, payload: bytes, interval: float | None = None) -> bool:
         if not isinstance(payload, bytes) or not 0 < len(payload) <= MAX_PAYLOAD:
             raise ValueError("beacon payload must be 1..%d bytes" % MAX_PAYLOAD)
         if interval is not None:
@@ -216,21 +227,22 @@ class Beacon(Actor):
         return self._send()
 
     @command(SILENCE)
-    def silence(self):
+    def silence(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
     @command(SUBSCRIBE)
-    def listen_for(self, prefix=b""):
+    def listen_for(self, prefix: bytes = b"") -> None:
         self._prefix = bytes(prefix)
 
     @command(UNSUBSCRIBE)
-    def stop_listening(self):
+    def stop_listening(self) -> None:
         self._prefix = None
 
     @command(INFO, reply=True)
-    def info(self):
+    def info(self) -> dict[str, Any]:
+
         return {"interface": self.interface, "address": self.address,
                 "broadcast": self.broadcast, "port": self.port}
 

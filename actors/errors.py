@@ -25,7 +25,7 @@ class CommandError(ActorError):
     ``kind`` names the exception type raised inside the actor.
     """
 
-    def __init__(self, kind="Error", message=""):
+    def __init__(self, kind: str = "Error", message: str = "") -> None:
         super().__init__("%s: %s" % (kind, message))
         self.kind = kind
         self.message = message

@@ -25,9 +25,17 @@ A subscription belongs to the thread of its actor's parent; it may be read
 from several greenlets of that thread (each event goes to one of them), and
 is not safe across OS threads.  ``recv`` parks only the calling greenlet.
 """
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Self
+
 from gevent.queue import Empty, Queue
 
 from .errors import ActorError
+
+if TYPE_CHECKING:
+    from .pipe import Event, PipeEnd
 
 __all__ = ["Subscription", "BLOCK", "DROP", "POLICIES", "low_mark"]
 
@@ -38,7 +46,7 @@ POLICIES = (BLOCK, DROP)
 _CLOSED = object()  # the last item of a closed subscription's queue
 
 
-def low_mark(limit):
+def low_mark(limit: int) -> int:
     """Where a parked actor is woken again: a quarter of the window free (at least one)."""
     return limit - max(1, limit >> 2)
 
@@ -55,7 +63,7 @@ class Subscription:
     __slots__ = ("_pipe", "_queue", "_end", "_bytes", "_low_size", "_low_bytes", "size", "max_bytes", "policy",
                  "dropped", "received")
 
-    def __init__(self, pipe, size, policy, max_bytes):
+    def __init__(self, pipe: PipeEnd, size: int, policy: str, max_bytes: int) -> None:
         if policy not in POLICIES:
             raise ValueError("event policy must be one of %s, not %r" % (", ".join(POLICIES), policy))
         for what, value in (("size", size), ("max_bytes", max_bytes)):
@@ -65,7 +73,7 @@ class Subscription:
         # (event, bytes) items, bounded by the pipe's window (block) or by _put (drop)
         self._queue = Queue()
         self._bytes = 0  # the encoded size of what is queued
-        self._end = None  # the ActorError recv raises once the queue is empty for good
+        self._end: ActorError | None = None  # the ActorError recv raises once the queue is empty for good
         #: events this queue holds at most (a blocking one may briefly hold one more per nested emit)
         self.size = size
         #: bytes (encoded on the pipe) this queue holds at most; one event larger than that still passes alone
@@ -80,15 +88,15 @@ class Subscription:
         self.received = 0
 
     @property
-    def pending(self):
+    def pending(self) -> int:
         """Events waiting in this queue."""
         return self._queue.qsize()
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._end is not None
 
-    def recv(self, timeout=None):
+    def recv(self, timeout: float | None = None) -> Event | None:
         """The next :class:`~zactors.actors.Event`; ``None`` after ``timeout`` seconds.
 
         Parks the calling greenlet.  After the actor is gone its
@@ -105,7 +113,7 @@ class Subscription:
             return None
         if item is _CLOSED:  # wakes every waiter once closed
             queue.put_nowait(_CLOSED)
-            raise self._end
+            raise self._end  # type: ignore[misc]  # set before _CLOSED is queued
         event, nbytes = item
         self._bytes -= nbytes
         self.received += 1
@@ -113,16 +121,16 @@ class Subscription:
             self._pipe.consumed()
         return event
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Event]:
         """Events until the actor ends (its ``$EXIT``/``$DIED`` is the last) or the subscription closes."""
         while True:
             try:
                 event = self.recv()
             except ActorError:
                 return
-            yield event
+            yield event  # type: ignore[misc]  # recv without a timeout never returns None
 
-    def close(self):
+    def close(self) -> None:
         """Stop receiving; what is queued is discarded and the actor is no longer held back.  Idempotent."""
         if self._end is not None:
             return
@@ -131,13 +139,14 @@ class Subscription:
         self._pipe.unsubscribe(self)
         self._shut(ActorError("subscription closed"))
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
+
         return "<Subscription %s size=%d pending=%d dropped=%d%s>" % (
             self.policy, self.size, self.pending, self.dropped, " closed" if self.closed else "")
 

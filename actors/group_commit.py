@@ -24,10 +24,18 @@ seconds (the journal refuses appends meanwhile); a failed fsync is final.
 
 Everything here runs in the actor's greenlet; nothing is thread-safe.
 """
+from __future__ import annotations
+
 import logging
 from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from .journal import JournalError
+from .journal import Journal, JournalError
+
+if TYPE_CHECKING:
+    from .actor import Actor
+    from .reactor import Timer
 
 __all__ = ["GroupCommit", "FSYNC_POLICIES"]
 
@@ -52,8 +60,10 @@ class GroupCommit:
                  "_write_timer", "_sync_timer", "_syncing", "_sync_again", "_wait_written", "_wait_synced",
                  "_stopped", "_failing")
 
-    def __init__(self, actor, journal, *, fsync="interval", interval=0.1, retry=1.0,
-                 on_written=None, on_synced=None, on_error=None):
+    def __init__(self, actor: Actor, journal: Journal, *, fsync: str = "interval", interval: float = 0.1,
+                 retry: float = 1.0, on_written: Callable[[int], object] | None = None,
+                 on_synced: Callable[[int], object] | None = None,
+                 on_error: Callable[[JournalError], object] | None = None) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError("fsync must be one of %s, not %r" % (", ".join(FSYNC_POLICIES), fsync))
         if fsync == "interval" and not interval > 0:
@@ -66,32 +76,33 @@ class GroupCommit:
         self.on_written = on_written
         self.on_synced = on_synced
         self.on_error = on_error
-        self._write_timer = None
-        self._sync_timer = None
+        self._write_timer: Timer | None = None
+        self._sync_timer: Timer | None = None
         self._syncing = False
         self._sync_again = False
-        self._wait_written = deque()    # (seq, callback, on_error), seq non-decreasing
-        self._wait_synced = deque()
+        self._wait_written: deque[tuple[int, Callable[[int], object], Any]] = deque()    # (seq, callback, on_error), seq non-decreasing
+        self._wait_synced: deque[tuple[int, Callable[[int], object], Any]] = deque()
         self._stopped = False
         self._failing = False           # a write failed and is being retried
 
-    def start(self):
+    def start(self) -> None:
         if self.fsync == "interval":
             self._sync_timer = self.actor.call_every(self.interval, self._sync)
 
-    def kick(self):
+    def kick(self) -> None:
         """Records were appended: write them at the start of the next round."""
         if self._write_timer is None and not self._stopped:
             self._write_timer = self.actor.call_later(0, self._write)
 
-    def when_written(self, callback, seq=None, on_error=None):
+    def when_written(self, callback: Callable[[int], object], seq: int | None = None,
+                     on_error: Callable[[JournalError], object] | None = None) -> None:
         """``callback(written_seq)`` once every record up to ``seq`` (default:
         all appended so far) is written; runs now if they are.  With
         ``on_error``, a failed write calls ``on_error(exc)`` instead and the
         wait ends; without, the wait lasts until a retried write succeeds."""
         self._wait(self._wait_written, self.journal.written_seq, callback, seq, on_error)
 
-    def when_synced(self, callback, seq=None):
+    def when_synced(self, callback: Callable[[int], object], seq: int | None = None) -> None:
         """``callback(synced_seq)`` once every record up to ``seq`` (default:
         all appended so far) is fsynced."""
         self._wait(self._wait_synced, self.journal.synced_seq, callback, seq, None)
@@ -172,7 +183,8 @@ class GroupCommit:
         while queue and queue[0][0] <= seq:
             queue.popleft()[1](seq)
 
-    def stop(self, sync=True):
+    def stop(self, sync: bool = True) -> None:
+
         """Cancel the timers; write (and fsync, blocking) what is left.  For teardown."""
         self._stopped = True
         for timer in (self._write_timer, self._sync_timer):

@@ -7,15 +7,24 @@ is late only looks at the oldest ones.
 
 :class:`Heartbeat` wraps it as an actor for standalone use.
 """
+from __future__ import annotations
+
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .actor import Actor, command
 
+if TYPE_CHECKING:
+    from .reactor import Timer
+
 __all__ = ["Liveness", "Heartbeat"]
 
+P = TypeVar("P", bound=Hashable)
 
-class Liveness:
+
+class Liveness(Generic[P]):
     """Last-seen times of many peers, with evasive and expired deadlines.
 
     A peer silent for ``evasive`` seconds is reported evasive once (time to
@@ -25,15 +34,15 @@ class Liveness:
 
     __slots__ = ("evasive", "expired", "_seen", "_clock")
 
-    def __init__(self, evasive, expired, clock=time.monotonic):
+    def __init__(self, evasive: float, expired: float, clock: Callable[[], float] = time.monotonic) -> None:
         if not 0 < evasive <= expired:
             raise ValueError("need 0 < evasive <= expired, got %r and %r" % (evasive, expired))
         self.evasive = evasive
         self.expired = expired
-        self._seen = OrderedDict()  # peer -> [last seen, reported evasive]
+        self._seen: OrderedDict[P, list[Any]] = OrderedDict()  # peer -> [last seen, reported evasive]
         self._clock = clock
 
-    def touch(self, peer, now=None):
+    def touch(self, peer: P, now: float | None = None) -> None:
         """``peer`` was heard from (adds it if new)."""
         entry = self._seen.get(peer)
         when = self._clock() if now is None else now
@@ -44,24 +53,24 @@ class Liveness:
             entry[1] = False
             self._seen.move_to_end(peer)
 
-    def forget(self, peer):
+    def forget(self, peer: P) -> bool:
         """Stop tracking ``peer``; True if it was tracked."""
         return self._seen.pop(peer, None) is not None
 
-    def last_seen(self, peer):
+    def last_seen(self, peer: P) -> float | None:
         entry = self._seen.get(peer)
         return None if entry is None else entry[0]
 
-    def __contains__(self, peer):
+    def __contains__(self, peer: object) -> bool:
         return peer in self._seen
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._seen)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[P]:
         return iter(self._seen)
 
-    def next_deadline(self):
+    def next_deadline(self) -> float | None:
         """Monotonic time at which :meth:`check` next has news (None: no peers)."""
         best = None
         for seen, reported in self._seen.values():
@@ -72,10 +81,11 @@ class Liveness:
                 break  # every later peer was seen later still
         return best
 
-    def check(self, now=None):
+    def check(self, now: float | None = None) -> tuple[list[P], list[P]]:
         """``(evasive, expired)`` peer lists as of ``now``; expired peers are forgotten."""
         now = self._clock() if now is None else now
-        evasive, expired = [], []
+        evasive: list[P] = []
+        expired: list[P] = []
         evasive_before = now - self.evasive
         expired_before = now - self.expired
         for peer, entry in self._seen.items():
@@ -100,9 +110,9 @@ class Heartbeat(Actor):
     Events: ``EVASIVE peer``, ``EXPIRED peer``.
     """
 
-    def __init__(self, evasive, expired):
-        self.liveness = Liveness(evasive, expired)
-        self._timer = None
+    def __init__(self, evasive: float, expired: float) -> None:
+        self.liveness: Liveness[Any] = Liveness(evasive, expired)
+        self._timer: Timer | None = None
 
     def _rearm(self):
         if self._timer is not None:
@@ -122,16 +132,17 @@ class Heartbeat(Actor):
         self._rearm()
 
     @command
-    def touch(self, peer):
+    def touch(self, peer: Any) -> None:
         first = len(self.liveness) == 0
         self.liveness.touch(peer)
         if first or self._timer is None:
             self._rearm()
 
     @command
-    def forget(self, peer):
+    def forget(self, peer: Any) -> None:
         self.liveness.forget(peer)
 
     @command(reply=True)
-    def peers(self):
+    def peers(self) -> list[Any]:
+
         return list(self.liveness)

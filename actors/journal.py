@@ -92,6 +92,8 @@ age is first rolled over to an empty one, so age retention empties an idle
 journal (the sequence goes on from the empty segment's name).  A read before the first retained sequence raises
 :class:`SequenceGone` carrying ``first_seq``.
 """
+from __future__ import annotations
+
 import bisect
 import errno as _errno
 import fcntl
@@ -100,8 +102,9 @@ import os
 import struct
 import threading
 import time
-from collections import namedtuple
+from collections.abc import Iterator
 from operator import attrgetter
+from typing import Any, NamedTuple, Self
 
 from . import journal_codec as _codec
 from .journal_codec import crc as _crc
@@ -114,8 +117,16 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Record = namedtuple("Record", "seq timestamp key body")
-Record.__doc__ = "One journal record: seq (int >= 1), timestamp (float seconds), key and body (bytes)."
+class Record(NamedTuple):
+    """One journal record: seq (int >= 1), timestamp (float seconds), key and body (bytes)."""
+
+    seq: int
+    timestamp: float
+    key: bytes
+    body: bytes
+
+
+_Bytes = bytes | bytearray | memoryview
 _codec.bind(Record)
 
 FORMAT_VERSION = 1
@@ -158,7 +169,7 @@ class JournalError(Exception):
     ``errno`` is the OS error number when an OS error caused it, else None.
     """
 
-    def __init__(self, message, errno=None):
+    def __init__(self, message: str, errno: int | None = None) -> None:
         super().__init__(message)
         self.errno = errno
 
@@ -172,15 +183,15 @@ class SequenceGone(JournalError):
     """The sequence asked for was removed by retention; ``first_seq`` is the
     first one still available."""
 
-    def __init__(self, first_seq):
+    def __init__(self, first_seq: int) -> None:
         super().__init__("sequence removed by retention; first available is %d" % first_seq)
         self.first_seq = first_seq
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[SequenceGone], tuple[int]]:
         return (SequenceGone, (self.first_seq,))
 
 
-def segment_name(base_seq):
+def segment_name(base_seq: int) -> str:
     """The file name of the segment whose first sequence is ``base_seq``."""
     return "%020d%s" % (base_seq, SEGMENT_SUFFIX)
 
@@ -467,8 +478,9 @@ class Journal:
                  "_written_seq", "_synced_seq", "_wfd", "_wseg", "_cache", "_cache_bytes", "_error",
                  "_fatal", "_refuse", "_index_at", "_evict_at", "_stats", "closed")
 
-    def __init__(self, directory, *, segment_bytes=64 << 20, retain_bytes=None, retain_seconds=None,
-                 tail_cache_bytes=32 << 20, buffer_bytes=256 << 20):
+    def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = 64 << 20,
+                 retain_bytes: int | None = None, retain_seconds: float | None = None,
+                 tail_cache_bytes: int = 32 << 20, buffer_bytes: int = 256 << 20) -> None:
         if segment_bytes < HEADER_SIZE + RECORD_OVERHEAD:
             raise ValueError("segment_bytes too small: %r" % segment_bytes)
         self.directory = os.fspath(directory)
@@ -480,12 +492,12 @@ class Journal:
         self._lock = threading.Lock()       # appends vs the buffer swap and segment list changes
         self._io_lock = threading.Lock()    # the write descriptor: write(), roll, the sync snapshot
         self._sync_lock = threading.Lock()  # one fsync at a time
-        self._stats = dict(truncated_bytes=0, crc_errors=0, written_bytes=0, writes=0,
+        self._stats: dict[str, Any] = dict(truncated_bytes=0, crc_errors=0, written_bytes=0, writes=0,
                            syncs=0, segments_removed=0, write_errors=0)
-        self._error = None
-        self._fatal = None
-        self._refuse = None
-        self._wfd = None
+        self._error: JournalError | None = None
+        self._fatal: JournalError | None = None
+        self._refuse: JournalError | None = None
+        self._wfd: Any = None
         self._lockfd = None
         self.closed = True
         try:
@@ -614,38 +626,38 @@ class Journal:
     # -- sequences ------------------------------------------------------
 
     @property
-    def first_seq(self):
+    def first_seq(self) -> int:
         """First retained sequence (``last_seq + 1`` when the journal is empty)."""
         return self._first_seq
 
     @property
-    def last_seq(self):
+    def last_seq(self) -> int:
         """Last appended sequence (0 for a new journal)."""
         return self._next_seq - 1
 
     @property
-    def written_seq(self):
+    def written_seq(self) -> int:
         """Last sequence handed to the OS: survives a kill -9 of the process."""
         return self._written_seq
 
     @property
-    def synced_seq(self):
+    def synced_seq(self) -> int:
         """Last sequence fsynced: survives a power loss."""
         return self._synced_seq
 
     @property
-    def error(self):
+    def error(self) -> JournalError | None:
         """The error that makes the journal refuse appends, or None."""
         return self._fatal or self._error
 
     @property
-    def broken(self):
+    def broken(self) -> bool:
         """True after an error only reopening clears (a failed fsync or truncate)."""
         return self._fatal is not None
 
     # -- writing --------------------------------------------------------
 
-    def append(self, key, body, timestamp=None):
+    def append(self, key: _Bytes, body: _Bytes, timestamp: float | None = None) -> int:
         """Buffer a record and return its sequence.  O(1), no I/O.
 
         ``timestamp`` defaults to ``time.time()``; one lower than the previous
@@ -655,7 +667,7 @@ class Journal:
         """
         return self.append_record(key, body, timestamp)[0]
 
-    def append_record(self, key, body, timestamp=None):
+    def append_record(self, key: _Bytes, body: _Bytes, timestamp: float | None = None) -> Record:
         """:meth:`append`, returning the :class:`Record` (the one the tail cache holds)."""
         if type(key) is not bytes:
             key = _check_bytes(key, "key")
@@ -754,7 +766,7 @@ class Journal:
         if self._cache_bytes > self.tail_cache_bytes:
             self._evict_at = 1 << 62        # the rest is unwritten: wait for write()
 
-    def write(self):
+    def write(self) -> int:
         """Hand the buffered records to the OS; return ``written_seq``.
 
         Fast (a write per segment touched; a segment roll also fsyncs the
@@ -788,7 +800,7 @@ class Journal:
                             view = view[os.write(self._wfd, view):]
                 except OSError as exc:
                     self._write_failed(exc, pending[i:])
-                    raise self._error from None
+                    raise self._error from None  # type: ignore[misc]  # set by _write_failed
                 seg.end += len(data)
                 self._written_seq = last_seq
                 self._stats["written_bytes"] += len(data)
@@ -851,7 +863,7 @@ class Journal:
             except OSError:
                 pass
 
-    def sync(self):
+    def sync(self) -> int:
         """fsync what was written; return ``synced_seq``.  Blocks ~1 ms: run it in a thread."""
         with self._sync_lock:
             with self._io_lock:
@@ -869,7 +881,7 @@ class Journal:
             except OSError as exc:
                 self._set_error(self._error, fatal=_oserror("fsync", path, exc))
                 log.error("%s: the journal refuses appends until reopened", self._fatal)
-                raise self._fatal from None
+                raise self._fatal from None  # type: ignore[misc]  # set by _set_error
             finally:
                 os.close(fd)
             self._stats["syncs"] += 1
@@ -880,7 +892,7 @@ class Journal:
 
     # -- retention ------------------------------------------------------
 
-    def apply_retention(self, now=None):
+    def apply_retention(self, now: float | None = None) -> int:
         """Remove whole sealed segments past ``retain_bytes`` / ``retain_seconds``.
 
         Never removes the segment being written.  Returns the number of
@@ -956,7 +968,7 @@ class Journal:
 
     # -- reading --------------------------------------------------------
 
-    def read(self, from_seq, max_records=1024, max_bytes=1 << 20):
+    def read(self, from_seq: int, max_records: int = 1024, max_bytes: int | None = 1 << 20) -> list[Record]:
         """Records from ``from_seq`` on, at most ``max_records`` and about
         ``max_bytes`` of key + body (always at least one record when one exists).
 
@@ -1020,7 +1032,7 @@ class Journal:
             out.extend(self.read(to_seq + 1, max_records - len(out), budget and max(budget, 1)))
         return out
 
-    def seq_at_time(self, timestamp):
+    def seq_at_time(self, timestamp: float) -> int:
         """First sequence whose record's timestamp is >= ``timestamp``
         (``last_seq + 1`` if none; ``first_seq`` if all are)."""
         with self._lock:
@@ -1036,7 +1048,7 @@ class Journal:
 
     # -- the rest -------------------------------------------------------
 
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         """A snapshot of the journal's state and counters (a new dict).
 
         ``segments``, ``disk_bytes``, ``first_seq``/``last_seq``/``written_seq``/
@@ -1060,7 +1072,7 @@ class Journal:
                 error=None if self.error is None else str(self.error))
         return out
 
-    def close(self, sync=True):
+    def close(self, sync: bool = True) -> None:
         """Write (and by default fsync) what is buffered, then release the directory.
 
         Records that cannot be written are lost (an error is logged)."""
@@ -1080,13 +1092,13 @@ class Journal:
                 self._release()
                 self._cache = []
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<Journal %s seq %d..%d written %d synced %d>" % (
             self.directory, self._first_seq, self._next_seq - 1, self._written_seq, self._synced_seq)
 
@@ -1119,15 +1131,15 @@ class JournalReader:
     notices new segments and retention as it reads.
     """
 
-    def __init__(self, directory):
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = os.fspath(directory)
         if not os.path.isdir(self.directory):
             raise JournalError("no journal directory %s" % self.directory)
-        self._segments = {}
-        self._order = []
+        self._segments: dict[int, Any] = {}
+        self._order: list[int] = []
         self.refresh()
 
-    def refresh(self):
+    def refresh(self) -> None:
         """Re-list the segment files (new segments, retention)."""
         found = _list_segments(self.directory)
         old = self._segments
@@ -1156,12 +1168,12 @@ class JournalReader:
         return seg
 
     @property
-    def first_seq(self):
+    def first_seq(self) -> int:
         self.refresh()
         return self._order[0]
 
     @property
-    def last_seq(self):
+    def last_seq(self) -> int:
         self.refresh()
         for i in range(len(self._order) - 1, -1, -1):
             try:
@@ -1178,7 +1190,7 @@ class JournalReader:
             raise SequenceGone(self._order[0])
         return i
 
-    def read(self, from_seq, max_records=1024, max_bytes=1 << 20):
+    def read(self, from_seq: int, max_records: int = 1024, max_bytes: int | None = 1 << 20) -> list[Record]:
         """Like :meth:`Journal.read`, for written records."""
         if from_seq < 1:
             raise ValueError("journal sequences start at 1, got %r" % (from_seq,))
@@ -1217,7 +1229,8 @@ class JournalReader:
             raise JournalError("journal %s: sequence %d missing from its segment" % (self.directory, from_seq))
         return out
 
-    def records(self, from_seq=None, to_seq=None, since=None, until=None):
+    def records(self, from_seq: int | None = None, to_seq: int | None = None, since: float | None = None,
+                until: float | None = None) -> Iterator[Record]:
         """Iterate records from ``from_seq`` (or the first at or after time
         ``since``) to ``to_seq`` / time ``until`` inclusive, or to the last
         record written when the iteration reaches it."""
@@ -1235,7 +1248,7 @@ class JournalReader:
                 yield rec
             seq = batch[-1].seq + 1
 
-    def seq_at_time(self, timestamp):
+    def seq_at_time(self, timestamp: float) -> int:  # type: ignore[return]  # the 2nd attempt returns or raises
         """First sequence with timestamp >= ``timestamp`` (see :meth:`Journal.seq_at_time`)."""
         for attempt in (0, 1):
             self.refresh()
@@ -1247,7 +1260,7 @@ class JournalReader:
                 if attempt:
                     raise JournalError("journal %s: segments keep vanishing" % self.directory) from None
 
-    def segments(self):
+    def segments(self) -> list[tuple[int, str, float, float, int]]:
         """[(base_seq, path, first_timestamp, last_timestamp, size)] of the
         non-empty segments, oldest first (for partitioning, e.g. in Spark)."""
         self.refresh()
@@ -1261,7 +1274,8 @@ class JournalReader:
                 out.append((seg.base, seg.path, seg.first_ts, seg.last_ts, seg.end))
         return out
 
-    def read_segment(self, path, from_seq=None, to_seq=None):
+    def read_segment(self, path: str, from_seq: int | None = None, to_seq: int | None = None) -> Iterator[Record]:
+
         """Iterate the records of one segment file (a path from :meth:`segments`)."""
         name = os.path.basename(path)
         if not (name.endswith(SEGMENT_SUFFIX) and len(name) == 24 and name[:20].isascii() and name[:20].isdigit()):
@@ -1281,20 +1295,20 @@ class JournalReader:
         seq = base if from_seq is None else max(from_seq, base)
         end = seg.last_seq if to_seq is None else min(to_seq, seg.last_seq)
         while seq <= end:
-            out = []
+            out: list[Record] = []
             seg.read(seq, end, out, 4096, None)
             if not out:
                 return
             yield from out
             seq = out[-1].seq + 1
 
-    def close(self):
+    def close(self) -> None:
         for seg in self._segments.values():
             seg.close()
         self._segments = {}
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -29,11 +29,14 @@ clients never count.
 A :class:`Monitor` belongs to the greenlet (and thread) that created it,
 like the kernel's sockets.
 """
+from __future__ import annotations
+
 import errno
 import struct
 import time
 import uuid
-from collections import namedtuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import zmq
 
@@ -41,8 +44,12 @@ from .sockets import POLLIN, Socket, context
 
 __all__ = ["Monitor", "MonitorEvent", "HandshakeFailed", "Peers", "describe", "describe_accepted", "probe", "HANDSHAKE_FAILED", "HANDSHAKE"]
 
-MonitorEvent = namedtuple("MonitorEvent", "event value endpoint")
-MonitorEvent.__doc__ = "One monitor event: ``event`` (a ``zmq.EVENT_*`` int), ``value`` (int), ``endpoint`` (str)."
+class MonitorEvent(NamedTuple):
+    """One monitor event: ``event`` (a ``zmq.EVENT_*`` int), ``value`` (int), ``endpoint`` (str)."""
+
+    event: int
+    value: int
+    endpoint: str
 
 _EVENT = struct.Struct("=HI")
 
@@ -60,12 +67,12 @@ _ZAP_CODES = {300: "asks to try later (ZAP 300)", 400: "refused our key (ZAP 400
 class HandshakeFailed(ConnectionRefusedError):
     """The peer ended the ZeroMQ handshake: ``str()`` says why; ``event`` is the MonitorEvent."""
 
-    def __init__(self, message, event):
+    def __init__(self, message: str, event: MonitorEvent) -> None:
         super().__init__(message)
         self.event = event
 
 
-def describe(event, peer="the peer", curve=False):
+def describe(event: MonitorEvent, peer: str = "the peer", curve: bool = False) -> str | None:
     """Words for a failed-handshake ``event`` seen by a connecting socket.
 
     ``curve`` says whether this side uses CURVE (it changes what a silent
@@ -89,7 +96,7 @@ def describe(event, peer="the peer", curve=False):
     return None
 
 
-def describe_accepted(event):
+def describe_accepted(event: MonitorEvent) -> str | None:
     """Words for a failed-handshake ``event`` seen by a bound (server) socket; None if not a failure."""
     kind, value = event.event, event.value
     if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
@@ -114,17 +121,17 @@ class Monitor:
 
     __slots__ = ("sock", "pair", "_closed")
 
-    def __init__(self, sock, events=zmq.EVENT_ALL):
+    def __init__(self, sock: Any, events: int = zmq.EVENT_ALL) -> None:
         endpoint = "inproc://zactors-monitor-%s" % uuid.uuid4().hex
         self.sock = sock
-        self.pair = context().socket(zmq.PAIR, socket_class=Socket)
+        self.pair: Socket = context().socket(zmq.PAIR, socket_class=Socket)  # type: ignore[assignment]
         self.pair.linger = 0
         sock.monitor(endpoint, events)
         self.pair.connect(endpoint)
         self._closed = False
 
     @staticmethod
-    def decode(frames):
+    def decode(frames: Sequence[bytes]) -> MonitorEvent:
         """The :class:`MonitorEvent` of one monitor message.
 
         libzmq's v1 format: ``uint16 event, uint32 value`` (native order),
@@ -135,7 +142,7 @@ class Monitor:
         endpoint = frames[1] if len(frames) > 1 else b""
         return MonitorEvent(event, value, bytes(endpoint).decode(errors="replace"))
 
-    def events(self):
+    def events(self) -> list[MonitorEvent]:
         """Every event waiting now (never blocks)."""
         found = []
         while not self._closed:
@@ -145,13 +152,13 @@ class Monitor:
                 break
         return found
 
-    def recv(self, timeout=None):
+    def recv(self, timeout: float | None = None) -> MonitorEvent | None:
         """The next event; parks this greenlet up to ``timeout`` s; None at the deadline."""
         if self._closed or not self.pair.wait(POLLIN, timeout):
             return None
         return self.decode(self.pair.recv_frames())
 
-    def close(self):
+    def close(self) -> None:
         """Stop the monitor, then close the reader (in that order: see the module docstring)."""
         if self._closed:
             return
@@ -182,14 +189,14 @@ class Peers:
 
     __slots__ = ("count", "failed", "last_failure", "_pending", "_good")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.count = 0
         self.failed = 0
-        self.last_failure = None
-        self._pending = []      # fds accepted, no handshake outcome yet, oldest first
-        self._good = set()
+        self.last_failure: MonitorEvent | None = None
+        self._pending: list[int] = []  # fds accepted, no handshake outcome yet, oldest first
+        self._good: set[int] = set()
 
-    def feed(self, event):
+    def feed(self, event: MonitorEvent) -> int:
         """Take one :class:`MonitorEvent`; returns the peer count."""
         kind = event.event
         if kind == zmq.EVENT_ACCEPTED:
@@ -213,7 +220,9 @@ class Peers:
         return self.count
 
 
-def probe(endpoint, secure=None, timeout=2.0, peer="the peer"):
+def probe(endpoint: str, secure: Callable[[Socket], object] | None = None, timeout: float = 2.0,
+          peer: str = "the peer") -> bool:
+
     """Open a DEALER to ``endpoint`` and see how its handshake ends; for ROUTER-like servers.
 
     ``secure(sock)`` sets security options first (e.g. ``curve_client``).
@@ -223,7 +232,7 @@ def probe(endpoint, secure=None, timeout=2.0, peer="the peer"):
     that routes by peer sees a peer come and go and nothing else.
     Parks this greenlet up to ``timeout``.
     """
-    sock = context().socket(zmq.DEALER, socket_class=Socket)
+    sock: Socket = context().socket(zmq.DEALER, socket_class=Socket)  # type: ignore[assignment]
     sock.linger = 0
     watch = None
     try:
@@ -240,7 +249,7 @@ def probe(endpoint, secure=None, timeout=2.0, peer="the peer"):
                 return True
             failure = describe(event, peer, curve=secure is not None)
             if event.event != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL or secure is not None:
-                raise HandshakeFailed(failure, event)
+                raise HandshakeFailed(failure, event)  # type: ignore[arg-type]  # a failure: described
     finally:
         if watch is not None:
             watch.close()

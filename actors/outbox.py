@@ -54,13 +54,21 @@ blocked peers at once (call it when a POLLOUT you watch fires).
 Not thread-safe: an outbox belongs to one actor and is used from its
 greenlet only (its handlers, timers and tasks).  Nothing here blocks.
 """
+from __future__ import annotations
+
 import errno
 import logging
 from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
 from .speedups import send_message
+
+if TYPE_CHECKING:
+    from .actor import Actor
+    from .sockets import Socket
 
 __all__ = ["Outbox", "send_now", "EAGAIN"]
 
@@ -70,7 +78,7 @@ log = logging.getLogger(__name__)
 EAGAIN = errno.EAGAIN
 
 
-def send_now(sock, frames):
+def send_now(sock: Socket, frames: Sequence[bytes]) -> int | None:
     """Send one whole message without blocking: None, or the errno that refused it.
 
     The kernel's send path (C when built) never sends half a message: the
@@ -101,9 +109,13 @@ class Outbox:
                  "_transmit", "_queues", "_blocked", "_credit", "_cost", "_timer", "_delay",
                  "on_held", "on_drained", "on_overflow", "on_unroutable")
 
-    def __init__(self, actor, transmit, *, limit=10000, high=None, low=None, on_held=None, on_drained=None,
-                 on_overflow=None, on_unroutable=None, credit=False, cost=None,
-                 retry_min=0.001, retry_max=0.05):
+    def __init__(self, actor: Actor, transmit: Callable[[Any, Sequence[bytes]], int | None], *,
+                 limit: int = 10000, high: int | None = None, low: int | None = None,
+                 on_held: Callable[[Any], object] | None = None, on_drained: Callable[[Any], object] | None = None,
+                 on_overflow: Callable[[Any, Sequence[bytes]], object] | None = None,
+                 on_unroutable: Callable[[Any, Sequence[bytes]], object] | None = None,
+                 credit: bool = False, cost: Callable[[Sequence[bytes]], int] | None = None,
+                 retry_min: float = 0.001, retry_max: float = 0.05) -> None:
         if limit < 1:
             raise ValueError("an outbox must hold at least one message")
         high = limit if high is None else high
@@ -118,11 +130,11 @@ class Outbox:
         self.low = low
         self.retry_min = retry_min
         self.retry_max = retry_max
-        self.held = set()        # peers whose queue reached `high` and has not drained to `low`
+        self.held: set[Any] = set()        # peers whose queue reached `high` and has not drained to `low`
         self._transmit = transmit
-        self._queues = {}        # peer -> deque of frame lists; only while something waits
-        self._blocked = set()    # peers whose transport said EAGAIN: retried by the timer
-        self._credit = {} if credit else None   # peer -> balance (credit mode)
+        self._queues: dict[Any, deque[Sequence[bytes]]] = {}        # peer -> deque of frame lists; only while something waits
+        self._blocked: set[Any] = set()    # peers whose transport said EAGAIN: retried by the timer
+        self._credit: dict[Any, int] | None = {} if credit else None   # peer -> balance (credit mode)
         self._cost = cost or _size
         self._timer = None
         self._delay = retry_min
@@ -132,7 +144,7 @@ class Outbox:
         self.on_unroutable = on_unroutable or self._count_unroutable
 
     # -- sending ------------------------------------------------------------
-    def send(self, peer, frames):
+    def send(self, peer: Hashable, frames: Sequence[bytes]) -> bool:
         """Send ``frames`` to ``peer`` now, or queue them behind its earlier messages.
 
         True when sent or queued (it will go, in order, unless the peer goes
@@ -173,16 +185,16 @@ class Outbox:
             self._hold(peer)
         return True
 
-    def pending(self, peer):
+    def pending(self, peer: Hashable) -> int:
         """Messages waiting for ``peer``."""
         queue = self._queues.get(peer)
         return 0 if queue is None else len(queue)
 
-    def waiting(self):
+    def waiting(self) -> list[Any]:
         """Peers with messages waiting (a new list)."""
         return list(self._queues)
 
-    def drop(self, peer):
+    def drop(self, peer: Hashable) -> list[Sequence[bytes]]:
         """Forget ``peer`` (it left): its credit and queue; returns the unsent messages.
 
         A held peer is drained by this (``on_drained`` runs).
@@ -196,7 +208,7 @@ class Outbox:
         return [] if queue is None else list(queue)
 
     # -- credit -------------------------------------------------------------
-    def grant(self, peer, amount):
+    def grant(self, peer: Hashable, amount: int) -> None:
         """Add ``amount`` to ``peer``'s credit and send what it now allows (credit mode)."""
         credit = self._credit
         if credit is None:
@@ -206,13 +218,14 @@ class Outbox:
         if queue is not None and peer not in self._blocked:
             self._flush_one(peer, queue)
 
-    def credit_of(self, peer):
+    def credit_of(self, peer: Hashable) -> int | None:
         """``peer``'s credit balance (None when the outbox does not use credit)."""
         credit = self._credit
         return None if credit is None else credit.get(peer, 0)
 
     # -- flushing -----------------------------------------------------------
-    def flush(self):
+    def flush(self) -> bool:
+
         """Retry every blocked peer now; True if any message went out.
 
         The retry timer calls this; call it yourself when you know a peer

@@ -31,11 +31,14 @@ plain counter: the actor's ``emit`` adds to :attr:`PipeEnd.in_flight`, and
 :meth:`PipeEnd.full` says when one more event would overrun a blocking
 subscription; :meth:`PipeEnd.park` is where the actor then waits.
 """
+from __future__ import annotations
+
 import itertools
 import logging
 import time
 import uuid
-from collections import namedtuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gevent
 import msgpack
@@ -44,11 +47,14 @@ from gevent import getcurrent
 from gevent.event import AsyncResult, Event as GeventEvent
 from gevent.hub import Waiter
 
-from .errors import ActorDied, ActorExited, ActorTimeout, CommandError, PipeError
+from .errors import ActorDied, ActorError, ActorExited, ActorTimeout, CommandError, PipeError
 from .events import BLOCK, Subscription, low_mark
 from .reactor import DRAIN_CAP
 from .sockets import NOBLOCK, POLLIN, POLLOUT, Socket, context
 from .speedups import recv_message
+
+if TYPE_CHECKING:
+    from .reactor import Reactor
 
 __all__ = ["Event", "PipeEnd", "encode", "decode", "pack", "pipe_pair", "RESERVED", "EVENTS_SIZE", "EVENTS_BYTES"]
 
@@ -75,16 +81,19 @@ _packer = msgpack.Packer(use_bin_type=True)
 pack = _packer.pack
 
 
-Event = namedtuple("Event", "name args")
-Event.__doc__ = "An event from an actor: ``name`` (str) and ``args`` (tuple)."
+class Event(NamedTuple):
+    """An event from an actor: ``name`` (str) and ``args`` (tuple)."""
+
+    name: str
+    args: tuple[Any, ...]
 
 
-def encode(verb, request_id=0, args=()):
+def encode(verb: str, request_id: int = 0, args: Sequence[Any] = ()) -> bytes:
     """The one frame of a pipe message."""
     return pack([verb, request_id, *args])
 
 
-def decode(frame):
+def decode(frame: bytes) -> tuple[str, int, list[Any]]:
     """``(verb, request_id, args)`` of one frame; :class:`PipeError` if malformed."""
     try:
         message = msgpack.unpackb(frame, raw=False, strict_map_key=False)
@@ -96,7 +105,7 @@ def decode(frame):
     return message[0], message[1], message[2:]
 
 
-def pipe_pair(hwm=10000):
+def pipe_pair(hwm: int = 10000) -> tuple[Socket, Socket]:
     """Two connected PAIR sockets: ``(parent end, actor end)``."""
     ctx = context()
     endpoint = "inproc://zactors-pipe-%s" % uuid.uuid4().hex
@@ -108,7 +117,7 @@ def pipe_pair(hwm=10000):
         sock.linger = 0
     parent.bind(endpoint)
     child.connect(endpoint)
-    return parent, child
+    return parent, child  # type: ignore[return-value]  # socket_class=Socket
 
 
 class PipeEnd:
@@ -122,7 +131,7 @@ class PipeEnd:
     (:meth:`recv_event`) and those made by :meth:`subscribe`.
     """
 
-    def __init__(self, socket, name, size=EVENTS_SIZE, max_bytes=EVENTS_BYTES):
+    def __init__(self, socket: Socket, name: str, size: int = EVENTS_SIZE, max_bytes: int = EVENTS_BYTES) -> None:
         self._default = Subscription(self, size, BLOCK, max_bytes)  # checks size and max_bytes
         self.socket = socket
         self.name = name
@@ -135,14 +144,14 @@ class PipeEnd:
         self.in_flight = 0
         self.bytes_in_flight = 0
         self._ids = itertools.count(1)
-        self._pending = {}  # request id -> Waiter, or a [done, value, error] box when attached
+        self._pending: dict[int, Any] = {}  # request id -> Waiter, or a [done, value, error] box when attached
         self._subscriptions = [self._default]  # every open one, in order
         self._blocking = [self._default]  # those that hold the actor back
         self._parked = None  # the Waiter of an actor parked in park()
-        self._on_event = None
+        self._on_event: Callable[[Event], object] | None = None
         self._ready = AsyncResult()
-        self._end = None  # ActorExited / ActorDied once the actor is gone
-        self._reactor = None
+        self._end: ActorError | None = None  # ActorExited / ActorDied once the actor is gone
+        self._reactor: Reactor | None = None
         self._room = GeventEvent()
         self._room.set()
         self._hub = gevent.get_hub()
@@ -150,7 +159,7 @@ class PipeEnd:
         self._watcher.start(self._drain)
 
     # -- outgoing -----------------------------------------------------------
-    def send(self, verb, *args):
+    def send(self, verb: str, *args: Any) -> None:
         """Send a command that wants no reply."""
         self._check()
         self._send(encode(verb, 0, args))
@@ -175,7 +184,7 @@ class PipeEnd:
         if self._reactor is None and sock.events() & POLLIN:
             self._hub.loop.run_callback(self._drain)
 
-    def call(self, verb, *args, timeout=None):
+    def call(self, verb: str, *args: Any, timeout: float | None = None) -> Any:
         """Send a command and wait for its reply value (or raise its error)."""
         self._check()
         request_id = next(self._ids)
@@ -214,7 +223,7 @@ class PipeEnd:
             raise self._end
 
     # -- incoming -----------------------------------------------------------
-    def recv_event(self, timeout=None):
+    def recv_event(self, timeout: float | None = None) -> Event | None:
         """The next :class:`Event` of the default subscription; ``None`` on timeout.
 
         After the actor is gone its ``$EXIT``/``$DIED`` event is delivered,
@@ -222,7 +231,7 @@ class PipeEnd:
         """
         return self._default.recv(timeout)
 
-    def subscribe(self, size=None, policy=BLOCK, max_bytes=None):
+    def subscribe(self, size: int | None = None, policy: str = BLOCK, max_bytes: int | None = None) -> Subscription:
         """A new :class:`~zactors.actors.events.Subscription` to the events from now on.
 
         ``size`` and ``max_bytes`` default to the pipe's window.
@@ -237,7 +246,7 @@ class PipeEnd:
             self._blocking.append(sub)
         return sub
 
-    def unsubscribe(self, sub):
+    def unsubscribe(self, sub: Subscription) -> None:
         """Forget ``sub`` (``Subscription.close`` calls this); a parked actor may go on."""
         if sub in self._subscriptions:
             self._subscriptions.remove(sub)
@@ -246,17 +255,17 @@ class PipeEnd:
             self.consumed()
 
     @property
-    def backlog(self):
+    def backlog(self) -> int:
         """Events emitted and not yet read by the slowest blocking subscription."""
         return self.in_flight + max((sub._queue.qsize() for sub in self._blocking), default=0)
 
     @property
-    def backlog_bytes(self):
+    def backlog_bytes(self) -> int:
         """Bytes of :attr:`backlog` (the events' encoded size)."""
         return self.bytes_in_flight + max((sub._bytes for sub in self._blocking), default=0)
 
     # -- the event window (called by the actor, same thread) ------------------
-    def full(self):
+    def full(self) -> bool:
         """True while one more event would overrun the window of a blocking subscription."""
         n = self.in_flight
         b = self.bytes_in_flight
@@ -278,7 +287,7 @@ class PipeEnd:
                 return False
         return True
 
-    def park(self, fd=None):
+    def park(self, fd: int | None = None) -> bool:
         """Park the calling greenlet until the window has room again.
 
         Returns early, True, when ``fd`` (the actor's end of the pipe, whose
@@ -299,22 +308,22 @@ class PipeEnd:
             if watcher is not None:
                 watcher.close()
 
-    def consumed(self):
+    def consumed(self) -> None:
         """A blocking reader took an event: wake a parked actor below the low-water mark."""
         if self._parked is not None and (self._end is not None or self._low()):
             self.wake()
 
-    def wake(self):
+    def wake(self) -> None:
         """Wake an actor parked in :meth:`park` now, whatever the window says."""
         waiter = self._parked
         if waiter is not None:
             self._parked = None
             self._hub.loop.run_callback(waiter.switch, False)
 
-    def wait_ready(self, timeout):
+    def wait_ready(self, timeout: float | None) -> bool:
         return self._ready.get(timeout=timeout)
 
-    def attach(self, reactor, on_event):
+    def attach(self, reactor: Reactor, on_event: Callable[[Event], object]) -> None:
         """Let ``reactor`` read this pipe and call ``on_event(Event)``.
 
         Used when the parent is itself an actor; afterwards :meth:`call` must
@@ -367,7 +376,7 @@ class PipeEnd:
             self.dispatch(frames[0])
         return True
 
-    def dispatch(self, frame):
+    def dispatch(self, frame: bytes | list[bytes]) -> None:
         """Route one message from the actor to a waiting call or the events.
 
         Runs in the hub (or the attached reactor's greenlet): never blocks.
@@ -375,7 +384,7 @@ class PipeEnd:
         if type(frame) is list:  # from a reactor, which hands over whole messages
             frame = frame[0]
         try:
-            verb, request_id, args = decode(frame)
+            verb, request_id, args = decode(frame)  # type: ignore[arg-type]  # a list became its frame
         except PipeError as exc:
             log.error("%s: malformed message from actor dropped: %s", self.name, exc)
             return
@@ -442,8 +451,9 @@ class PipeEnd:
         for entry in pending.values():
             self._resolve(entry, None, self._end)
 
-    def close(self):
-        """Stop reading and close the socket (linger 0); pending calls fail."""
+    def close(self) -> None:
+        """Stop reading and close the socket
+ (linger 0); pending calls fail."""
         if self._reactor is not None:
             self._reactor.remove_reader(self.socket)
         else:

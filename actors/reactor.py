@@ -13,10 +13,14 @@ does, so a send that ate an edge loses no wake-up.
 Only :meth:`Reactor.post` is safe across OS threads: everything else belongs
 to the greenlet (and so the thread) that runs the reactor.
 """
+from __future__ import annotations
+
 import heapq
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import zmq
 from gevent import getcurrent
@@ -52,7 +56,8 @@ class Timer:
 
     __slots__ = ("deadline", "interval", "handler", "args", "cancelled", "_reactor")
 
-    def __init__(self, deadline, interval, handler, args, reactor):
+    def __init__(self, deadline: float, interval: float | None, handler: Callable[..., object],
+                 args: tuple[Any, ...], reactor: Reactor | None) -> None:
         self.deadline = deadline
         self.interval = interval
         self.handler = handler
@@ -60,7 +65,7 @@ class Timer:
         self.cancelled = False
         self._reactor = reactor  # None once it can no longer fire
 
-    def cancel(self):
+    def cancel(self) -> None:
         if not self.cancelled:
             self.cancelled = True
             reactor, self._reactor = self._reactor, None
@@ -99,18 +104,18 @@ class Reactor:
     exception propagates out of :meth:`run`.
     """
 
-    def __init__(self, drain_cap=DRAIN_CAP, task_slice=TASK_SLICE):
-        self._readers = []
-        self._fds = []
-        self._timers = []  # heap of (deadline, seq, Timer)
+    def __init__(self, drain_cap: int = DRAIN_CAP, task_slice: float = TASK_SLICE) -> None:
+        self._readers: list[_Reader] = []
+        self._fds: list[_FdReader] = []
+        self._timers: list[tuple[float, int, Timer]] = []  # heap of (deadline, seq, Timer)
         self._cancelled = 0  # cancelled timers still in the heap
         self._seq = 0  # arming order: breaks deadline ties, and tells this round's timers from the next
         self._waiter = None
         self._wake_queued = False
         self._running = False
         self._fresh = False
-        self._tasks = deque()  # running (not paused) tasks, in turn order
-        self._posted = deque()  # (func, args) from post(), any thread
+        self._tasks: deque[Task] = deque()  # running (not paused) tasks, in turn order
+        self._posted: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()  # (func, args) from post(), any thread
         # ref=False: a reactor waiting for posts alone must not keep the hub alive
         self._async = get_hub().loop.async_(ref=False)
         self._async.start(self._wake)
@@ -118,7 +123,7 @@ class Reactor:
         self.task_slice = task_slice
 
     # -- registration -------------------------------------------------------
-    def add_reader(self, socket, handler):
+    def add_reader(self, socket: Socket, handler: Callable[[list[Any]], object]) -> None:
         """Call ``handler(frames)`` for each message on ``socket``."""
         if not isinstance(socket, Socket):
             raise TypeError("reactor sockets must be zactors.actors.sockets.Socket, "
@@ -131,7 +136,7 @@ class Reactor:
         self._fresh = True
         self._wake()
 
-    def remove_reader(self, socket):
+    def remove_reader(self, socket: Socket) -> bool:
         for reader in self._readers:
             if reader.socket is socket:
                 reader.removed = True  # a handler may remove (and close) mid-drain
@@ -140,7 +145,7 @@ class Reactor:
                 return True
         return False
 
-    def add_fd(self, fd, handler):
+    def add_fd(self, fd: int, handler: Callable[[], object]) -> None:
         """Call ``handler()`` when the plain file descriptor ``fd`` is readable.
 
         For non-ZeroMQ sockets (UDP, pipes).  Level-triggered: whatever the
@@ -152,7 +157,7 @@ class Reactor:
         watcher.start(self._fd_ready, entry)
         self._fds.append(entry)
 
-    def remove_fd(self, fd):
+    def remove_fd(self, fd: int) -> bool:
         for entry in self._fds:
             if entry.fd == fd:
                 entry.watcher.close()
@@ -164,11 +169,11 @@ class Reactor:
         entry.ready = True
         self._wake()
 
-    def call_later(self, delay, handler, *args):
+    def call_later(self, delay: float, handler: Callable[..., object], *args: Any) -> Timer:
         """Run ``handler(*args)`` once after ``delay`` seconds."""
         return self._push(Timer(_monotonic() + delay, None, handler, args, self))
 
-    def call_every(self, interval, handler, *args):
+    def call_every(self, interval: float, handler: Callable[..., object], *args: Any) -> Timer:
         """Run ``handler(*args)`` every ``interval`` seconds (first after one interval)."""
         if interval <= 0:
             raise ValueError("interval must be positive")
@@ -192,7 +197,7 @@ class Reactor:
         return timer
 
     # -- tasks --------------------------------------------------------------
-    def start_task(self, work, on_done=None):
+    def start_task(self, work: Iterator[Any], on_done: Callable[[Task], object] | None = None) -> Task:
         """Advance the generator ``work`` a bounded slice per round; returns its :class:`Task`.
 
         Steps run after the round's sockets, descriptors and timers, round
@@ -264,7 +269,7 @@ class Reactor:
         task._ended()
 
     # -- background work ----------------------------------------------------
-    def post(self, func, *args):
+    def post(self, func: Callable[..., object], *args: Any) -> None:
         """Run ``func(*args)`` in this reactor's loop, in its next round.
 
         Safe from any OS thread and any greenlet: it never blocks, and wakes
@@ -280,7 +285,8 @@ class Reactor:
             except (AttributeError, ValueError):  # closed under us by the loop's thread
                 pass
 
-    def run_in_thread(self, func, *args, on_done=None):
+    def run_in_thread(self, func: Callable[..., Any], *args: Any,
+                      on_done: Callable[[Any, BaseException | None], object] | None = None) -> None:
         """Run the blocking ``func(*args)`` on the hub's threadpool.
 
         ``on_done(result, error)`` then runs in this loop (``error`` is the
@@ -311,7 +317,7 @@ class Reactor:
                 return
 
     # -- running ------------------------------------------------------------
-    def stop(self):
+    def stop(self) -> None:
         """Make :meth:`run` return after the current handler."""
         self._running = False
         self._wake()
@@ -333,7 +339,7 @@ class Reactor:
         self._wake_queued = False
         self._wake()
 
-    def run(self):
+    def run(self) -> None:
         """Serve sockets, timers, posts and tasks until :meth:`stop`.
 
         One round: read the clock once; drain each ready socket (``drain_cap``
@@ -465,7 +471,8 @@ class Reactor:
             if not self._running:
                 return
 
-    def close(self):
+    def close(self) -> None:
+
         """Release the io watchers and close unfinished tasks' generators (their
         ``finally`` runs; ``on_done`` does not).  Sockets stay open: their owner closes them.
         """

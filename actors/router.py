@@ -12,7 +12,11 @@ tell the pattern when to pause and resume producing for a peer; with
 
 :class:`RouterActor` is the base for actors built around one ROUTER.
 """
+from __future__ import annotations
+
 import logging
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import zmq
 
@@ -44,15 +48,19 @@ class Router:
     retry_min = 0.001
     retry_max = 0.05
 
-    def __init__(self, actor, on_message, *, backlog=10000, on_unroutable=None, on_overflow=None,
-                 on_held=None, on_drained=None, high=None, low=None, credit=False, cost=None, **options):
+    def __init__(self, actor: Actor, on_message: Callable[[bytes, list[bytes]], object], *, backlog: int = 10000,
+                 on_unroutable: Callable[[bytes, Sequence[bytes]], object] | None = None,
+                 on_overflow: Callable[[bytes, Sequence[bytes]], object] | None = None,
+                 on_held: Callable[[bytes], object] | None = None, on_drained: Callable[[bytes], object] | None = None,
+                 high: int | None = None, low: int | None = None, credit: bool = False,
+                 cost: Callable[[Sequence[bytes]], int] | None = None, **options: Any) -> None:
         self.actor = actor
         self.socket = sock = actor.socket(zmq.ROUTER, router_mandatory=1, **options)
         self.on_message = on_message
         self.backlog = backlog
         handle = sock.handle
 
-        def transmit(identity, frames):
+        def transmit(identity: bytes, frames: Sequence[bytes]) -> int | None:
             try:  # refused (EAGAIN, EHOSTUNREACH) on the first frame, or sent whole
                 send_message(sock, handle, (identity, *frames))
             except zmq.ZMQError as exc:
@@ -62,15 +70,15 @@ class Router:
         self.outbox = Outbox(actor, transmit, limit=backlog, high=high, low=low, on_held=on_held,
                              on_drained=on_drained, on_overflow=on_overflow, on_unroutable=on_unroutable,
                              credit=credit, cost=cost, retry_min=self.retry_min, retry_max=self.retry_max)
-        self.send = self.outbox.send  # the hot path: no extra call (see send below for what it does)
+        self.send = self.outbox.send  # type: ignore[method-assign,assignment]  # the hot path: no extra call (see send below for what it does)
         actor.add_reader(sock, self._on_frames)
 
-    def bind(self, endpoint):
+    def bind(self, endpoint: str) -> str:
         """Bind and return the actual endpoint (``tcp://127.0.0.1:*`` picks a port)."""
         self.socket.bind(endpoint)
-        return self.socket.last_endpoint.decode()
+        return self.socket.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
 
-    def connect(self, endpoint):
+    def connect(self, endpoint: str) -> None:
         self.socket.connect(endpoint)
 
     def _on_frames(self, frames):
@@ -79,26 +87,26 @@ class Router:
             return
         self.on_message(frames[0], frames[1:])
 
-    def send(self, identity, frames):
+    def send(self, identity: bytes, frames: Sequence[bytes]) -> bool:
         """Route ``frames`` to ``identity``; False if refused (unroutable or overflow).
 
         True means sent or queued behind the peer's backlog, in order.
         """
         return self.outbox.send(identity, frames)
 
-    def backlog_of(self, identity):
+    def backlog_of(self, identity: bytes) -> int:
         """Messages waiting for ``identity`` to drain (or for credit)."""
         return self.outbox.pending(identity)
 
-    def drop(self, identity):
+    def drop(self, identity: bytes) -> list[Sequence[bytes]]:
         """Forget a peer (it left): its backlog and credit; returns the dropped messages."""
         return self.outbox.drop(identity)
 
-    def grant(self, identity, amount):
+    def grant(self, identity: bytes, amount: int) -> None:
         """Give ``identity`` ``amount`` more credit and send what it allows (``credit=True``)."""
         self.outbox.grant(identity, amount)
 
-    def credit_of(self, identity):
+    def credit_of(self, identity: bytes) -> int | None:
         return self.outbox.credit_of(identity)
 
     def _log_unroutable(self, identity, frames):
@@ -122,26 +130,27 @@ class RouterActor(Actor):
     backlog = 10000
     credit = False
 
-    def setup(self):
+    def setup(self) -> None:
         self.router = Router(self, self.on_message, backlog=self.backlog, credit=self.credit,
                              on_unroutable=self.on_unroutable, on_overflow=self.on_overflow,
                              on_held=self.on_held, on_drained=self.on_drained)
         self.endpoint = self.router.bind(self.endpoint)
 
-    def route(self, identity, *frames):
+    def route(self, identity: bytes, *frames: bytes) -> bool:
         return self.router.send(identity, list(frames))
 
-    def on_message(self, identity, frames):
+    def on_message(self, identity: bytes, frames: list[bytes]) -> None:
         raise NotImplementedError
 
-    def on_unroutable(self, identity, frames):
+    def on_unroutable(self, identity: bytes, frames: Sequence[bytes]) -> None:
         self.router._log_unroutable(identity, frames)
 
-    def on_overflow(self, identity, frames):
+    def on_overflow(self, identity: bytes, frames: Sequence[bytes]) -> None:
         self.router._log_overflow(identity, frames)
 
-    def on_held(self, identity):
+    def on_held(self, identity: bytes) -> None:
         """``identity``'s backlog is full: stop producing for it until :meth:`on_drained`."""
 
-    def on_drained(self, identity):
+    def on_drained(self, identity: bytes) -> None:
+
         """``identity``'s backlog is down to half: produce for it again."""

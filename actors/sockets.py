@@ -12,8 +12,12 @@ times what libzmq does.
 Nothing in this module is safe across OS threads: a socket belongs to the
 greenlet (and so the thread) that uses it.
 """
+from __future__ import annotations
+
 import logging
 import time
+from collections.abc import Sequence
+from typing import Any, Literal, overload
 
 import zmq
 from gevent.hub import Waiter, get_hub
@@ -46,7 +50,7 @@ _context = None
 OPEN_FILES = 1 << 20
 
 
-def context():
+def context() -> zmq.Context[zmq.Socket[bytes]]:
     """The process-wide plain ``zmq.Context`` whose sockets zactors owns.
 
     It is ``zmq.Context.instance()``, with ``MAX_SOCKETS`` raised from
@@ -55,7 +59,7 @@ def context():
     (every socket takes a descriptor, every connection another).
     """
     global _context
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     if ctx is not _context:
         try:
             limit = min(MAX_SOCKETS, ctx.get(zmq.SOCKET_LIMIT))
@@ -68,7 +72,7 @@ def context():
     return ctx
 
 
-def raise_open_files():
+def raise_open_files() -> int | None:
     """Raise the soft ``RLIMIT_NOFILE`` to the hard limit; log when it cannot.
 
     Returns the soft limit in force afterwards (None where there is no such
@@ -105,11 +109,11 @@ class Socket(zmq.Socket):
     #: what :mod:`actors.speedups` calls take beside the socket (its address)
     handle = 0
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.handle = _handle(self)
 
-    def events(self):
+    def events(self) -> int:
         """``ZMQ_EVENTS``, cheaply."""
         return _events(self, self.handle)
 
@@ -122,11 +126,11 @@ class Socket(zmq.Socket):
             watchers = self._fd_watchers = hub.loop.io(fd, 1)
         return watchers
 
-    def ready(self, events=POLLIN):
+    def ready(self, events: int = POLLIN) -> bool:
         """True when ``EVENTS`` has any of ``events`` (and so a call will not block)."""
         return bool(_events(self, self.handle) & events)
 
-    def wait(self, events=POLLIN, timeout=None):
+    def wait(self, events: int = POLLIN, timeout: float | None = None) -> bool:
         """Park this greenlet until ``events`` are ready; False on timeout."""
         if _events(self, self.handle) & events:
             return True
@@ -167,7 +171,8 @@ class Socket(zmq.Socket):
             if _events(self, self.handle) & events:
                 return True
 
-    def send_multipart(self, frames, flags=0, copy=True, track=False, timeout=None):
+    def send_multipart(self, frames: Sequence[Any], flags: int = 0,  # type: ignore[override]
+                       copy: bool = True, track: bool = False, timeout: float | None = None) -> None:
         """Send all frames; parks the greenlet while the peer is at its HWM."""
         if flags & NOBLOCK:
             return self._send_frames(frames, copy)
@@ -189,7 +194,17 @@ class Socket(zmq.Socket):
         send_frames(self, frames, False)
         del held
 
-    def recv_multipart(self, flags=0, copy=True, track=False, timeout=None):
+    @overload  # type: ignore[override]
+    def recv_multipart(self, flags: int = 0, copy: Literal[True] = True, track: bool = False,
+                       timeout: float | None = None) -> list[bytes]: ...
+    @overload
+    def recv_multipart(self, flags: int = 0, *, copy: Literal[False], track: bool = False,
+                       timeout: float | None = None) -> list[zmq.Frame]: ...
+    @overload
+    def recv_multipart(self, flags: int, copy: bool, track: bool = False,
+                       timeout: float | None = None) -> list[bytes] | list[zmq.Frame]: ...
+    def recv_multipart(self, flags: int = 0, copy: bool = True, track: bool = False,
+                       timeout: float | None = None) -> list[Any]:
         """Receive one whole message; parks the greenlet until one arrives."""
         while True:
             try:
@@ -198,7 +213,7 @@ class Socket(zmq.Socket):
                 if flags & NOBLOCK or not self.wait(POLLIN, timeout):
                     raise
 
-    def recv_frames(self, copy=True):
+    def recv_frames(self, copy: bool = True) -> list[Any]:
         """Receive one whole message without blocking (``zmq.Again`` if none)."""
         if copy:
             frames = recv_message(self, self.handle)
@@ -220,7 +235,8 @@ class Socket(zmq.Socket):
             raise
         return frames
 
-    def close(self, linger=None):
+    def close(self, linger: int | None = None) -> None:
+
         watcher = self._fd_watchers
         if watcher is not None:
             watcher.close()

@@ -21,6 +21,13 @@ from parking.
 Nothing here is safe across OS threads: use a task from its actor's loop
 (to reach it from another thread, ``Reactor.post`` a call that does).
 """
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .reactor import Reactor
 
 __all__ = ["Task"]
 
@@ -31,13 +38,13 @@ class Task:
     __slots__ = ("_next", "work", "on_done", "_reactor", "done", "cancelled", "paused", "error", "result",
                  "_active")
 
-    def __init__(self, reactor, work, on_done):
+    def __init__(self, reactor: Reactor, work: Iterator[Any], on_done: Callable[[Task], object] | None) -> None:
         try:
             self._next = work.__next__
         except AttributeError:
             raise TypeError("a task is a generator (or another iterator), not %s" % type(work).__name__) from None
         self.work = work
-        self.on_done = on_done
+        self.on_done: Callable[[Task], object] | None = on_done
         self._reactor = reactor
         #: True once the task has ended (finished, failed or cancelled)
         self.done = False
@@ -46,12 +53,12 @@ class Task:
         #: True while :meth:`pause` holds it
         self.paused = False
         #: the exception that ended it, or None
-        self.error = None
+        self.error: BaseException | None = None
         #: the generator's return value, once it has returned
-        self.result = None
+        self.result: Any = None
         self._active = False  # in the reactor's run queue
 
-    def cancel(self):
+    def cancel(self) -> bool:
         """End the task now: close its generator (its ``finally`` runs), then ``on_done``.
 
         False if it had ended already.  A task may cancel itself: its
@@ -66,13 +73,13 @@ class Task:
         self._ended()
         return True
 
-    def pause(self):
+    def pause(self) -> None:
         """Stop advancing the task until :meth:`resume` (no-op once ended)."""
         if not self.done and not self.paused:
             self.paused = True
             self._reactor._unschedule(self)
 
-    def resume(self):
+    def resume(self) -> None:
         """Advance the task again from the next round, waking the reactor if it parked."""
         if self.paused and not self.done:
             self.paused = False
@@ -89,7 +96,8 @@ class Task:
             self.on_done = None
             on_done(self)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
+
         state = ("cancelled" if self.cancelled else "failed" if self.error is not None else "done" if self.done
                  else "paused" if self.paused else "running")
         return "<Task %r %s>" % (self.work, state)

@@ -44,10 +44,14 @@ Behaviour:
 Safe from many greenlets of one thread (a gevent WSGI server's handlers,
 say); not across OS threads.
 """
+from __future__ import annotations
+
 import logging
 import struct
 import time
 import uuid as _uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar, overload
 
 import zmq
 from gevent.event import AsyncResult, Event
@@ -55,7 +59,7 @@ from gevent import Timeout
 from gevent.queue import Empty, Full, Queue
 
 from zactors.actors.actor import Actor, command
-from zactors.actors.auth import curve_client
+from zactors.actors.auth import Keypair, curve_client
 from zactors.actors.errors import ActorTimeout
 
 from .protocol import (HUGZ, KTHXBAI, ProtocolError, check_subtree, decode_kvmsg, encode_icanhaz,
@@ -69,30 +73,35 @@ _monotonic = time.monotonic
 _ZERO = pack_sequence(0)
 _unpack_seq = struct.Struct("!Q").unpack
 
+_D = TypeVar("_D")
+_C = TypeVar("_C", bound=Callable[[bytes, bytes, int], object])
 
-def server_endpoints(server):
+
+def server_endpoints(server: str | Iterable[str]) -> tuple[str, ...]:
     """``(snapshot, publisher, collector)`` from ``tcp://host:P`` or a tuple of three (or four)."""
     if isinstance(server, str):
         head, sep, port = server.rpartition(":")
         if not sep or not port.isdigit() or "://" not in head:
             raise ValueError("a server is tcp://host:port or (snapshot, publisher, collector), got %r" % server)
-        port = int(port)
-        return tuple("%s:%d" % (head, port + i) for i in range(3))
+        base = int(port)
+        return tuple("%s:%d" % (head, base + i) for i in range(3))
     server = tuple(server)
     if len(server) < 3:
         raise ValueError("a server needs (snapshot, publisher, collector) endpoints")
     return server[:3]
 
 
-def _bytes(x):
+def _bytes(x: bytes | str) -> bytes:
     return x.encode() if isinstance(x, str) else bytes(x)
 
 
 class Clone(Actor):
     """A live copy of a Clone map; see the module docstring."""
 
-    def __init__(self, servers, *, subtree=b"", timeout=1.0, sub_wait=0.3, max_events=10000, curve=None, server_public=None,
-                 name=None):
+    def __init__(self, servers: str | Iterable[str | Iterable[str]], *, subtree: bytes | str = b"",
+                 timeout: float = 1.0, sub_wait: float = 0.3, max_events: int = 10000,
+                 curve: Keypair | bytes | str | None = None, server_public: bytes | str | None = None,
+                 name: str | None = None) -> None:
         if isinstance(servers, str):
             servers = [servers]
         self.servers = [server_endpoints(s) for s in servers]
@@ -105,46 +114,51 @@ class Clone(Actor):
         self.curve = curve
         self.server_public = server_public
         self.name = name or "clone"
-        self.map = {}
+        self.map: dict[bytes, bytes] = {}
         self.sequence = 0
         self.current = 0
         self.synced = Event()
-        self._callbacks = []
-        self._watchers = []
-        self._acks = {}
+        self._callbacks: list[Callable[[bytes, bytes, int], object]] = []
+        self._watchers: list[Queue] = []
+        self._acks: dict[bytes, tuple[AsyncResult, bytes, bytes]] = {}
 
     # -- parent side: the mapping ---------------------------------------------
-    def get(self, key, default=None):
+    @overload
+    def get(self, key: bytes | str) -> bytes | None: ...
+    @overload
+    def get(self, key: bytes | str, default: _D) -> bytes | _D: ...
+    def get(self, key: bytes | str, default: Any = None) -> Any:
         return self.map.get(_bytes(key), default)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: bytes | str) -> bytes:
         return self.map[_bytes(key)]
 
-    def __contains__(self, key):
+    def __contains__(self, key: bytes | str) -> bool:
         return _bytes(key) in self.map
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.map)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[bytes]:
         return iter(list(self.map))
 
-    def keys(self):
+    def keys(self) -> list[bytes]:
         return list(self.map)
 
-    def items(self):
+    def items(self) -> list[tuple[bytes, bytes]]:
         return list(self.map.items())
 
     @property
-    def server(self):
+    def server(self) -> str:
         """The snapshot endpoint of the server this client follows now."""
         return self.servers[self.current][0]
 
-    def wait_synced(self, timeout=None):
+    def wait_synced(self, timeout: float | None = None) -> bool:
         """Block this greenlet until the first snapshot is in; False on timeout."""
         return self.synced.wait(timeout)
 
-    def set(self, key, value, ttl=None, wait=None):
+    def set(self, key: bytes | str, value: bytes | str, ttl: float | None = None,
+            wait: float | None = None) -> bytes | int:
         """Publish ``key = value`` (empty value: delete); returns its UUID.
 
         ``ttl``: seconds after which the server deletes the key.  ``wait``:
@@ -178,16 +192,16 @@ class Clone(Actor):
         finally:
             self._acks.pop(uid, None)
 
-    def delete(self, key, wait=None):
+    def delete(self, key: bytes | str, wait: float | None = None) -> bytes | int:
         """Publish the deletion of ``key``; see :meth:`set`."""
         return self.set(key, b"", wait=wait)
 
-    def on_change(self, callback):
+    def on_change(self, callback: _C) -> _C:
         """Call ``callback(key, value, sequence)`` in the client's loop for every change (value b"": deleted)."""
         self._callbacks.append(callback)
         return callback
 
-    def changes(self, timeout=None):
+    def changes(self, timeout: float | None = None) -> Iterator[tuple[bytes, bytes, int]]:
         """Iterate over ``(key, value, sequence)`` changes from now on; ends after ``timeout`` s of none."""
         queue = Queue(self.max_events)
         self._watchers.append(queue)
@@ -202,7 +216,7 @@ class Clone(Actor):
             self._watchers.remove(queue)
 
     # -- actor side -------------------------------------------------------------
-    def setup(self):
+    def setup(self) -> None:
         self.pub = self.socket(zmq.PUB, sndhwm=100000)
         self._secure(self.pub)
         for _snapshot, _publisher, collector in self.servers:
@@ -210,7 +224,7 @@ class Clone(Actor):
         self.snapshot = self.sub = self._ask_timer = None
         self._received = self._counted = 0  # messages that show the server alive, and those seen by the check
         self._building = None
-        self._buffer = []
+        self._buffer: list[Any] = []
         self._connect(0)
         self.call_every(max(self.timeout / 5, 0.01), self._check_silence)
 
@@ -414,6 +428,7 @@ class Clone(Actor):
         self.stats["sets"] += 1
 
     @command(reply=True)
-    def info(self):
+    def info(self) -> dict[str, Any]:
+
         return {"server": self.servers[self.current][0], "sequence": self.sequence, "keys": len(self.map),
                 "synced": self._building is None, "subtree": self.subtree, "counters": dict(self.stats)}

@@ -55,24 +55,29 @@ Commands: ``INFO`` (reply: dict), ``GET key`` (reply: value or None),
 ``$TERM``.  The handle is an actor handle: safe from many greenlets of its
 thread, not across OS threads.
 """
+from __future__ import annotations
+
 import heapq
+import os
 import logging
 import time
 import uuid as _uuid
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
 
 import zmq
 
 from zactors.actors.actor import Actor, command
-from zactors.actors.auth import curve_client, curve_server
+from zactors.actors.auth import Keypair, curve_client, curve_server
 from zactors.actors.router import Router
 from zactors.actors.speedups import send_message
 
 from . import bstar
 from .bstar import BinaryStar, decode_state, encode_state
 from .persist import MapJournal
-from .protocol import (HUGZ, KTHXBAI, MAX_KEY, RESERVED_KEYS, SPEC, ProtocolError, decode_icanhaz, decode_kvmsg, decode_kvset,
+from .protocol import (HUGZ, Dialect, KTHXBAI, MAX_KEY, RESERVED_KEYS, SPEC, ProtocolError, decode_icanhaz, decode_kvmsg, decode_kvset,
                        decode_properties, dialect as _dialect, encode_icanhaz, encode_kthxbai, encode_properties,
                        pack_sequence, parse_ttl)
 
@@ -86,7 +91,7 @@ _monotonic = time.monotonic
 PEER_IDENTITY = b"zactors.clone.peer"
 
 
-def endpoints(host="127.0.0.1", port=5556, transport="tcp"):
+def endpoints(host: str = "127.0.0.1", port: int = 5556, transport: str = "tcp") -> tuple[str, ...]:
     """``(snapshot, publisher, collector, state)`` endpoints of a server at base ``port``."""
     return tuple("%s://%s:%d" % (transport, host, port + i) for i in range(4))
 
@@ -127,17 +132,21 @@ class _SnapshotRouter(Router):
 class CloneServer(Actor):
     """A Clone server actor; see the module docstring."""
 
-    def __init__(self, port=None, *, host="127.0.0.1", snapshot=None, publisher=None, collector=None, state=None,
-                 role=None, peer=None, hugz=0.2, heartbeat=0.2, dialect=SPEC, window=2000, chunk=100,
-                 snapshot_timeout=30.0, snapshot_hwm=20000, expire_batch=10000, max_pending=1000000, curve=None, peer_public=None,
-                 persist=None, fsync="interval", name=None):
+    def __init__(self, port: int | None = None, *, host: str = "127.0.0.1", snapshot: str | None = None,
+                 publisher: str | None = None, collector: str | None = None, state: str | None = None,
+                 role: str | None = None, peer: Sequence[str] | None = None, hugz: float = 0.2,
+                 heartbeat: float = 0.2, dialect: str | Dialect = SPEC, window: int = 2000, chunk: int = 100,
+                 snapshot_timeout: float = 30.0, snapshot_hwm: int = 20000, expire_batch: int = 10000,
+                 max_pending: int = 1000000, curve: Keypair | bytes | str | None = None,
+                 peer_public: bytes | str | None = None, persist: str | os.PathLike[str] | None = None,
+                 fsync: str = "interval", name: str | None = None) -> None:
         if role not in (None, "primary", "backup"):
             raise ValueError("role must be None (alone), 'primary' or 'backup'")
         if port is not None:
             defaults = endpoints(host, port)
         else:
             defaults = tuple("tcp://%s:*" % host for _ in range(4))
-        self.endpoints = [snapshot or defaults[0], publisher or defaults[1], collector or defaults[2],
+        self.endpoints: list[str | None] = [snapshot or defaults[0], publisher or defaults[1], collector or defaults[2],
                           state or defaults[3]]
         self.role = role
         self.peer = tuple(peer) if peer else None
@@ -157,26 +166,26 @@ class CloneServer(Actor):
         self.name = name or "clone-%s" % (role or "server")
 
     # -- setup ----------------------------------------------------------------
-    def setup(self):
-        self.map = {}
+    def setup(self) -> None:
+        self.map: dict[bytes, _Entry] = {}
         self.sequence = 0
-        self._ttl = []            # heap of (deadline, sequence, key)
+        self._ttl: list[tuple[float, int, bytes]] = []            # heap of (deadline, sequence, key)
         self.store = None
         if self.persist is not None:
             self.store = MapJournal(self, self.persist, fsync=self.fsync)
             self._restore(*self.store.recover())
-        self._snapshots = {}      # identity -> task
+        self._snapshots: dict[bytes, Any] = {}      # identity -> task
         self._cut_ref = None      # weak reference to the newest _Cut
-        self._pending = OrderedDict()  # uuid -> (KVMsg, ttl): client updates the active has not published yet
-        self._seen = OrderedDict()     # uuids the active published before their KVSET reached us
+        self._pending: OrderedDict[bytes, Any] = OrderedDict()  # uuid -> (KVMsg, ttl): client updates the active has not published yet
+        self._seen: OrderedDict[bytes, Any] = OrderedDict()     # uuids the active published before their KVSET reached us
         self._syncing = None      # while re-syncing from the peer: dict being built
-        self._sync_buffer = []
+        self._sync_buffer: list[Any] = []
         self._sync_socket = None
         self._sync_deadline = 0.0
         self._peer_seq = self._peer_seq_prev = 0
         self._feed_progress = False
         curve = self.curve
-        self._stalled = {}        # identity -> when its snapshot was held by backpressure
+        self._stalled: dict[bytes, float] = {}        # identity -> when its snapshot was held by backpressure
         self.router = _SnapshotRouter(self, self._on_snapshot, backlog=self.window + self.chunk + 16, high=self.window,
                              on_held=self._on_held, on_drained=self._on_drained,
                              on_unroutable=self._on_unroutable, router_handover=1, sndhwm=self.snapshot_hwm,
@@ -187,11 +196,11 @@ class CloneServer(Actor):
         for sock in (self.router.socket, self.pub, self.collector):
             if curve is not None:
                 curve_server(sock, curve)
-        self.endpoints[0] = self.router.bind(self.endpoints[0])
-        self.pub.bind(self.endpoints[1])
-        self.endpoints[1] = self.pub.last_endpoint.decode()
-        self.collector.bind(self.endpoints[2])
-        self.endpoints[2] = self.collector.last_endpoint.decode()
+        self.endpoints[0] = self.router.bind(self.endpoints[0])  # type: ignore[arg-type]  # None only for a lone server's state
+        self.pub.bind(self.endpoints[1])  # type: ignore[arg-type]  # None only for a lone server's state
+        self.endpoints[1] = self.pub.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
+        self.collector.bind(self.endpoints[2])  # type: ignore[arg-type]  # None only for a lone server's state
+        self.endpoints[2] = self.collector.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
         self.add_reader(self.collector, self._on_collect)
         now = _monotonic()
         if self.role is None:
@@ -202,8 +211,8 @@ class CloneServer(Actor):
             self.state_pub = self.socket(zmq.PUB)
             if curve is not None:
                 curve_server(self.state_pub, curve)
-            self.state_pub.bind(self.endpoints[3])
-            self.endpoints[3] = self.state_pub.last_endpoint.decode()
+            self.state_pub.bind(self.endpoints[3])  # type: ignore[arg-type]  # None only for a lone server's state
+            self.endpoints[3] = self.state_pub.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
             self.state_sub = self.feed = None
             self.call_every(self.heartbeat, self._send_state)
             if self.peer:
@@ -245,17 +254,17 @@ class CloneServer(Actor):
         """An entry's deadline as wall-clock time (for the journal), or None."""
         return None if entry.deadline is None else time.time() + (entry.deadline - _monotonic())
 
-    def teardown(self):
+    def teardown(self) -> None:
         if self.store is not None:
             self.store.close()
 
     @property
-    def active(self):
+    def active(self) -> bool:
         return self.fsm is None or self.fsm.state == bstar.ACTIVE
 
     # -- commands ---------------------------------------------------------------
     @command(reply=True)
-    def info(self):
+    def info(self) -> dict[str, Any]:
         fsm = self.fsm
         return {
             "name": self.name,
@@ -278,17 +287,18 @@ class CloneServer(Actor):
         }
 
     @command(reply=True)
-    def get(self, key):
+    def get(self, key: bytes | str) -> bytes | None:
         entry = self.map.get(key if isinstance(key, bytes) else key.encode())
         return None if entry is None else entry.value
 
     @command(reply=True)
-    def keys(self, prefix=b"", limit=1000):
+    def keys(self, prefix: bytes | str = b"", limit: int = 1000) -> list[bytes]:
         prefix = prefix if isinstance(prefix, bytes) else prefix.encode()
         return sorted(k for k in self.map if k.startswith(prefix))[:limit]
 
     @command(reply=True)
-    def dump(self, prefix=b"", limit=100000):
+    def dump(self, prefix: bytes | str = b"", limit: int = 100000) -> dict[bytes, bytes]:
+
         """``{key: value}`` for keys starting with ``prefix`` (at most ``limit``)."""
         prefix = prefix if isinstance(prefix, bytes) else prefix.encode()
         out = {}

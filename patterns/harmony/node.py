@@ -4,9 +4,13 @@
 the commands of :mod:`.commands`, and turns its events into
 :class:`~.events.NodeEvent` values.
 """
+from __future__ import annotations
+
 import logging
 import time
 import uuid as _uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Self
 
 import gevent
 
@@ -16,7 +20,7 @@ from zactors.actors.heartbeat import Liveness
 from . import commands as verbs
 from .endpoints import peer_endpoint
 from .engine import NodeActor
-from .events import convert, stop_event
+from .events import NodeEvent, convert, stop_event
 
 __all__ = ["Node"]
 
@@ -45,9 +49,11 @@ class Node:
     only while a slow peer's backlog is full (see the module docstring).
     """
 
-    def __init__(self, name=None, headers=None, interface=None, port=5670, *, beacon=True, endpoints=(),
-                 host=None, interval=1.0, evasive=5.0, expired=30.0, gossip=True, beacon_refresh=False,
-                 hwm=10000, backlog=100000, max_peers=1000):
+    def __init__(self, name: str | None = None, headers: Mapping[str, str] | None = None,
+                 interface: str | None = None, port: int = 5670, *, beacon: bool = True,
+                 endpoints: Iterable[str] = (), host: str | None = None, interval: float = 1.0,
+                 evasive: float = 5.0, expired: float = 30.0, gossip: bool = True, beacon_refresh: bool = False,
+                 hwm: int = 10000, backlog: int = 100000, max_peers: int = 1000) -> None:
         self.uuid = _uuid.uuid4().bytes
         self.id = self.uuid.hex().upper()
         self.name = name or self.id[:6]
@@ -63,15 +69,15 @@ class Node:
             expired=expired, gossip=gossip, beacon_refresh=beacon_refresh, hwm=hwm, backlog=backlog,
             max_peers=max_peers)
         Liveness(evasive, expired)  # validates the timeouts now
-        self.actor = None
-        self.endpoint = None
-        self._callbacks = {}
+        self.actor: NodeActor | None = None
+        self.endpoint: str | None = None
+        self._callbacks: dict[str | None, list[Callable[[NodeEvent], object]]] = {}
         self._dispatcher = None
         self._stopped = False
         self._said_stop = False
 
     # -- lifecycle ----------------------------------------------------------
-    def start(self):
+    def start(self) -> Self:
         """Join the network; returns self.  Raises if the interface is unusable."""
         if self.actor is not None:
             raise RuntimeError("node %s is already started" % self.name)
@@ -79,7 +85,7 @@ class Node:
         self.endpoint = self.actor.endpoint
         return self
 
-    def stop(self, timeout=5.0):
+    def stop(self, timeout: float | None = 5.0) -> None:
         """Leave politely (port-0 beacon, goodbyes) and stop; idempotent."""
         if self.actor is not None:
             if self.actor.alive and self.actor.paused:
@@ -89,14 +95,14 @@ class Node:
         if self._dispatcher is not None:
             self._dispatcher.join(timeout)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self.start() if self.actor is None else self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     @property
-    def blocked(self):
+    def blocked(self) -> bool:
         """True while a slow peer's full backlog holds back ``whisper``/``shout`` (and every call)."""
         return self.actor is not None and self.actor.alive and self.actor.paused
 
@@ -109,29 +115,29 @@ class Node:
     def _send(self, verb, *args):
         self._actor().send(verb, *args)  # blocks while a slow peer holds the pipe back
 
-    def join(self, group):
+    def join(self, group: str) -> None:
         """Join ``group`` (at most 255 bytes of UTF-8, as ZRE strings are)."""
         if len(group.encode()) > 255:
             raise ValueError("group name longer than 255 bytes")
         self._send(verbs.JOIN, group)
 
-    def leave(self, group):
+    def leave(self, group: str) -> None:
         self._send(verbs.LEAVE, group)
 
-    def whisper(self, peer, *frames):
+    def whisper(self, peer: str | _uuid.UUID, *frames: bytes | str) -> None:
         """Send ``frames`` (bytes or str) to one peer (its id, or a ``uuid.UUID``)."""
         self._send(verbs.WHISPER, _peer_id(peer), [_frame(f) for f in frames])
 
-    def shout(self, group, *frames):
+    def shout(self, group: str, *frames: bytes | str) -> None:
         """Send ``frames`` to every peer in ``group``."""
         self._send(verbs.SHOUT, group, [_frame(f) for f in frames])
 
-    def connect(self, endpoint):
+    def connect(self, endpoint: str) -> None:
         """Say HELLO to the node at ``endpoint``, ``tcp://host:port`` (discovery without broadcast)."""
         self._send(verbs.CONNECT, peer_endpoint(endpoint))
 
     # -- events -------------------------------------------------------------
-    def recv(self, timeout=None):
+    def recv(self, timeout: float | None = None) -> NodeEvent | None:
         """The next :class:`NodeEvent`, or None after ``timeout`` seconds / once stopped."""
         actor = self._actor()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -153,7 +159,7 @@ class Node:
             return stop_event(self.id, self.name)
         return None
 
-    def events(self, timeout=None):
+    def events(self, timeout: float | None = None) -> Iterator[NodeEvent]:
         """Iterate over events until the node stops (or ``timeout`` passes with none)."""
         while True:
             event = self.recv(timeout)
@@ -161,7 +167,7 @@ class Node:
                 return
             yield event
 
-    def on(self, event_type, callback):
+    def on(self, event_type: str | None, callback: Callable[[NodeEvent], object]) -> None:
         """Call ``callback(event)`` for each event of ``event_type`` (None: every event)."""
         self._callbacks.setdefault(event_type, []).append(callback)
         if self._dispatcher is None:
@@ -176,48 +182,49 @@ class Node:
                     log.exception("%s: %s callback failed", self.name, event.type)
 
     # -- state --------------------------------------------------------------
-    def peers(self, timeout=10.0):
+    def peers(self, timeout: float | None = 10.0) -> list[str]:
         """Hex ids of the peers that said HELLO."""
         return self._actor().call(verbs.PEERS, timeout=timeout)
 
-    def peer(self, peer, timeout=10.0):
+    def peer(self, peer: str | _uuid.UUID, timeout: float | None = 10.0) -> dict[str, Any] | None:
         """``{id, name, headers, address, groups, backlog}`` of a peer, or None."""
         return self._actor().call(verbs.PEER, _peer_id(peer), timeout=timeout)
 
-    def peer_name(self, peer):
+    def peer_name(self, peer: str | _uuid.UUID) -> str | None:
         found = self.peer(peer)
         return None if found is None else found["name"]
 
-    def peer_address(self, peer):
+    def peer_address(self, peer: str | _uuid.UUID) -> str | None:
         found = self.peer(peer)
         return None if found is None else found["address"]
 
-    def peer_headers(self, peer):
+    def peer_headers(self, peer: str | _uuid.UUID) -> dict[str, str] | None:
         found = self.peer(peer)
         return None if found is None else found["headers"]
 
-    def peer_header(self, peer, key, default=None):
+    def peer_header(self, peer: str | _uuid.UUID, key: str, default: str | None = None) -> str | None:
         headers = self.peer_headers(peer) or {}
         return headers.get(key, default)
 
-    def peer_groups(self, peer=None):
+    def peer_groups(self, peer: str | _uuid.UUID | None = None) -> list[str] | None:
         """Groups some peer is in; with ``peer``, that peer's groups."""
         if peer is None:
             return self._actor().call(verbs.PEER_GROUPS, timeout=10)
         found = self.peer(peer)
         return None if found is None else found["groups"]
 
-    def peers_by_group(self, group):
+    def peers_by_group(self, group: str) -> list[str]:
         return self._actor().call(verbs.GROUP_PEERS, group, timeout=10)
 
-    def own_groups(self):
+    def own_groups(self) -> list[str]:
         return self._actor().call(verbs.OWN_GROUPS, timeout=10)
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         """Counters: malformed, unknown_message, status_mismatch, sequence_errors, ..."""
         return self._actor().call("$STATS", timeout=10)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
+
         return "<Node %s %s>" % (self.name, self.endpoint or "stopped")
 
 

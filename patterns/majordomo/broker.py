@@ -50,10 +50,15 @@ idle and queued counts, and counters), ``$STATS`` (counters), ``$TERM``.
 The handle is an actor handle: safe from many greenlets of its thread, not
 across OS threads.
 """
+from __future__ import annotations
+
 import logging
 import time
 from collections import OrderedDict, deque
 from functools import partial
+from typing import Any
+
+from zactors.actors.auth import Keypair
 
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import curve_server
@@ -109,9 +114,11 @@ class Broker(Actor):
     second ROUTER for workers (``broker.worker_endpoint``).
     """
 
-    def __init__(self, endpoint="tcp://127.0.0.1:*", *, worker_endpoint=None, heartbeat=2.5, liveness=3,
-                 request_expiry=10.0, max_queue=10000, max_queued=100000, max_attempts=3,
-                 framing="spec", curve=None, curve_domain=None, name=None):
+    def __init__(self, endpoint: str = "tcp://127.0.0.1:*", *, worker_endpoint: str | None = None,
+                 heartbeat: float = 2.5, liveness: int = 3, request_expiry: float = 10.0, max_queue: int = 10000,
+                 max_queued: int = 100000, max_attempts: int = 3, framing: str = "spec",
+                 curve: Keypair | bytes | str | None = None, curve_domain: str | None = None,
+                 name: str | None = None) -> None:
         if heartbeat <= 0 or liveness < 1 or request_expiry <= 0:
             raise ValueError("heartbeat and request_expiry must be > 0, liveness >= 1")
         self.endpoint = endpoint
@@ -129,11 +136,11 @@ class Broker(Actor):
             self.name = name
 
     # -- setup ----------------------------------------------------------------
-    def setup(self):
-        self._services = {}
-        self._workers = {}
+    def setup(self) -> None:
+        self._services: dict[bytes, _Service] = {}
+        self._workers: dict[bytes, _Worker] = {}
         self._queued = 0
-        self._alive = Liveness(self.heartbeat * self.liveness, self.heartbeat * self.liveness)
+        self._alive: Liveness[bytes] = Liveness(self.heartbeat * self.liveness, self.heartbeat * self.liveness)
         self._alive_timer = None
         if self.worker_endpoint:  # clients on one ROUTER, workers on the other
             self._crouter = self._router(partial(self._on_message_for, CLIENT))
@@ -368,7 +375,8 @@ class Broker(Actor):
 
     # -- commands ---------------------------------------------------------------
     @command(reply=True)
-    def info(self):
+    def info(self) -> dict[str, Any]:
+
         """Endpoints, services (workers, idle, queued), worker count and counters."""
         return {
             "endpoint": self.endpoint,

@@ -33,11 +33,17 @@ when the broker gives a request to a second worker because the first one
 died, partials may arrive again.  That is MDP's design: make services
 idempotent, or keep ``retries=1`` for requests that must not repeat.
 """
+from __future__ import annotations
+
 import logging
 import time
+from collections.abc import Iterator
+from typing import Self
 
 import zmq
 from gevent.lock import BoundedSemaphore
+
+from zactors.actors.auth import Keypair
 
 from zactors.actors.auth import curve_client
 from zactors.actors.monitor import HANDSHAKE, HandshakeFailed, Monitor, describe
@@ -62,12 +68,12 @@ class RequestTimeout(TimeoutError):
     none did (most likely no broker at the endpoint).
     """
 
-    def __init__(self, message, connected=False):
+    def __init__(self, message: str, connected: bool = False) -> None:
         super().__init__(message)
         self.connected = connected
 
 
-def _bytes(value):
+def _bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
@@ -81,7 +87,8 @@ class Client:
     ``requests``, ``retries``, ``failed``, ``invalid`` and ``stale`` replies.
     """
 
-    def __init__(self, endpoint, *, timeout=2.5, retries=3, pool_size=64, framing="spec", curve=None):
+    def __init__(self, endpoint: str, *, timeout: float = 2.5, retries: int = 3, pool_size: int = 64,
+                 framing: str = "spec", curve: tuple[bytes | str, Keypair | bytes | str] | None = None) -> None:
         if not timeout > 0:
             raise ValueError("timeout must be above 0 seconds, not %r" % (timeout,))
         if retries < 1:
@@ -94,14 +101,15 @@ class Client:
         self.framing = _framing(framing)
         self.curve = curve
         self.stats = dict.fromkeys(("requests", "retries", "failed", "invalid", "stale"), 0)
-        self._idle = []
+        self._idle: list[Socket] = []
         self.pool_size = pool_size
         self._slots = BoundedSemaphore(pool_size)
-        self._watches = {}      # socket -> Monitor, until its first handshake ends
+        self._watches: dict[Socket, Monitor] = {}      # socket -> Monitor, until its first handshake ends
         self._handshakes = 0    # handshakes seen to succeed
         self._closed = False
 
-    def request(self, service, *frames, timeout=None, retries=None):
+    def request(self, service: bytes | str, *frames: bytes | str, timeout: float | None = None,
+                retries: int | None = None) -> list[list[bytes]]:
         """Send a request and return every reply: ``[partial, ..., final]``, each a list of frames.
 
         Blocks the calling greenlet; raises :class:`RequestTimeout` or
@@ -109,7 +117,8 @@ class Client:
         """
         return list(self.stream(service, *frames, timeout=timeout, retries=retries))
 
-    def stream(self, service, *frames, timeout=None, retries=None):
+    def stream(self, service: bytes | str, *frames: bytes | str, timeout: float | None = None,
+               retries: int | None = None) -> Iterator[list[bytes]]:
         """Send a request and yield each reply (a list of frames) as it arrives; the FINAL comes last."""
         if self._closed:
             raise RuntimeError("client is closed")
@@ -152,7 +161,7 @@ class Client:
                     continue
                 while self._wait(sock, wait):  # a reply is there (no recv-EAGAIN round first)
                     connected = True
-                    frames = sock.recv_frames()
+                    frames = sock.recv_frames()  # type: ignore[assignment]  # the reply's (the request's are in message)
                     try:
                         reply = decode(frames)
                     except ProtocolError as exc:
@@ -240,14 +249,15 @@ class Client:
         sock.connect(self.endpoint)
         return sock
 
-    def close(self):
+    def close(self) -> None:
         """Close the idle sockets; requests in flight close theirs when they end."""
         self._closed = True
         while self._idle:
             self._discard(self._idle.pop())
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
+
         self.close()

@@ -48,16 +48,22 @@ silent.  Events: ``CONNECTED`` (READY sent, after each (re)connect),
 ``DISCONNECTED reason``.  The handle is an actor handle: safe from many
 greenlets of its thread, not across OS threads.
 """
+from __future__ import annotations
+
 import functools
 import logging
 import time
 import types
+from collections.abc import Generator, Sequence
+from typing import Union
 
 import zmq
 
 from zactors.actors.actor import Actor
 from zactors.actors.auth import curve_client
 from zactors.actors.sockets import NOBLOCK, Socket, context
+
+from zactors.actors.auth import Keypair
 
 from .protocol import DISCONNECT, MAJORTOMO, REQUEST, ProtocolError, framing as _framing
 
@@ -66,6 +72,9 @@ __all__ = ["Worker"]
 log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
+
+#: one reply from :meth:`Worker.handle`: frames (bytes or str), one bytes/str, or None (one empty frame)
+WorkerReply = Union[bytes, str, Sequence[Union[bytes, str]], None]
 
 
 def _frames(reply):
@@ -90,10 +99,12 @@ class Worker(Actor):
     secret key) to connect to a CURVE broker.
     """
 
-    service = None
+    service: bytes | str | None = None
 
-    def __init__(self, endpoint, service=None, *, heartbeat=2.5, liveness=3, reconnect=0.1, reconnect_max=5.0,
-                 framing="spec", curve=None, linger=1.0, name=None):
+    def __init__(self, endpoint: str, service: bytes | str | None = None, *, heartbeat: float = 2.5,
+                 liveness: int = 3, reconnect: float = 0.1, reconnect_max: float = 5.0, framing: str = "spec",
+                 curve: tuple[bytes | str, Keypair | bytes | str] | None = None, linger: float = 1.0,
+                 name: str | None = None) -> None:
         self.endpoint = endpoint
         service = service or self.service
         if not service:
@@ -110,17 +121,17 @@ class Worker(Actor):
             self.name = name
 
     # -- to override ----------------------------------------------------------
-    def handle(self, request):
+    def handle(self, request: list[bytes]) -> WorkerReply | Generator[WorkerReply, None, WorkerReply]:
         """Serve one request (list of frames): return the FINAL, or yield PARTIALs."""
         raise NotImplementedError
 
-    def on_error(self, request, exc):
+    def on_error(self, request: list[bytes], exc: BaseException) -> WorkerReply:
         """``handle`` raised (or gave no valid reply): return a FINAL reply, or None to give the request back."""
         log.error("%s: handler failed on a %r request: %r", self.name, self.service, exc)
         return None
 
     # -- lifecycle ------------------------------------------------------------
-    def setup(self):
+    def setup(self) -> None:
         self._sock = None
         self._job = None          # the Task streaming a generator's replies
         self._busy = None         # client address of the request in hand
@@ -131,7 +142,8 @@ class Worker(Actor):
         self._connect()
         self.call_every(self.heartbeat, self._tick)
 
-    def teardown(self):
+    def teardown(self) -> None:
+
         sock = self._sock
         if sock is not None:
             self._sock = None

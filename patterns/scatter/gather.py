@@ -1,7 +1,11 @@
 """Gather: fair-queued single-part messages from scatter peers, to any thread."""
+from __future__ import annotations
+
 import logging
 import time
 from collections import deque
+from collections.abc import Iterator
+from typing import Any
 
 import zmq
 
@@ -44,7 +48,8 @@ class Gather(SafeSocket):
 
     _wait_event = POLLIN
 
-    def __init__(self, queue_limit=1000, *, native=False, linger=0, **options):
+    def __init__(self, queue_limit: int = 1000, *, native: bool = False, linger: float | None = 0,
+                 **options: Any) -> None:
         _, kind, native = socket_types(native)
         options.setdefault("rcvhwm", queue_limit)
         super().__init__(kind, native, linger, options)
@@ -53,10 +58,10 @@ class Gather(SafeSocket):
         self.received = 0
         #: multipart messages received and discarded
         self.discarded = 0
-        self._buffer = deque()
+        self._buffer: deque[bytes] = deque()
         self._pop = self._buffer.popleft
 
-    def recv(self, block=True, timeout=None):
+    def recv(self, block: bool = True, timeout: float | None = None) -> bytes:
         """The next message (bytes).
 
         Blocks until one arrives unless ``block`` is False; raises
@@ -103,11 +108,11 @@ class Gather(SafeSocket):
     def _ready(self):
         return bool(self._buffer) or self._events() & POLLIN
 
-    def close(self):
+    def close(self) -> None:
         super().close()
         self._buffer.clear()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[bytes]:
         """Messages, blocking for each, until closed."""
         while True:
             try:
@@ -117,6 +122,7 @@ class Gather(SafeSocket):
                     return
                 raise
 
-    def __repr__(self):
+    def __repr__(self) -> str:
+
         state = "closed" if self.closed else "received=%d discarded=%d" % (self.received, self.discarded)
         return "<Gather %s %s>" % ("native" if self.native else "emulated", state)

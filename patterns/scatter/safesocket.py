@@ -37,10 +37,14 @@ socket (:class:`~.nativepoll.WaitFd`), made when it parks and closed when it
 leaves; everything else is as above.  Nothing polls on a timer, no thread
 sits in between.
 """
+from __future__ import annotations
+
 import errno
 import os
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any, Self
 
 import zmq
 # gevent has no public way to ask whether a thread has a hub without making one;
@@ -74,7 +78,7 @@ POLLOUT = 2
 class Closed(zmq.ZMQError):
     """The Scatter or Gather was closed (possibly by another thread)."""
 
-    def __init__(self, what):
+    def __init__(self, what: str) -> None:
         super().__init__(errno.ENOTSOCK, "%s is closed" % what)
 
 
@@ -152,14 +156,14 @@ class SafeSocket:
     #: the event (POLLIN or POLLOUT) a blocked caller waits for; set by subclasses
     _wait_event = 0
 
-    def __init__(self, socket_type, native, linger, options):
+    def __init__(self, socket_type: int, native: bool, linger: float | None, options: Mapping[str, Any]) -> None:
         self.native = native
         self._lock = _allocate_lock()
         self._locked = _Locked(self)
         self._owner = None  # thread ident allowed the lock-free path, until _shared
         self._shared = False
         self._busy = False  # the owner is inside a lock-free call
-        self._waiters = []  # (hub, Waiter) of parked greenlets not yet woken
+        self._waiters: list[tuple[Any, Any]] = []  # (hub, Waiter) of parked greenlets not yet woken
         self._parked = 0  # greenlets inside _wait: the last one out closes a closing socket
         self._closing = False
         self._linger_ms = -1 if linger is None else int(linger * 1000)
@@ -168,18 +172,18 @@ class SafeSocket:
         for name, value in options.items():
             sock.set(getattr(zmq, name.upper()), value)
         self._fd = None if native else sock.get(zmq.FD)
-        self._native_waits = {}  # entry -> WaitFd of a parked caller (native sockets)
+        self._native_waits: dict[Any, WaitFd] = {}  # entry -> WaitFd of a parked caller (native sockets)
         self._handle = handle(sock)  # for the actors.speedups calls
-        self._binds = set()  # endpoints bound, to tell a refused peer's side
+        self._binds: set[str] = set()  # endpoints bound, to tell a refused peer's side
         #: peers refused at the handshake (:class:`~.handshakes.Refusal`, newest last): a
         #: wire mismatch (native on one side only), a refused CURVE key...
-        self.refused = []
+        self.refused: list[handshakes.Refusal] = []
         self._handshakes = handshakes.watch(self)  # the reader of our monitor, or None
 
     @property
-    def wire(self):
+    def wire(self) -> str:
         """The socket type on the wire: ``"SCATTER"``/``"GATHER"`` (native) or ``"PUSH"``/``"PULL"``."""
-        return {zmq.PUSH: "PUSH", zmq.PULL: "PULL"}.get(self._sock.type) or (
+        return {zmq.PUSH: "PUSH", zmq.PULL: "PULL"}.get(self._sock.type) or (  # type: ignore[call-overload]
             "SCATTER" if self._sock.type == getattr(zmq, "SCATTER", None) else "GATHER")
 
     def _bound(self, endpoint):
@@ -194,45 +198,45 @@ class SafeSocket:
             len(self.refused), "; ".join(refusal.reason for refusal in latest))
 
     # -- options ----------------------------------------------------------------
-    def setsockopt(self, option, value):
+    def setsockopt(self, option: int, value: int | bytes) -> None:
         """Set a socket option (e.g. through :func:`actors.auth.curve_server`), before bind/connect."""
         with self._locked:
             self._check()
             self._sock.setsockopt(option, value)
 
-    def getsockopt(self, option):
+    def getsockopt(self, option: int) -> int | bytes:
         with self._locked:
             self._check()
             return self._sock.getsockopt(option)
 
     # -- endpoints ------------------------------------------------------------
-    def bind(self, endpoint):
+    def bind(self, endpoint: str) -> str:
         """Bind; returns the real endpoint (``tcp://127.0.0.1:*`` picks a port)."""
         with self._locked:
             self._check()
             self._sock.bind(endpoint)
-            real = self._sock.get(zmq.LAST_ENDPOINT).decode()
+            real = self._sock.get(zmq.LAST_ENDPOINT).decode()  # type: ignore[union-attr]  # bytes
             self._binds.add(real)
             return real
 
-    def connect(self, endpoint):
+    def connect(self, endpoint: str) -> None:
         """Connect to a peer (its queue exists at once, connected or not)."""
         with self._locked:
             self._check()
             self._sock.connect(endpoint)
 
-    def unbind(self, endpoint):
+    def unbind(self, endpoint: str) -> None:
         with self._locked:
             self._check()
             self._sock.unbind(endpoint)
 
-    def disconnect(self, endpoint):
+    def disconnect(self, endpoint: str) -> None:
         """Forget a peer; its queue and the messages in it are discarded."""
         with self._locked:
             self._check()
             self._sock.disconnect(endpoint)
 
-    def monitor(self, endpoint, events=zmq.EVENT_ALL):
+    def monitor(self, endpoint: str, events: int = zmq.EVENT_ALL) -> None:
         """Publish socket events (connects, disconnects) on an inproc PAIR ``endpoint``.
 
         libzmq has one monitor per socket: this one replaces the built-in
@@ -249,7 +253,7 @@ class SafeSocket:
                 self._handshakes = None
             self._sock.monitor(endpoint, events)
 
-    def stop_monitor(self):
+    def stop_monitor(self) -> None:
         """Stop publishing socket events (before the reader of the events goes away)."""
         with self._locked:
             if not self._closing:
@@ -259,10 +263,11 @@ class SafeSocket:
 
     # -- closing --------------------------------------------------------------
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closing
 
-    def close(self):
+    def close(self) -> None:
+
         """Close from any thread; waiters raise :class:`Closed`.  Idempotent.
 
         Queued outgoing messages are flushed for up to ``linger`` seconds.
@@ -278,10 +283,10 @@ class SafeSocket:
             if not self._parked:
                 self._sock.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _share(self):

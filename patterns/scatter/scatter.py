@@ -1,5 +1,9 @@
 """Scatter: round-robin single-part messages to gather peers, from any thread."""
+from __future__ import annotations
+
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import zmq
 
@@ -43,7 +47,8 @@ class Scatter(SafeSocket):
 
     _wait_event = POLLOUT
 
-    def __init__(self, queue_limit=1000, *, native=False, linger=2.0, **options):
+    def __init__(self, queue_limit: int = 1000, *, native: bool = False, linger: float | None = 2.0,
+                 **options: Any) -> None:
         kind, _, native = socket_types(native)
         options.setdefault("sndhwm", queue_limit)
         super().__init__(kind, native, linger, options)
@@ -52,7 +57,7 @@ class Scatter(SafeSocket):
         #: sends that found no available peer and had to wait
         self.waited = 0
 
-    def send(self, message, block=True, timeout=None):
+    def send(self, message: bytes | bytearray | memoryview, block: bool = True, timeout: float | None = None) -> None:
         """Queue one single-part message for the next available peer.
 
         ``message`` is bytes-like.  Blocks while no peer is available unless
@@ -118,14 +123,16 @@ class Scatter(SafeSocket):
     def _ready(self):
         return self._events() & POLLOUT
 
-    def send_multipart(self, frames, block=True, timeout=None):
+    def send_multipart(self, frames: Sequence[bytes | bytearray | memoryview], block: bool = True,
+                       timeout: float | None = None) -> None:
         """:meth:`send` of a one-frame list; more frames raise :class:`MultipartError`."""
         if len(frames) != 1:
             raise MultipartError("scatter-gather sends single-part messages only; got %d frames"
                                  % len(frames))
         self.send(frames[0], block, timeout)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
+
         state = "closed" if self.closed else "sent=%d" % self.sent
         return "<Scatter %s %s>" % ("native" if self.native else "emulated", state)
 

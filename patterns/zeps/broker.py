@@ -61,17 +61,21 @@ on disk; subscribers with pattern, mode, lag and credit; counters),
 greenlets of its thread, not across OS threads.  Tools reach ``INFO`` over
 the network with the QUERY extension command (see :mod:`.protocol`).
 """
+from __future__ import annotations
+
 import json
 import logging
 import os
 import struct
 import time
+from collections.abc import Iterable
 from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from zmq import ZMQError
 
 from zactors.actors.actor import Actor, command
-from zactors.actors.auth import curve_server
+from zactors.actors.auth import Keypair, curve_server
 from zactors.actors.group_commit import GroupCommit
 from zactors.actors.heartbeat import Liveness
 from zactors.actors.journal import Journal, JournalError, SequenceGone
@@ -81,6 +85,9 @@ from zactors.actors.speedups import send_message
 from . import protocol as p
 from .deliver import frames as _frames, matcher_of
 from .matcher import Filter, Matcher, PatternError
+
+if TYPE_CHECKING:
+    from .permissions import Permissions
 
 __all__ = ["Broker", "stream_directory", "stream_name"]
 
@@ -93,12 +100,12 @@ _LIVE, _REPLAY = "live", "replay"
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
-def stream_directory(name):
+def stream_directory(name: bytes) -> str:
     """The directory name of stream ``name`` (bytes): reversible, never a path."""
     return "".join(chr(c) if c in _SAFE else "%%%02X" % c for c in name)
 
 
-def stream_name(directory):
+def stream_name(directory: str) -> bytes | None:
     """The stream name (bytes) of a directory made by :func:`stream_directory`, or None."""
     out, i = bytearray(), 0
     while i < len(directory):
@@ -161,11 +168,15 @@ class Broker(Actor):
     #: sized to hold a full window of small messages (max_credit bounds the bytes)
     sndhwm = 100000
 
-    def __init__(self, journal_dir, endpoint="tcp://127.0.0.1:*", *, fsync=0.1, heartbeat=1.0, expiry=5.0,
-                 max_message=1 << 20, max_streams=1024, max_peers=100000, max_patterns=64,
-                 max_stream_name=80, max_credit=64 << 20, segment_bytes=64 << 20, retain_bytes=None,
-                 retain_seconds=None, curve=None, curve_domain=None, permissions=None, multicast=None,
-                 multicast_interface=None, multicast_ttl=1, streams=(), name=None):
+    def __init__(self, journal_dir: str | os.PathLike[str], endpoint: str = "tcp://127.0.0.1:*", *,
+                 fsync: str | float = 0.1, heartbeat: float = 1.0, expiry: float = 5.0,
+                 max_message: int = 1 << 20, max_streams: int = 1024, max_peers: int = 100000,
+                 max_patterns: int = 64, max_stream_name: int = 80, max_credit: int = 64 << 20,
+                 segment_bytes: int = 64 << 20, retain_bytes: int | None = None,
+                 retain_seconds: float | None = None, curve: Keypair | bytes | str | None = None,
+                 curve_domain: str | None = None, permissions: Permissions | None = None,
+                 multicast: tuple[str, int] | None = None, multicast_interface: str | None = None,
+                 multicast_ttl: int = 1, streams: Iterable[bytes | str] = (), name: str | None = None) -> None:
         if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
             raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
         if not 0 < heartbeat <= expiry:
@@ -196,15 +207,15 @@ class Broker(Actor):
             self.name = name
 
     # -- setup ----------------------------------------------------------------------
-    def setup(self):
+    def setup(self) -> None:
         os.makedirs(self.journal_dir, exist_ok=True)
-        self._streams = {}
-        self._peers = {}
-        self._replaying = {}        # peers with credit waiting to be replayed (ordered set)
+        self._streams: dict[bytes, _Stream] = {}
+        self._peers: dict[bytes, _Peer] = {}
+        self._replaying: dict[bytes, _Peer] = {}        # peers with credit waiting to be replayed (ordered set)
         self._pumping = False
-        self._alive = Liveness(self.heartbeat, self.expiry)
+        self._alive: Liveness[bytes] = Liveness(self.heartbeat, self.expiry)
         self._alive_timer = None
-        self._heard = set()         # identities heard from since the last liveness sweep
+        self._heard: set[bytes] = set()         # identities heard from since the last liveness sweep
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
                              high=self.transport_high, backlog=self.transport_high * 2,
@@ -215,7 +226,7 @@ class Broker(Actor):
         if self.curve is not None:
             curve_server(self.router.socket, self.curve, self.curve_domain)
         if self.permissions is not None:
-            self._keys = {}
+            self._keys: dict[bytes, str] = {}
             from .permissions import key_reader
             key_reader(self, self.router.socket, self._on_frames, self._keys)
         self.endpoint = self.router.bind(self.endpoint)
@@ -232,7 +243,7 @@ class Broker(Actor):
         self.call_every(10.0, self._retain)
         log.debug("%s: serving %s, journal %s", self.name, self.endpoint, self.journal_dir)
 
-    def teardown(self):
+    def teardown(self) -> None:
         if self._multicast is not None:
             self._multicast.close()
         for identity in list(self._peers):
@@ -758,12 +769,13 @@ class Broker(Actor):
                 del samples[0]
 
     @command
-    def retain(self):
+    def retain(self) -> None:
         """Apply the retention limits now (they are also applied every 10 s and as segments roll)."""
         self._retain()
 
     @command(reply=True)
-    def info(self):
+    def info(self) -> dict[str, Any]:
+
         """Streams, subscribers and counters (see the module docstring)."""
         streams = {}
         for stream in self._streams.values():

@@ -28,10 +28,14 @@ credit window (``window`` bytes) until the application takes them, by
 iterating, with :meth:`Subscriber.get` (:meth:`Subscriber.get_many` for a
 batch), or through a ``callback`` run in the subscriber's own greenlet.  Neither is safe across OS threads.
 """
+from __future__ import annotations
+
 import logging
 import struct
 import time
-from collections import deque, namedtuple
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple, Self
 
 import gevent
 import zmq
@@ -39,7 +43,7 @@ from gevent.event import Event
 from gevent.lock import Semaphore
 
 from zactors.actors.actor import Actor, command
-from zactors.actors.auth import curve_client
+from zactors.actors.auth import Keypair, curve_client
 from zactors.actors.sockets import POLLIN, Socket, context
 from zactors.actors.speedups import events as _events, recv_singles, send_message
 
@@ -55,8 +59,16 @@ _PUBLISH_HEAD = struct.Struct(">2sBB").pack
 _u32 = struct.Struct(">I").pack
 
 _BATCH = 256                 # DELIVERs taken from the socket per C call
-Message = namedtuple("Message", "seq key body")
-Message.__doc__ = "One delivered message: its stream sequence, routing key and body (bytes)."
+class Message(NamedTuple):
+    """One delivered message: its stream sequence, routing key and body (bytes)."""
+
+    seq: int
+    key: bytes
+    body: bytes
+
+
+#: ``(broker_public_key, client_keys)``: how a client talks to a CURVE broker
+Curve = tuple[bytes | str, Keypair | bytes | str]
 _deliver.bind(Message)
 _parse = _deliver.parse      # DELIVER frames to Messages, a batch per call
 
@@ -65,7 +77,7 @@ class ZepsError(Exception):
     """The broker refused something (its INVALID reason is the message), or did not answer."""
 
 
-def _bytes(value):
+def _bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
@@ -101,14 +113,15 @@ class Publisher:
     :class:`ZepsError` if the broker refuses the stream.
     """
 
-    def __init__(self, endpoint, stream, *, curve=None, heartbeat=1.0, expiry=5.0, timeout=5.0):
+    def __init__(self, endpoint: str, stream: bytes | str, *, curve: Curve | None = None, heartbeat: float = 1.0,
+                 expiry: float = 5.0, timeout: float = 5.0) -> None:
         self.endpoint = endpoint
         self.stream = _bytes(stream)
         self.curve = curve
         self.heartbeat = heartbeat
         self.expiry = expiry
         self.stats = dict.fromkeys(("published", "flushes", "reattached", "invalid"), 0)
-        self._errors = []
+        self._errors: list[str] = []
         self._lock = Semaphore()  # held by whoever reads the socket (flush, heartbeats)
         self._closed = False
         self._sock = _dealer(endpoint, curve)
@@ -120,10 +133,10 @@ class Publisher:
         self._heard = _monotonic()
         self._pings = 0           # PINGs sent on this peering; the broker answers each, in order,
         self._answers = 0         # with PING-OK, or INVALID "PING: ..." when it cannot write
-        self._refused = []        # (answer number, reason) of the INVALID "PING:" answers
+        self._refused: list[tuple[int, str]] = []        # (answer number, reason) of the INVALID "PING:" answers
         self._keepalive = gevent.spawn(self._keep_alive)
 
-    def publish(self, key, body):
+    def publish(self, key: bytes | str, body: bytes) -> None:
         """Publish ``body`` under routing ``key`` (bytes or str).  Asynchronous: the broker never confirms.
 
         Parks the calling greenlet only while the broker is at its high-water mark.
@@ -150,7 +163,7 @@ class Publisher:
             finally:
                 self._lock.release()
 
-    def flush(self, timeout=10.0):
+    def flush(self, timeout: float = 10.0) -> None:
         """Wait until the broker has written every message published so far.
 
         Raises :class:`ZepsError` with the broker's reasons if it refused any
@@ -236,7 +249,7 @@ class Publisher:
                     self._sock.send(p.PING_FRAME)
                     self._pings += 1
 
-    def close(self):
+    def close(self) -> None:
         """Detach and close (unflushed messages still queued are dropped: flush first)."""
         if self._closed:
             return
@@ -248,10 +261,10 @@ class Publisher:
             pass
         self._sock.close(0.1 * 1000)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -269,8 +282,10 @@ class Subscriber(Actor):
     Commands: ``INFO`` (reply: stream, last sequence, counters).
     """
 
-    def __init__(self, endpoint, stream, *patterns, from_seq=None, since=None, new=False, window=8 << 20,
-                 callback=None, curve=None, heartbeat=1.0, expiry=5.0, timeout=5.0, name=None):
+    def __init__(self, endpoint: str, stream: bytes | str, *patterns: bytes | str, from_seq: int | None = None,
+                 since: float | None = None, new: bool = False, window: int = 8 << 20,
+                 callback: Callable[[Message], object] | None = None, curve: Curve | None = None,
+                 heartbeat: float = 1.0, expiry: float = 5.0, timeout: float = 5.0, name: str | None = None) -> None:
         if sum(x is not None and x is not False for x in (from_seq, since, new or None)) > 1:
             raise ValueError("give at most one of from_seq, since and new")
         self.endpoint = endpoint
@@ -289,7 +304,7 @@ class Subscriber(Actor):
         self.expiry = expiry
         self.timeout = timeout
         self.last_seq = None        # the last sequence received
-        self._queue = deque()
+        self._queue: deque[Message] = deque()
         self._ready = Event()
         self._queued_bytes = 0
         self._consumed = 0          # bytes taken by the application, not yet given back as credit
@@ -302,7 +317,7 @@ class Subscriber(Actor):
             self.name = name
 
     # -- application side -----------------------------------------------------------
-    def get(self, timeout=None):
+    def get(self, timeout: float | None = None) -> Message | None:
         """The next :class:`Message`; None after ``timeout`` seconds with none, or once closed.
 
         Raises :class:`ZepsError` if the broker refused the subscription.
@@ -327,7 +342,7 @@ class Subscriber(Actor):
         self._taken(16 + len(message[1]) + len(message[2]))  # its DELIVER frame size: what it cost in credit
         return message
 
-    def get_many(self, max_count=1024, timeout=None):
+    def get_many(self, max_count: int = 1024, timeout: float | None = None) -> list[Message]:
         """Up to ``max_count`` messages at once, in order: waits like :meth:`get` for the
         first, then takes what else is queued; [] after ``timeout`` or once closed."""
         first = self.get(timeout)
@@ -355,11 +370,11 @@ class Subscriber(Actor):
             self.post(self._give_credit)
 
     @property
-    def pending(self):
+    def pending(self) -> int:
         """Messages received and not yet taken."""
         return len(self._queue)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Message]:
         while True:
             message = self.get(None)
             if message is None:  # closed
@@ -367,8 +382,8 @@ class Subscriber(Actor):
             yield message
 
     # -- actor side -----------------------------------------------------------------
-    def setup(self):
-        self._sock = None
+    def setup(self) -> None:
+        self._sock: Socket = None  # type: ignore[assignment]  # _connect sets it
         self._heard = _monotonic()
         self._stats = self.stats
         self._connect()
@@ -383,7 +398,7 @@ class Subscriber(Actor):
         self.add_reader(self._sock, self._on_frames)
         self.call_every(self.heartbeat / 2, self._keep_alive)
 
-    def teardown(self):
+    def teardown(self) -> None:
         if self._sock is not None:
             try:
                 self._sock.send(p.DETACH_FRAME, zmq.NOBLOCK)
@@ -521,12 +536,13 @@ class Subscriber(Actor):
             self._sock.send(p.PING_FRAME)
 
     @command(reply=True)
-    def info(self):
+    def info(self) -> dict[str, Any]:
         return {"stream": self.stream.decode(), "last_seq": self.last_seq, "queued": len(self._queue),
                 "credit_outstanding": self.window - self._consumed - self._queued_bytes, "counters": dict(self.stats)}
 
 
-def query(endpoint, *, curve=None, timeout=5.0):
+def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) -> dict[str, Any]:
+
     """The broker's introspection (the QUERY extension): a dict, see ``Broker.info``."""
     import json
 
