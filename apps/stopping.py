@@ -22,10 +22,16 @@ import signal
 import sys
 import time
 
+import logging
+
 import gevent
 from gevent.event import Event
 
-__all__ = ["Interrupted", "handle_signals", "wait_until_stopped", "quiet_broken_pipe", "SIGNALS"]
+from . import exitstatus
+
+__all__ = ["Interrupted", "handle_signals", "wait_until_stopped", "serve", "quiet_broken_pipe", "SIGNALS"]
+
+log = logging.getLogger("zactors")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _KEEPALIVE = 3600.0
@@ -109,6 +115,36 @@ def wait_until_stopped(event=None, timeout=None):
     finally:
         _state.parked.remove(event)
     return _state.signum
+
+
+def serve(server, summary, *, describe=None, every=0, cleanup=()):
+    """Run a server actor until asked to stop, then destroy it and print its summary.
+
+    ``describe(info) -> str`` logs the server's ``INFO`` every ``every`` seconds
+    (0: never); ``summary(info) -> str`` is the one line printed to stderr at the
+    end (``info`` is empty if the server could not answer).  Actors in
+    ``cleanup`` (an authenticator, say) are destroyed after the server.
+    Returns exit status 0: a server asked to stop has done its job.
+    """
+    def tick():
+        while True:
+            gevent.sleep(every)
+            log.info("%s", describe(server.call("INFO", timeout=5)))
+
+    ticker = gevent.spawn(tick) if describe is not None and every > 0 else None
+    info = {}
+    try:
+        wait_until_stopped()
+        info = server.call("INFO", timeout=5)
+    finally:
+        if ticker is not None:
+            ticker.kill()
+        server.destroy()
+        for actor in cleanup:
+            if actor is not None:
+                actor.destroy()
+        print(summary(info), file=sys.stderr)
+    return exitstatus.OK
 
 
 def quiet_broken_pipe():

@@ -7,7 +7,7 @@ import gevent
 import zmq
 
 from zactors.apps import exitstatus, options
-from zactors.apps.stopping import wait_until_stopped
+from zactors.apps.stopping import serve, wait_until_stopped
 
 ORDER = 40
 log = logging.getLogger("zactors.clone")
@@ -130,30 +130,20 @@ def run_server(args):
                                      "another --port") from None
         raise
     log.info("clone server (%s) on %s; Ctrl-C stops", role or "alone", ", ".join(e for e in server.endpoints if e))
-    ticker = gevent.spawn(_log_stats, server, args.stats) if args.stats > 0 else None
-    info = {}
-    try:
-        wait_until_stopped()
-        info = server.call("INFO", timeout=5)
-    finally:
-        if ticker is not None:
-            ticker.kill()
-        server.destroy()
-        if auth is not None:
-            auth.destroy()
-        print("clone server stopped: %s at sequence %d, %d key(s), %d update(s), %d snapshot(s)" % (
+    def summary(info):
+        counters = info.get("counters", {})
+        return "clone server stopped: %s at sequence %d, %d key(s), %d update(s), %d snapshot(s)" % (
             info.get("state", "?"), info.get("sequence", 0), info.get("keys", 0),
-            info.get("counters", {}).get("updates", 0), info.get("counters", {}).get("snapshots", 0)),
-            file=sys.stderr)
-    return exitstatus.OK
+            counters.get("updates", 0), counters.get("snapshots", 0))
+
+    return serve(server, summary, describe=_describe, every=args.stats, cleanup=(auth,))
 
 
-def _log_stats(server, every):
-    while True:
-        gevent.sleep(every)
-        info = server.call("INFO", timeout=5)
-        log.info("%s sequence=%d keys=%d pending=%d | %s", info["state"], info["sequence"], info["keys"],
-                 info["pending"], " ".join("%s=%d" % kv for kv in sorted(info["counters"].items())))
+def _describe(info):
+    """One line of the server's INFO, for --stats."""
+    return "%s sequence=%d keys=%d pending=%d | %s" % (
+        info["state"], info["sequence"], info["keys"], info["pending"],
+        " ".join("%s=%d" % kv for kv in sorted(info["counters"].items())))
 
 
 class _NoServer(RuntimeError):

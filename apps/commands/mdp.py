@@ -9,7 +9,7 @@ import gevent
 import zmq
 
 from zactors.apps import exitstatus, options
-from zactors.apps.stopping import Interrupted, wait_until_stopped
+from zactors.apps.stopping import Interrupted, serve, wait_until_stopped
 
 ORDER = 20
 log = logging.getLogger("zactors.mdp")
@@ -89,10 +89,6 @@ def register(sub):
     mmi.set_defaults(func=run_mmi)
 
 
-#: kept for apps/commands/clone.py, which imports it; new code: zactors.apps.stopping.wait_until_stopped
-_until_signal = wait_until_stopped
-
-
 def _connect(parser):
     parser.add_argument("--connect", default=DEFAULT_ENDPOINT, type=options.connect_endpoint, metavar="ENDPOINT",
                         help="broker endpoint (default: %(default)s)")
@@ -126,30 +122,20 @@ def run_broker(args):
     log.info("broker on %s%s (%s framing%s); Ctrl-C stops", broker.endpoint,
              "" if not args.worker_bind else ", workers on %s" % broker.worker_endpoint, args.framing,
              "" if args.curve is None else ", CURVE, public key %s" % args.curve.public.decode())
-    ticker = gevent.spawn(_log_stats, broker, args.stats) if args.stats > 0 else None
-    counters = {}
-    try:
-        wait_until_stopped()
-        counters = broker.call("INFO", timeout=5)["counters"]
-    finally:
-        if ticker is not None:
-            ticker.kill()
-        broker.destroy()
-        if auth is not None:
-            auth.destroy()
-        print("broker stopped: %d request(s), %d repl%s, %d worker(s) came" % (
-            counters.get("requests", 0), counters.get("replies", 0),
-            "y" if counters.get("replies", 0) == 1 else "ies", counters.get("workers_ready", 0)), file=sys.stderr)
-    return exitstatus.OK
+    def summary(info):
+        counters = info.get("counters", {})
+        replies = counters.get("replies", 0)
+        return "broker stopped: %d request(s), %d repl%s, %d worker(s) came" % (
+            counters.get("requests", 0), replies, "y" if replies == 1 else "ies", counters.get("workers_ready", 0))
+
+    return serve(broker, summary, describe=_describe, every=args.stats, cleanup=(auth,))
 
 
-def _log_stats(broker, every):
-    while True:
-        gevent.sleep(every)
-        info = broker.call("INFO", timeout=5)
-        services = ", ".join("%s: %d workers (%d idle), %d queued" % (name, s["workers"], s["idle"], s["queued"])
-                             for name, s in sorted(info["services"].items())) or "no services"
-        log.info("%s | %s", services, " ".join("%s=%d" % kv for kv in sorted(info["counters"].items())))
+def _describe(info):
+    """One line of the server's INFO, for --stats."""
+    services = ", ".join("%s: %d workers (%d idle), %d queued" % (name, s["workers"], s["idle"], s["queued"])
+                         for name, s in sorted(info["services"].items())) or "no services"
+    return "%s | %s" % (services, " ".join("%s=%d" % kv for kv in sorted(info["counters"].items())))
 
 
 def _echo_worker(partials, delay):

@@ -11,7 +11,7 @@ import gevent
 import zmq
 
 from zactors.apps import exitstatus, options
-from zactors.apps.stopping import Interrupted, wait_until_stopped
+from zactors.apps.stopping import Interrupted, serve
 
 ORDER = 40
 log = logging.getLogger("zactors.zeps")
@@ -226,32 +226,21 @@ def run_broker(args):
              args.fsync if isinstance(args.fsync, str) else "every %gs" % args.fsync,
              "" if args.curve is None else ", CURVE, public key %s" % args.curve.public.decode(),
              "" if args.permissions is None else ", %d grants" % len(args.permissions.grants))
-    ticker = gevent.spawn(_log_stats, broker, args.stats) if args.stats > 0 else None
-    info = {}
-    try:
-        wait_until_stopped()
-        info = broker.call("INFO", timeout=5)
-    finally:
-        if ticker is not None:
-            ticker.kill()
-        broker.destroy()
-        if auth is not None:
-            auth.destroy()
+    def summary(info):
         streams = info.get("streams", {})
-        print("broker stopped: %d stream(s), %d message(s) journaled, %d peer(s) attached" % (
+        return "broker stopped: %d stream(s), %d message(s) journaled, %d peer(s) attached" % (
             len(streams), sum(s["last_seq"] - s["first_seq"] + 1 for s in streams.values()),
-            info.get("counters", {}).get("attached", 0)), file=sys.stderr)
-    return exitstatus.OK
+            info.get("counters", {}).get("attached", 0))
+
+    return serve(broker, summary, describe=_describe, every=args.stats, cleanup=(auth,))
 
 
-def _log_stats(broker, every):
-    while True:
-        gevent.sleep(every)
-        info = broker.call("INFO", timeout=5)
-        streams = ", ".join("%s: %d..%d %.0f/s %d subscribers"
-                            % (name, s["first_seq"], s["last_seq"], s["rate"], len(s["subscribers"]))
-                            for name, s in sorted(info["streams"].items())) or "no streams"
-        log.info("%s | %s", streams, " ".join("%s=%d" % kv for kv in sorted(info["counters"].items())))
+def _describe(info):
+    """One line of the server's INFO, for --stats."""
+    streams = ", ".join("%s: %d..%d %.0f/s %d subscribers"
+                        % (name, s["first_seq"], s["last_seq"], s["rate"], len(s["subscribers"]))
+                        for name, s in sorted(info["streams"].items())) or "no streams"
+    return "%s | %s" % (streams, " ".join("%s=%d" % kv for kv in sorted(info["counters"].items())))
 
 
 def run_publish(args):
