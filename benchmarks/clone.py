@@ -118,6 +118,8 @@ def raw_snapshot(keys):
     import zmq
     ctx = zmq.Context.instance()
     router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    router.router_mandatory = 1  # block at the HWM instead of dropping (the Guide's lossy snapshots)
+    dealer.rcvtimeo = 10000      # never hang the benchmark
     port = router.bind_to_random_port("tcp://127.0.0.1")
     dealer.connect("tcp://127.0.0.1:%d" % port)
     dealer.send(b"ICANHAZ?")
@@ -302,7 +304,10 @@ def bench_failover(rate, seconds):
         killed = time.monotonic()
         primary.kill()
         target = "tcp://127.0.0.1:%d" % b
+        give_up = killed + 30
         while not (client.server == target and client.call("INFO")["synced"]):
+            if time.monotonic() > give_up:  # report it, never hang
+                raise RuntimeError("the client did not switch to the backup within 30 s")
             gevent.sleep(0.002)
         switched = time.monotonic() - killed
         gevent.sleep(seconds / 2)
@@ -334,14 +339,18 @@ def main():
         return relay_role(args)
     if args.role == "rawsend":
         return rawsend_role(args)
+    def step(name, run, *a, **kw):
+        print("%s ..." % name, file=sys.stderr, flush=True)  # progress: each part takes seconds
+        return run(*a, **kw)
+
     results = {
-        "snapshot": bench_snapshot(args.keys),
-        "snapshot_raw_pyzmq": raw_snapshot(args.keys),
-        "updates_1_client": bench_updates(args.updates, 1),
-        "updates_10_clients": bench_updates(args.updates, 10),
-        "updates_raw_pyzmq_relay": raw_updates(args.updates),
-        "updates_server_to_plain_sub": raw_updates(args.updates, zactors=True),
-        "failover": bench_failover(args.rate, args.failover_seconds),
+        "snapshot": step("snapshot", bench_snapshot, args.keys),
+        "snapshot_raw_pyzmq": step("snapshot_raw_pyzmq", raw_snapshot, args.keys),
+        "updates_1_client": step("updates_1_client", bench_updates, args.updates, 1),
+        "updates_10_clients": step("updates_10_clients", bench_updates, args.updates, 10),
+        "updates_raw_pyzmq_relay": step("updates_raw_pyzmq_relay", raw_updates, args.updates),
+        "updates_server_to_plain_sub": step("updates_server_to_plain_sub", raw_updates, args.updates, zactors=True),
+        "failover": step("failover", bench_failover, args.rate, args.failover_seconds),
     }
     s = results["snapshot"]
     print("snapshot       %d keys: %d received in %.3f s (raw pyzmq ROUTER->DEALER %.3f s)"
@@ -355,7 +364,7 @@ def main():
     f = results["failover"]
     print("failover       at %d updates/s: %.3f s, %d of %d updates lost" % (f["rate"], f["failover_s"], f["lost"],
                                                                            f["written"]))
-    print(json.dumps(results))
+    print(json.dumps(results), flush=True)
 
 
 if __name__ == "__main__":
