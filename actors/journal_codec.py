@@ -29,10 +29,10 @@ zmq; every function is pure (thread-safe on distinct buffers).
 * ``crc(data, value=0)``: CRC-32C.
 """
 import logging
-import os
 import struct
 
 from crc32c import crc32c as _crc32c
+from .purepython import pure_python_requested
 
 __all__ = ["SPEEDUPS", "frame", "decode", "crc", "py_frame", "py_decode", "RECORD_HEAD", "MIN_LENGTH"]
 
@@ -114,7 +114,7 @@ def py_decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at):
 
 
 def _load():
-    if os.environ.get("ZACTORS_PURE_PYTHON"):
+    if pure_python_requested():
         return None
     try:
         from . import _journal as c

@@ -36,10 +36,11 @@ Closed sockets raise ``zmq.ZMQError(ENOTSOCK)``, like pyzmq.
 """
 import errno
 import logging
-import os
 import sys
 
 import zmq
+
+from .purepython import pure_python_requested
 
 __all__ = ["SPEEDUPS", "handle", "buffers", "send_frames", "recv_message", "recv_singles", "send_message", "events",
            "pure_python_requested", "self_test"]
@@ -184,28 +185,6 @@ def py_send_message(sock, handle, frames):
 def py_events(sock, handle):
     _check(sock)
     return _get(sock, _EVENTS)
-
-
-#: values of ZACTORS_PURE_PYTHON (any case) that turn the C calls off, and those that leave them on
-_PURE = frozenset(("1", "true", "yes", "on"))
-_SPEEDY = frozenset(("", "0", "false", "no", "off"))
-
-
-def pure_python_requested(value=None):
-    """True when ``ZACTORS_PURE_PYTHON`` (or ``value``) asks for the pure-Python calls.
-
-    ``1``/``true``/``yes``/``on`` mean pure Python; unset, empty,
-    ``0``/``false``/``no``/``off`` mean the C calls.  Anything else is
-    logged and leaves the C calls on.
-    """
-    if value is None:
-        value = os.environ.get("ZACTORS_PURE_PYTHON", "")
-    word = value.strip().lower()
-    if word in _PURE:
-        return True
-    if word not in _SPEEDY:
-        log.warning("zactors: ZACTORS_PURE_PYTHON=%r is not 1/true/yes or 0/false/no: the C calls stay on", value)
-    return False
 
 
 def self_test(calls):

@@ -25,8 +25,8 @@ built or when the environment sets ``ZACTORS_PURE_PYTHON=1``.  Pure
 functions: thread-safe.
 """
 import logging
-import os
 import struct
+from zactors.actors.purepython import pure_python_requested
 
 __all__ = ["SPEEDUPS", "frames", "parse", "bind", "py_frames", "py_parse", "matcher_of"]
 
@@ -116,7 +116,7 @@ def matcher_of(flt):
 
 
 def _load():
-    if os.environ.get("ZACTORS_PURE_PYTHON"):
+    if pure_python_requested():
         return None
     try:
         from . import _deliver as c

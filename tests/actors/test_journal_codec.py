@@ -1,5 +1,4 @@
 """The journal's record codec: the C extension and its pure-Python twin behave identically."""
-import os
 import struct
 
 import crc32c
@@ -8,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from zactors.actors import journal_codec as codec
 from zactors.actors.journal import Record
+from zactors.actors.purepython import pure_python_requested
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,7 +28,7 @@ def impl(request):
     return request.param
 
 
-@pytest.mark.skipif(bool(os.environ.get("ZACTORS_PURE_PYTHON")), reason="pure Python asked for")
+@pytest.mark.skipif(pure_python_requested(), reason="pure Python asked for")
 def test_the_c_codec_is_built_and_used():
     # the wheel and the editable install both build it; a missing compiler would silently cost 2x
     assert _journal is not None and codec.SPEEDUPS and codec.frame is _journal.frame

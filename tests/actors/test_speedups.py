@@ -1,7 +1,10 @@
 """actors.speedups: the C calls and their pure-Python twins behave the same."""
 import errno
 import itertools
+import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -361,3 +364,15 @@ def test_signals_during_the_calls_neither_split_messages_nor_get_lost(impl, pair
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("value", ["0", "off", "1", "yes"])
+def test_every_c_extension_reads_the_switch_the_same_way(value):
+    # the journal codec and the ZEPS DELIVER batches once took any non-empty value as "pure Python"
+    code = ("from zactors.actors import journal_codec, speedups; from zactors.patterns.zeps import deliver; "
+            "print(journal_codec.SPEEDUPS, deliver.SPEEDUPS, speedups.SPEEDUPS)")
+    env = dict(os.environ, ZACTORS_PURE_PYTHON=value)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60).stdout.split()
+    assert len(set(out)) == 1, out
+    if speedups.pure_python_requested(value):
+        assert out == ["False"] * 3

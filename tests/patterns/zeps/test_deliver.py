@@ -1,5 +1,4 @@
 """DELIVER batches: the C extension and its pure-Python twin agree, and both speak the spec's wire."""
-import os
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -8,6 +7,7 @@ from zactors.actors.journal import Record
 from zactors.patterns.zeps import deliver, protocol as p
 from zactors.patterns.zeps.client import Message
 from zactors.patterns.zeps.matcher import Filter
+from zactors.actors.purepython import pure_python_requested
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -20,7 +20,7 @@ except ImportError:
 TWINS = [deliver.py_frames] + ([_deliver.frames] if _deliver is not None else [])
 
 
-@pytest.mark.skipif(bool(os.environ.get("ZACTORS_PURE_PYTHON")), reason="pure Python asked for")
+@pytest.mark.skipif(pure_python_requested(), reason="pure Python asked for")
 def test_the_c_version_is_built_and_used():
     assert _deliver is not None and deliver.SPEEDUPS and deliver.frames is _deliver.frames
 
