@@ -349,9 +349,10 @@ class Actor(metaclass=_ActorType):
         self._commands_paused = False
         self._reactor.add_reader(self._child, self._on_pipe)
 
-    def add_reader(self, sock: Socket, handler: Callable[[list[Any]], object]) -> None:
-        """Call ``handler(frames)`` for each message on ``sock``."""
-        self._reactor.add_reader(sock, handler)
+    def add_reader(self, sock: Socket, handler: Callable[[list[Any]], object], copy: bool = True) -> None:
+        """Call ``handler(frames)`` for each message on ``sock`` (``zmq.Frame`` objects with
+        their message properties when ``copy=False``: see :meth:`.Reactor.add_reader`)."""
+        self._reactor.add_reader(sock, handler, copy)
 
     def remove_reader(self, sock: Socket) -> None:
         self._reactor.remove_reader(sock)

@@ -73,14 +73,23 @@ class Timer:
                 reactor._timer_cancelled()
 
 
-class _Reader:
-    __slots__ = ("socket", "handler", "watcher", "removed")
+def _recv_zero_copy(sock, _handle):
+    """One whole message as ``zmq.Frame`` objects (their message properties readable), or None."""
+    try:
+        return sock.recv_frames(False)
+    except zmq.Again:
+        return None
 
-    def __init__(self, socket, handler, watcher):
+
+class _Reader:
+    __slots__ = ("socket", "handler", "watcher", "removed", "recv")
+
+    def __init__(self, socket, handler, watcher, recv):
         self.socket = socket
         self.handler = handler
         self.watcher = watcher
         self.removed = False
+        self.recv = recv
 
 
 class _FdReader:
@@ -123,15 +132,21 @@ class Reactor:
         self.task_slice = task_slice
 
     # -- registration -------------------------------------------------------
-    def add_reader(self, socket: Socket, handler: Callable[[list[Any]], object]) -> None:
-        """Call ``handler(frames)`` for each message on ``socket``."""
+    def add_reader(self, socket: Socket, handler: Callable[[list[Any]], object], copy: bool = True) -> None:
+        """Call ``handler(frames)`` for each message on ``socket``.
+
+        ``frames`` are bytes (the C receive when built); with ``copy=False``
+        they are ``zmq.Frame`` objects, slower but carrying the message
+        properties (``frame.get("User-Id")``, the ZAP identity) that libzmq
+        gives only to such a receive.
+        """
         if not isinstance(socket, Socket):
             raise TypeError("reactor sockets must be zactors.actors.sockets.Socket, "
                             "created with Actor.socket() or context().socket(type, Socket)")
         self.remove_reader(socket)
         watcher = get_hub().loop.io(socket.getsockopt(zmq.FD), 1)
         watcher.start(self._wake)
-        self._readers.append(_Reader(socket, handler, watcher))
+        self._readers.append(_Reader(socket, handler, watcher, recv_message if copy else _recv_zero_copy))
         # Messages may wait already, their ZMQ_FD edge long gone: go round once.
         self._fresh = True
         self._wake()
@@ -375,9 +390,10 @@ class Reactor:
                     sock = reader.socket
                     handle = sock.handle
                     handler = reader.handler
+                    recv = reader.recv
                     n = 0
                     while True:
-                        frames = recv_message(sock, handle)
+                        frames = recv(sock, handle)
                         if frames is None:
                             break
                         handler(frames)

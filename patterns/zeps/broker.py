@@ -97,6 +97,8 @@ _monotonic = time.monotonic
 _unpack_u32 = struct.Struct(">I").unpack_from
 _unpack_u64 = struct.Struct(">Q").unpack_from
 _LIVE, _REPLAY = "live", "replay"
+#: at most this many client keys noted from ATTACHes not handled yet
+_MAX_PENDING_KEYS = 10000
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
@@ -222,13 +224,13 @@ class Broker(Actor):
                              sndhwm=self.sndhwm)
         self._outbox_send = self.router.outbox.send
         self._outbox_pending = self.router.outbox.pending
-        self.add_reader(self.router.socket, self._on_frames)  # ours: the PUBLISH fast path
         if self.curve is not None:
             curve_server(self.router.socket, self.curve, self.curve_domain)
-        if self.permissions is not None:
-            self._keys: dict[bytes, str] = {}
-            from .permissions import key_reader
-            key_reader(self, self.router.socket, self._on_frames, self._keys)
+        if self.permissions is None:
+            self.add_reader(self.router.socket, self._on_frames)  # ours: the PUBLISH fast path
+        else:                       # zero-copy frames: an ATTACH's User-Id names the client's key
+            self._keys: dict[bytes, str | None] = {}
+            self.add_reader(self.router.socket, self._on_keyed_frames, copy=False)
         self.endpoint = self.router.bind(self.endpoint)
         self._multicast = None
         if self.multicast is not None:
@@ -253,6 +255,18 @@ class Broker(Actor):
             stream.journal.close(sync=self.fsync != "never")
 
     # -- the hot path ---------------------------------------------------------------
+    def _on_keyed_frames(self, frames):
+        """With permissions: note the ZAP User-Id of each ATTACH, then as :meth:`_on_frames`."""
+        data = [f.bytes for f in frames]
+        if len(data) == 2 and len(data[1]) > 2 and data[1][2] == p.ATTACH:
+            if len(self._keys) >= _MAX_PENDING_KEYS:       # ATTACHes the handler has not taken: bounded
+                self._keys.clear()
+            try:
+                self._keys[data[0]] = frames[0].get("User-Id") or None
+            except ZMQError:
+                self._keys[data[0]] = None
+        self._on_frames(data)
+
     def _on_frames(self, frames):
         """Every message on the ROUTER: a PUBLISH from an attached peer is parsed inline."""
         if len(frames) == 2:

@@ -18,23 +18,19 @@ broker answers INVALID and counts ``refused``).
 The broker learns a peer's key from the ZAP ``User-Id`` of its ATTACH, so an
 :class:`~zactors.actors.auth.Authenticator` must run in the broker's process
 (``CURVE dir`` or ``CURVE_ANY``; pyzmq's policy makes the User-Id the z85
-public key).  :func:`key_reader` is how the broker reads that property:
-libzmq gives message properties only to a ``copy=False`` receive, so a
-broker with permissions reads its ROUTER that way (somewhat slower than the
-kernel's C receive) instead of through the reactor's reader.
+public key).  libzmq gives message properties only to a ``copy=False``
+receive, so a broker with permissions reads its ROUTER through a zero-copy
+reader of the reactor (``add_reader(..., copy=False)``), somewhat slower
+than its C receive.
 """
 import fnmatch
 import logging
 import os
 import re
 
-import zmq
-
 from zactors.actors.auth import load_public_key
-from zactors.actors.sockets import NOBLOCK, POLLIN
-from zactors.actors.reactor import DRAIN_CAP
 
-__all__ = ["Permissions", "PermissionsError", "key_reader", "ACTIONS"]
+__all__ = ["Permissions", "PermissionsError", "ACTIONS"]
 
 log = logging.getLogger(__name__)
 
@@ -112,58 +108,3 @@ class Permissions:
     def may_attach(self, key, stream):
         """True if ``key`` may do anything at all on ``stream``."""
         return any(self.allows(key, action, stream) for action in ACTIONS)
-
-
-#: ATTACH command id at byte 2 of a ZEPS frame
-_ATTACH = 1
-#: at most this many keys waiting for their ATTACH to be handled
-_MAX_PENDING_KEYS = 10000
-
-
-def key_reader(actor, sock, deliver, keys):
-    """Read the ROUTER ``sock`` with message properties: ``deliver(frames)`` each message, and
-    ``keys[identity] = User-Id`` for each ATTACH.
-
-    Replaces the reactor's reader of that socket with a descriptor watch,
-    draining up to the reactor's cap per wake-up and then again in the next
-    round.  The broker's own sends may consume the socket's ``ZMQ_FD`` edge
-    (libzmq's edge-triggered notification), which the reactor guards
-    against only for its readers: a guard timer re-checks ``EVENTS`` every
-    ``guard`` seconds, so no message waits longer than that.
-    """
-    recv = sock.recv
-    state = {"again": None}
-
-    def drain():
-        state["again"] = None
-        for _ in range(DRAIN_CAP):
-            try:
-                first = recv(NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            frames = [first]
-            while frames[-1].more:
-                frames.append(recv(NOBLOCK, copy=False))
-            data = [f.bytes for f in frames]
-            if len(data) == 2 and len(data[1]) > 2 and data[1][2] == _ATTACH:
-                if len(keys) >= _MAX_PENDING_KEYS:
-                    keys.clear()
-                try:
-                    keys[data[0]] = first.get("User-Id") or None
-                except zmq.ZMQError:
-                    keys[data[0]] = None
-            deliver(data)
-        if state["again"] is None:  # the cap was hit: the rest next round
-            state["again"] = actor.call_later(0, drain)
-
-    def guard():
-        if sock.events() & POLLIN and state["again"] is None:
-            drain()
-
-    actor.remove_reader(sock)
-    actor.add_fd(sock.getsockopt(zmq.FD), drain)
-    actor.call_every(key_reader.guard, guard)
-
-
-#: seconds between the guard's EVENTS checks
-key_reader.guard = 0.01

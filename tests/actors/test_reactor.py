@@ -461,3 +461,28 @@ def test_a_million_armed_timers_cost_bounded_memory_and_rounds():
     runner.get(timeout=5)
     r.close()
     a.close(); b.close()
+
+
+def test_a_zero_copy_reader_gives_whole_messages_with_their_properties():
+    r = Reactor(drain_cap=4)
+    router, dealer = pair(zmq.ROUTER, zmq.DEALER)
+    got = []
+    done = Event()
+
+    def handler(frames):
+        got.append(([f.bytes for f in frames], frames[-1].get("Socket-Type"), frames[0].more))
+        if len(got) == 10:
+            done.set()
+
+    r.add_reader(router, handler, copy=False)
+    runner = gevent.spawn(r.run)
+    for i in range(10):
+        dealer.send_multipart([b"a%d" % i, b"b%d" % i])
+    assert done.wait(5)
+    r.stop()
+    runner.get(timeout=5)
+    assert [frames[1:] for frames, _, _ in got] == [[b"a%d" % i, b"b%d" % i] for i in range(10)]
+    assert {kind for _, kind, _ in got} == {"DEALER"} and all(more for _, _, more in got)
+    r.close()
+    router.close()
+    dealer.close()
