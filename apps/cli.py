@@ -9,6 +9,7 @@ import argparse
 import logging
 import signal
 import sys
+from importlib.metadata import PackageNotFoundError, version as _version
 
 import zmq
 
@@ -21,7 +22,6 @@ from .stopping import Interrupted, handle_signals, quiet_broken_pipe
 __all__ = ["main", "build_parser", "Parser"]
 
 try:
-    from importlib.metadata import PackageNotFoundError, version as _version
     __version__ = _version("zactors")
 except PackageNotFoundError:  # running from a source tree
     __version__ = "0.1.0+src"
@@ -81,8 +81,11 @@ def run_demo(args):
 
 
 def main(argv=None):
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the commands load
+        return 128 + signal.SIGINT
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:

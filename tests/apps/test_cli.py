@@ -1,7 +1,9 @@
 """The zactors command line, run as a person runs it: help, errors, exit statuses, Ctrl-C, pipes."""
 import signal
+import sys
 
 import gevent
+import gevent.subprocess
 import pytest
 
 from zactors.actors.auth import create_keypair
@@ -271,3 +273,17 @@ def test_an_in_process_caller_gets_its_signal_handlers_back():
     with pytest.raises(KeyboardInterrupt):  # not killed outright: Python's own handler is back
         os.kill(os.getpid(), signal.SIGINT)
         gevent.sleep(5)
+
+
+@pytest.mark.parametrize("delay", [0.06, 0.1, 0.15, 0.3])
+def test_ctrl_c_while_the_command_still_loads_is_quiet(processes, delay):
+    # the console script's entry (apps/entry.py): a SIGINT at any moment of the start-up
+    demo = processes([sys.executable, "-m", "zactors.apps.entry", "demo"], stdout=gevent.subprocess.PIPE,
+                     stderr=gevent.subprocess.PIPE, text=True)
+    gevent.sleep(delay)  # not synchronisation: the point is to hit start-up at different moments
+    demo.send_signal(INT)
+    with gevent.Timeout(30):
+        out, err = demo.stdout.read(), demo.stderr.read()
+        status = demo.wait()
+    assert_clean(out + err)
+    assert status in (130, -INT), (status, out, err)   # -INT: Python had not yet taken over SIGINT
