@@ -23,7 +23,22 @@ import time
 from . import commands, exitstatus
 from .stopping import Interrupted, wait_until_stopped
 
-__all__ = ["run", "node_config"]
+__all__ = ["run", "demo_node", "node_config"]
+
+
+@contextlib.contextmanager
+def demo_node(web="127.0.0.1:0"):
+    """A started demo :class:`~zactors.apps.up.Up` node, its data in a temporary directory; stopped and removed after."""
+    from .up import Up
+    data = tempfile.mkdtemp(prefix="zactors-demo-")
+    node = None
+    try:
+        node = Up(node_config(data, web)).start()
+        yield node
+    finally:
+        if node is not None:
+            node.stop()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def node_config(data, web="127.0.0.1:0"):
@@ -50,14 +65,10 @@ def _quiet_library(verbose):
 
 def run(out=print, *, stay=False, web="127.0.0.1:0", verbose=False):
     """Run the demo; returns the exit status (Interrupted propagates after its one-line summary)."""
-    from .up import Up
     parts = [m for m in commands.modules() if hasattr(m, "demo")]
     ran = 0
-    data = tempfile.mkdtemp(prefix="zactors-demo-")
-    node = traffic = None
     try:
-        with _quiet_library(verbose):
-            node = Up(node_config(data, web)).start()
+        with _quiet_library(verbose), demo_node(web) as node:
             out("A zactors node in this process, on loopback (%s):"
                 % ("it stays up after the demo" if stay else "--stay keeps it up after the demo"))
             for part, address in node.listening():
@@ -68,24 +79,25 @@ def run(out=print, *, stay=False, web="127.0.0.1:0", verbose=False):
                 module.demo(out, node)
                 ran += 1
             out("\nDemo finished: %d part(s) ran." % len(parts))
-            if not stay:
-                return exitstatus.OK
-            from .dashboard.demo import DemoTraffic
-            traffic = DemoTraffic(node)
-            out("The node stays up, demo traffic flowing through it; its dashboard: %s"
-                % dict(node.listening()).get("dashboard", "off"))
-            out("demo: Ctrl-C stops")
-            sys.stdout.flush()
-            started = time.monotonic()
-            wait_until_stopped()
-            print("demo: node stopped after %.0f s" % (time.monotonic() - started), file=sys.stderr)
+            if stay:
+                _stay(out, node)
             return exitstatus.OK
     except Interrupted:
         print("zactors demo: interrupted after %d of %d part(s)" % (ran, len(parts)), file=sys.stderr)
         raise
+
+
+def _stay(out, node):
+    """Keep ``node`` up with the dashboard's demo traffic until Ctrl-C or SIGTERM."""
+    from .dashboard.demo import DemoTraffic
+    traffic = DemoTraffic(node)
+    try:
+        out("The node stays up, demo traffic flowing through it; its dashboard: %s"
+            % dict(node.listening()).get("dashboard", "off"))
+        out("demo: Ctrl-C stops")
+        sys.stdout.flush()
+        started = time.monotonic()
+        wait_until_stopped()
+        print("demo: node stopped after %.0f s" % (time.monotonic() - started), file=sys.stderr)
     finally:
-        if traffic is not None:
-            traffic.stop()
-        if node is not None:
-            node.stop()
-        shutil.rmtree(data, ignore_errors=True)
+        traffic.stop()
