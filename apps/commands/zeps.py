@@ -368,6 +368,7 @@ def demo(out, node):
     fast = Subscriber(endpoint, "ticks")
     slow = Subscriber(endpoint, "ticks", window=4096)   # a small window: it falls behind at once
     late = None
+    readers = []
     try:
         n = 20000
         out("the node's ZEPS broker on %s, journal in %s" % (endpoint, broker.journal_dir))
@@ -388,7 +389,7 @@ def demo(out, node):
                     gevent.sleep(delay)
             return seqs
 
-        readers = [gevent.spawn(take, fast, n), gevent.spawn(take, slow, n, 0.05)]
+        readers += [gevent.spawn(take, fast, n), gevent.spawn(take, slow, n, 0.05)]
         gevent.joinall(readers, raise_error=True)
         ok = [r.value == list(range(1, n + 1)) for r in readers]
         info = broker.call("INFO")
@@ -406,6 +407,7 @@ def demo(out, node):
         out("stream 'ticks': sequences %d..%d, %s on disk"
             % (stream["first_seq"], stream["last_seq"], _human(stream["bytes"])))
     finally:
+        gevent.killall(readers)  # interrupted: before their subscribers go
         for sub in (fast, slow, late):
             if sub is not None:
                 sub.destroy()
