@@ -317,7 +317,7 @@ class CloneServer(Actor):
         if not delimiter:
             raise ValueError("a delimiter is at least one byte")
         subtrees: dict[bytes, int] = {}
-        keys = []
+        keys: list[Any] = []
         truncated = False
         skip, width = len(prefix), len(delimiter)
         for key in found:
