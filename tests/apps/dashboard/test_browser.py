@@ -219,7 +219,8 @@ def test_a_clone_key_set_in_the_page_reaches_a_client_and_probes_stay_text(node,
         assert re.fullmatch(r"\d+ s", ttls["/app/lease"]) and 0 < int(ttls["/app/lease"].split()[0]) <= 30, ttls
         assert ttls["/app/from-the-page"] == "\u2014"
         first = int(ttls["/app/lease"].split()[0])  # and it counts down on the page, without a reload
-        page.wait(lambda: int(ttl_cells()["/app/lease"].split()[0]) < first, timeout=10, what="the ttl counting down")
+        page.wait(lambda: (now := ttl_cells()) and re.fullmatch(r"\d+ s", now["/app/lease"])
+                  and int(now["/app/lease"].split()[0]) < first, timeout=10, what="the ttl counting down")
         page.shot("clone")
         assert page.find("main b") == [] or all(t != "browser" for t in page.text("main b"))
         assert page.no_alert()
