@@ -1,4 +1,4 @@
-"""Traffic through a node, so that its dashboard has something to show: ``zactors up --demo``.
+"""Traffic through a node, so that its dashboard has something to show: ``zactors up --demo``, ``zactors demo --stay``.
 
 :class:`DemoTraffic` runs, in greenlets of the calling thread, at about
 ``rate`` operations a second each: Majordomo ``echo`` requests (through one
