@@ -323,6 +323,121 @@ fail:
     return NULL;
 }
 
+/* columns(buf, from_seq, to_seq) -> (used, scanned, first_seq, status, count,
+ *                                     seqs, stamps, key_offsets, keys, body_offsets, bodies)
+ * The complete records at the start of buf as Arrow column buffers: the Spark reader's
+ * fast path (patterns/zeps/spark/segments.py holds the numpy twin).  Every record walked
+ * is CRC-checked and must follow the one before it in sequence; the records with
+ * from_seq <= seq <= to_seq are gathered: seqs (int64), stamps (int64 microseconds),
+ * and for keys and bodies int32 offsets (count + 1) and the values back to back.  Stops
+ * at the first incomplete record (status 0), at a record past to_seq (1), at a corrupt
+ * one (2: bad length, CRC or key length) or at a sequence break (3); ``used`` is the
+ * offset where it stopped, ``scanned`` the records before it, ``first_seq`` the
+ * sequence of the record at offset 0 (0 when none).  buf must be under 2 GiB. */
+static PyObject *
+columns(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    unsigned long long from_seq, to_seq;
+    if (!PyArg_ParseTuple(args, "y*KK:columns", &view, &from_seq, &to_seq))
+        return NULL;
+    const unsigned char *b = view.buf;
+    Py_ssize_t n = view.len, at = 0, scanned = 0, count = 0, kbytes = 0, bbytes = 0;
+    Py_ssize_t lo = -1;                         /* offset of the first record gathered */
+    uint64_t first = 0, expect = 0;
+    int status = 0;
+    PyObject *result = NULL;
+    if (n >= ((Py_ssize_t)1 << 31)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "columns() takes a buffer under 2 GiB");
+        return NULL;
+    }
+    /* pass 1: walk, check and measure */
+    while (at + REC_HEAD <= n) {
+        const unsigned char *r = b + at;
+        uint32_t length = get32(r);
+        if (length < MIN_LENGTH || length > MIN_LENGTH + MAX_RECORD) {
+            status = 2;
+            break;
+        }
+        Py_ssize_t stop = at + 8 + (Py_ssize_t)length;
+        if (stop > n)
+            break;
+        if (crc32c(0, r + 8, length) != get32(r + 4)) {
+            status = 2;
+            break;
+        }
+        uint64_t seq = get64(r + 8);
+        if (scanned == 0)
+            first = seq;
+        else if (seq != expect) {
+            status = 3;
+            break;
+        }
+        if (seq > to_seq) {
+            status = 1;
+            break;
+        }
+        uint32_t klen = get32(r + 24);
+        if (klen > length - MIN_LENGTH || get32(r + REC_HEAD + klen) != length - MIN_LENGTH - klen) {
+            status = 2;
+            break;
+        }
+        if (seq >= from_seq) {
+            if (lo < 0)
+                lo = at;
+            count++;
+            kbytes += klen;
+            bbytes += (Py_ssize_t)length - MIN_LENGTH - klen;
+        }
+        expect = seq + 1;
+        scanned++;
+        at = stop;
+    }
+    /* pass 2: fill the column buffers */
+    PyObject *seqs = PyBytes_FromStringAndSize(NULL, count * 8);
+    PyObject *stamps = PyBytes_FromStringAndSize(NULL, count * 8);
+    PyObject *koffs = PyBytes_FromStringAndSize(NULL, (count + 1) * 4);
+    PyObject *keys = PyBytes_FromStringAndSize(NULL, kbytes);
+    PyObject *boffs = PyBytes_FromStringAndSize(NULL, (count + 1) * 4);
+    PyObject *bodies = PyBytes_FromStringAndSize(NULL, bbytes);
+    if (seqs && stamps && koffs && keys && boffs && bodies) {
+        int64_t *sq = (int64_t *)PyBytes_AS_STRING(seqs), *st = (int64_t *)PyBytes_AS_STRING(stamps);
+        int32_t *ko = (int32_t *)PyBytes_AS_STRING(koffs), *bo = (int32_t *)PyBytes_AS_STRING(boffs);
+        char *kd = PyBytes_AS_STRING(keys), *bd = PyBytes_AS_STRING(bodies);
+        int32_t kat = 0, bat = 0;
+        Py_ssize_t p = lo;
+        ko[0] = bo[0] = 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            const unsigned char *r = b + p;
+            uint32_t length = get32(r), klen = get32(r + 24), blen = length - MIN_LENGTH - klen;
+            uint64_t tsbits = get64(r + 16);
+            double ts;
+            memcpy(&ts, &tsbits, 8);
+            sq[i] = (int64_t)get64(r + 8);
+            st[i] = (int64_t)(ts * 1e6);
+            memcpy(kd + kat, r + REC_HEAD, klen);
+            memcpy(bd + bat, r + REC_HEAD + klen + 4, blen);
+            kat += (int32_t)klen;
+            bat += (int32_t)blen;
+            ko[i + 1] = kat;
+            bo[i + 1] = bat;
+            p += 8 + (Py_ssize_t)length;
+        }
+        result = Py_BuildValue("nnKinNNNNNN", at, scanned, (unsigned long long)first, status, count,
+                               seqs, stamps, koffs, keys, boffs, bodies);
+        seqs = stamps = koffs = keys = boffs = bodies = NULL;     /* stolen by N */
+    }
+    Py_XDECREF(seqs);
+    Py_XDECREF(stamps);
+    Py_XDECREF(koffs);
+    Py_XDECREF(keys);
+    Py_XDECREF(boffs);
+    Py_XDECREF(bodies);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_O, "bind(Record): the record type decode() makes."},
     {"crc", crc, METH_VARARGS, "crc(data, value=0): CRC-32C of data, continuing from value."},
@@ -330,6 +445,9 @@ static PyMethodDef methods[] = {
      "frame(buf, seq, timestamp, key, body) -> Record: append one framed record to the bytearray buf."},
     {"decode", decode, METH_VARARGS,
      "decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at) -> (at, total, status)."},
+    {"columns", columns, METH_VARARGS,
+     "columns(buf, from_seq, to_seq) -> (used, scanned, first_seq, status, count, seqs, stamps,"
+     " key_offsets, keys, body_offsets, bodies): records as Arrow column buffers."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -27,6 +27,9 @@ zmq; every function is pure (thread-safe on distinct buffers).
   records: a partial one, or none, at ``at``), 1 (stopped) or 2 (the record
   at ``at`` is corrupt: bad length, key length or CRC).
 * ``crc(data, value=0)``: CRC-32C.
+* ``columns``: the C extension's ``columns(buf, from_seq, to_seq)`` (records
+  as Arrow column buffers, see ``actors/_journal.c``), or None without it:
+  its twin, in numpy, is the Spark reader's (``patterns/zeps/spark/segments.py``).
 """
 import logging
 import struct
@@ -34,7 +37,7 @@ import struct
 from crc32c import crc32c as _crc32c
 from .purepython import pure_python_requested
 
-__all__ = ["SPEEDUPS", "frame", "decode", "crc", "py_frame", "py_decode", "RECORD_HEAD", "MIN_LENGTH"]
+__all__ = ["SPEEDUPS", "frame", "decode", "crc", "columns", "py_frame", "py_decode", "RECORD_HEAD", "MIN_LENGTH"]
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +131,6 @@ _c = _load()
 #: True when the C codec is in use
 SPEEDUPS = _c is not None
 if SPEEDUPS:
-    frame, decode, crc = _c.frame, _c.decode, _c.crc
+    frame, decode, crc, columns = _c.frame, _c.decode, _c.crc, _c.columns
 else:
-    frame, decode, crc = py_frame, py_decode, py_crc
+    frame, decode, crc, columns = py_frame, py_decode, py_crc, None

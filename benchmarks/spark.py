@@ -4,7 +4,7 @@ Run: ``python benchmarks/spark.py [--records N] [--size B] [--latency-seconds S]
 (smoke run: ``--records 20000 --latency-seconds 8``).  Needs ``zactors[spark]`` and Java 17.
 
 Batch read, N records of B bytes (default 1M x 100 B), each source read in
-full by the same query (``df.write.format("noop")``, every column), on
+full ``--rounds`` times, interleaved, by the same query (``df.write.format("noop")``, every column), on
 ``--master`` (default ``local[*]``); rows/s and the ratio to Parquet:
 
 - ``zeps`` from the journal directory (``path=``): Arrow batches;
@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -146,7 +147,7 @@ def latency(spark, endpoint, seconds, rate):
             pub.flush()
             gevent.sleep(3)
     finally:
-        pool.apply(spark.sparkContext.setLogLevel, "OFF")     # stopping interrupts a micro-batch: noise
+        pool.apply(spark.sparkContext.setLogLevel, ("OFF",))     # stopping interrupts a micro-batch: noise
         pool.apply(query.stop)
         sub.destroy()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -163,6 +164,7 @@ def main():
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--rate", type=float, default=200.0, help="readings/s in the latency run")
+    parser.add_argument("--rounds", type=int, default=3, help="batch reads of each source (the median counts)")
     parser.add_argument("--serve-broker", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_broker:
@@ -216,12 +218,13 @@ def main():
              .option("stream", STREAM).load()),
             ("python source, tuples", lambda: spark.read.format("zeps_tuples").option("path", directory).load()),
         ]
-        results = []
-        for name, make in runs:
-            seconds = timed(make())
-            results.append((name, args.records / seconds))
+        times = {name: [] for name, _ in runs}
+        for _ in range(args.rounds):                            # interleaved, so that load hits each alike
+            for name, make in runs:
+                times[name].append(timed(make()))
+        results = [(name, args.records / statistics.median(times[name])) for name, _ in runs]
         ceiling = results[0][1]
-        print("\nbatch read, %d x %d B, %s:" % (args.records, args.size, args.master))
+        print("\nbatch read, %d x %d B, %s, median of %d rounds:" % (args.records, args.size, args.master, args.rounds))
         for name, rate in results:
             print("  %-26s %12.0f rows/s  %5.2fx parquet" % (name, rate, rate / ceiling))
         p50, p90 = latency(spark, endpoint, args.latency_seconds, args.rate)

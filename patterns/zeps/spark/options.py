@@ -14,7 +14,10 @@
 ``bodyFormat``         ``binary`` (default), ``utf-8`` (body as a string), ``json``
                        (body fields as columns: give ``bodySchema`` in DDL)
 ``bodySchema``         e.g. ``"sensor STRING, value DOUBLE"`` (with ``bodyFormat=json``)
-``partitionBytes``     target bytes of journal per partition (default 16 MiB)
+``partitionBytes``     most bytes of journal per partition (default 128 MiB, as
+                       Spark's ``spark.sql.files.maxPartitionBytes``)
+``minPartitions``      partitions a read spreads over at least, while each keeps
+                       4 MiB or more (default: the planning machine's cores)
 ``startingOffsets``    streaming: ``earliest`` (default), ``latest``, a JSON object
                        ``{"stream": next_seq}``, or a time (epoch seconds / ISO-8601)
 ``maxRecordsPerTrigger``  streaming: records per micro-batch, all streams together
@@ -28,6 +31,7 @@
 """
 import datetime
 import json
+import os
 
 __all__ = ["Options", "ZepsSparkError", "parse_time"]
 
@@ -108,7 +112,8 @@ class Options:
         self.body_schema = options.get("bodyschema")
         if self.body_format == "json" and not self.body_schema:
             raise ZepsSparkError("bodyFormat json needs bodySchema, e.g. \"sensor STRING, value DOUBLE\"")
-        self.partition_bytes = _int(options, "partitionbytes", 16 << 20, 1 << 10)
+        self.partition_bytes = _int(options, "partitionbytes", 128 << 20, 1 << 10)
+        self.min_partitions = _int(options, "minpartitions", os.cpu_count() or 1, 1)
         self.starting_offsets = (options.get("startingoffsets") or "earliest").strip()
         self.max_records = _int(options, "maxrecordspertrigger", None, 1)
         self.fail_on_data_loss = _bool(options, "failondataloss", True)

@@ -4,9 +4,10 @@ Shared by the batch reader and the streaming reader: a partition is a plain,
 picklable object naming one stream and a sequence range; :func:`read_partition`
 turns it into Arrow record batches on an executor.
 
-- Journal partitions (``path=``) cover a slice of one segment file: segments
-  bigger than ``partitionBytes`` are cut into equal sequence ranges, and the
-  reader seeks to its first record through the segment's sparse index.
+- Journal partitions (``path=``) cover a slice of one segment file: a read is
+  cut into partitions of at most ``partitionBytes`` and at least
+  ``minPartitions`` of them (see :func:`plan`), and each reader seeks to its
+  first record through the segment's sparse index.
 - Broker partitions (``broker=``) cover a sequence range read by a
   :class:`~zactors.patterns.zeps.client.Subscriber` over the network (so an
   executor on another machine can read).  The wire carries no timestamps:
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 #: (name, Spark DDL type) of the columns before the body
 BASE_FIELDS = (("stream", "STRING"), ("seq", "BIGINT"), ("timestamp", "TIMESTAMP"), ("key", "BINARY"))
 BROKER_BATCH = 32768                # rows per Arrow batch read over the network
+MIN_SPLIT = 4 << 20                 # bytes: no partition smaller, to spread a read over minPartitions
 
 
 class JournalPart:
@@ -142,34 +144,45 @@ def stream_ranges(opts, must_exist=True):
 
 # -- planning ------------------------------------------------------------------------
 
-def plan(opts, stream, directory, from_seq, to_seq):
-    """Partitions covering ``from_seq..to_seq`` of ``stream`` (empty if the range is)."""
-    if to_seq < from_seq:
-        return []
-    if directory is None:
-        per = max(1, opts.partition_bytes // 128)     # records: a guess of ~128 bytes each
-        count = to_seq - from_seq + 1
-        n = max(1, math.ceil(count / per))
-        step = math.ceil(count / n)
-        return [BrokerPart(stream, s, min(to_seq, s + step - 1)) for s in range(from_seq, to_seq + 1, step)]
-    try:
-        with JournalReader(directory) as reader:
-            segments = reader.segments()
-    except JournalError as exc:
-        raise ZepsSparkError(str(exc)) from None
-    parts = []
-    for i, (base, path, _first_ts, _last_ts, size) in enumerate(segments):
-        last = segments[i + 1][0] - 1 if i + 1 < len(segments) else to_seq
-        lo, hi = max(base, from_seq), min(last, to_seq)
-        if lo > hi:
+def plan(opts, ranges):
+    """Partitions covering the ranges ``[(stream, directory or None, from_seq, to_seq), ...]``.
+
+    Split as Spark splits files: each partition holds at most
+    ``partitionBytes``, and a read spreads over at least ``minPartitions``
+    (so every core has work) unless that would make partitions under
+    :data:`MIN_SPLIT`.  Journal partitions never cross a segment; broker
+    partitions are sized by a guess of 128 bytes a record.
+    """
+    spans = []                      # (stream, path, base, lo, hi, bytes); path None: from the broker
+    for stream, directory, from_seq, to_seq in ranges:
+        if to_seq < from_seq:
             continue
-        if i + 1 == len(segments):
-            hi = to_seq     # the active segment: up to what the range asks (read stops at its end)
-        span = last - base + 1 if i + 1 < len(segments) else max(1, hi - base + 1)
-        share = size * (hi - lo + 1) / span
-        n = max(1, min(hi - lo + 1, round(share / opts.partition_bytes)))
+        if directory is None:
+            spans.append((stream, None, None, from_seq, to_seq, (to_seq - from_seq + 1) * 128))
+            continue
+        try:
+            with JournalReader(directory) as reader:
+                segments = reader.segments()
+        except JournalError as exc:
+            raise ZepsSparkError(str(exc)) from None
+        for i, (base, path, _first_ts, _last_ts, size) in enumerate(segments):
+            last = segments[i + 1][0] - 1 if i + 1 < len(segments) else to_seq
+            lo, hi = max(base, from_seq), min(last, to_seq)
+            if lo > hi:
+                continue
+            if i + 1 == len(segments):
+                hi = to_seq     # the active segment: up to what the range asks (read stops at its end)
+            span = last - base + 1 if i + 1 < len(segments) else max(1, hi - base + 1)
+            spans.append((stream, path, base, lo, hi, size * (hi - lo + 1) / span))
+    total = sum(span[5] for span in spans)
+    target = min(opts.partition_bytes, max(MIN_SPLIT, total / opts.min_partitions))
+    parts = []
+    for stream, path, base, lo, hi, share in spans:
+        n = max(1, min(hi - lo + 1, round(share / target)))
         step = math.ceil((hi - lo + 1) / n)
-        parts.extend(JournalPart(stream, path, base, s, min(hi, s + step - 1)) for s in range(lo, hi + 1, step))
+        for s in range(lo, hi + 1, step):
+            end = min(hi, s + step - 1)
+            parts.append(BrokerPart(stream, s, end) if path is None else JournalPart(stream, path, base, s, end))
     return parts
 
 

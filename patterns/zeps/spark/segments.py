@@ -2,10 +2,12 @@
 
 Reads the journal's public on-disk format (see :mod:`zactors.actors.journal`)
 in large ``pread`` chunks and turns each chunk into one
-:class:`pyarrow.RecordBatch` with numpy: one Python step per record walks
-the lengths and checks the CRC, and everything else (sequences, timestamps,
-key and body columns) is gathered in vectorised calls, with no Python object
-per row.  Imports no gevent or zmq; plain functions, safe in any thread.
+:class:`pyarrow.RecordBatch`.  With the journal's C codec
+(``journal_codec.columns``) one C call per chunk checks every record and
+fills the Arrow buffers; without it the numpy twin walks the lengths and
+checks the CRC one Python step per record, and gathers the columns in
+vectorised calls.  No Python object per row either way.  Imports no gevent
+or zmq; plain functions, safe in any thread.
 """
 import bisect
 import os
@@ -15,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 from crc32c import crc32c as _crc
 
+from zactors.actors.journal_codec import columns as _c_columns
 from zactors.actors.journal import (FORMAT_VERSION, HEADER_SIZE, INDEX_SUFFIX, SEGMENT_SUFFIX, JournalError,
                                     SequenceGone)
 
@@ -24,6 +27,7 @@ __all__ = ["SCHEMA", "sparse_index", "segment_batches", "offset_of", "empty_batc
 SCHEMA = pa.schema([("seq", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")),
                     ("key", pa.binary()), ("body", pa.binary())])
 
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
 _PREFIX = struct.Struct("<II")
 _unpack_prefix = _PREFIX.unpack_from
 _IDX_HEADER = struct.Struct("<4sHHQQdQI")
@@ -129,6 +133,67 @@ def _parse(buf, pos, path):
     return starts, end
 
 
+def _columns_numpy(buf, pos, path, seq, from_seq, to_seq):
+    """(bytes used, records walked, batch or None) for the complete records of ``buf`` (read at
+    file offset ``pos``, its first record due to be ``seq``): the numpy twin of the C codec's
+    ``columns``."""
+    starts, used = _parse(buf, pos, path)
+    if not starts:
+        return 0, 0, None
+    a = np.frombuffer(buf, np.uint8, used)
+    st = np.array(starts, np.int64)
+    seqs = _gather(a, st + 8, 8, "<u8")
+    if seqs[0] != seq or seqs[-1] != seq + len(st) - 1 or \
+            (len(st) > 1 and not (np.diff(seqs) == 1).all()):
+        raise JournalError("%s: corrupt segment near offset %d (sequence %d where %d was due)"
+                           % (path, pos, int(seqs[0]), seq))
+    scanned = len(st)
+    lo = max(0, from_seq - seq)
+    hi = min(len(st), to_seq - seq + 1)
+    if lo >= hi:
+        return used, scanned, None
+    if lo or hi < len(st):
+        st, seqs = st[lo:hi], seqs[lo:hi]
+    length = _gather(a, st, 4, "<u4").astype(np.int64)
+    klen = _gather(a, st + 24, 4, "<u4").astype(np.int64)
+    blen = length - _MIN_LENGTH - klen
+    if (blen < 0).any() or (_gather(a, st + 28 + klen, 4, "<u4") != blen).any():
+        raise JournalError("%s: corrupt segment near offset %d (bad key/body lengths)" % (path, pos))
+    ts = (_gather(a, st + 16, 8, "<f8") * 1e6).astype(np.int64)
+    region = a[st[0]:st[-1] + 8 + length[-1]]      # the selected records, back to back
+    return used, scanned, pa.RecordBatch.from_arrays([
+        pa.array(seqs.view(np.int64)),
+        pa.Array.from_buffers(_TIMESTAMP, len(st), [None, pa.py_buffer(ts)]),
+        _binary(region, 28, klen, 4 + blen),
+        _binary(region, 32 + klen, blen, 0),
+    ], schema=SCHEMA)
+
+
+def _columns_c(buf, pos, path, seq, from_seq, to_seq):
+    """:func:`_columns_numpy` in one C call (``journal_codec.columns``): no Python per record."""
+    used, scanned, first, status, count, seqs, stamps, koffs, keys, boffs, bodies = _c_columns(buf, from_seq, to_seq)
+    if scanned and first != seq or status == 3:
+        raise JournalError("%s: corrupt segment near offset %d (sequence %d where %d was due)"
+                           % (path, pos + (used if status == 3 else 0), first if status != 3 else -1, seq))
+    if status == 2:
+        length, crc = _unpack_prefix(buf, used)
+        what = "bad record length %d" % length if not _MIN_LENGTH <= length <= _MAX_LENGTH else \
+            "bad CRC" if _crc(memoryview(buf)[used + 8:used + 8 + length]) != crc else "bad key/body lengths"
+        raise JournalError("%s: corrupt record at offset %d (%s)" % (path, pos + used, what))
+    if not count:
+        return used, scanned, None
+    buffer = pa.py_buffer
+    return used, scanned, pa.RecordBatch.from_arrays([
+        pa.Array.from_buffers(pa.int64(), count, [None, buffer(seqs)]),
+        pa.Array.from_buffers(_TIMESTAMP, count, [None, buffer(stamps)]),
+        pa.Array.from_buffers(pa.binary(), count, [None, buffer(koffs), buffer(keys)]),
+        pa.Array.from_buffers(pa.binary(), count, [None, buffer(boffs), buffer(bodies)]),
+    ], schema=SCHEMA)
+
+
+_chunk_columns = _columns_c if _c_columns is not None else _columns_numpy
+
+
 def segment_batches(path, base, from_seq, to_seq, *, index=None, chunk=CHUNK):
     """Yield record batches (:data:`SCHEMA`) of records ``from_seq..to_seq`` of one segment.
 
@@ -150,42 +215,17 @@ def segment_batches(path, base, from_seq, to_seq, *, index=None, chunk=CHUNK):
         pos, seq = offset_of(index if index is not None else sparse_index(path), base, from_seq)
         while seq <= to_seq and pos < size:
             buf = os.pread(fd, min(chunk, size - pos), pos)
-            starts, used = _parse(buf, pos, path)
-            if not starts:
+            used, scanned, batch = _chunk_columns(buf, pos, path, seq, from_seq, to_seq)
+            if not scanned:
                 if len(buf) >= 8:
                     need = 8 + _unpack_prefix(buf, 0)[0]
                     if need > len(buf) and pos + need <= size:
                         chunk = need                # one record bigger than the chunk: read it whole
                         continue
                 return                              # torn tail of the active segment: not written yet
-            a = np.frombuffer(buf, np.uint8, used)
-            st = np.array(starts, np.int64)
-            seqs = _gather(a, st + 8, 8, "<u8")
-            if seqs[0] != seq or seqs[-1] != seq + len(st) - 1 or \
-                    (len(st) > 1 and not (np.diff(seqs) == 1).all()):
-                raise JournalError("%s: corrupt segment near offset %d (sequence %d where %d was due)"
-                                   % (path, pos, int(seqs[0]), seq))
             pos += used
-            first = seq
-            seq += len(st)
-            lo = max(0, from_seq - first)
-            hi = min(len(st), to_seq - first + 1)
-            if lo >= hi:
-                continue
-            if lo or hi < len(st):
-                st, seqs = st[lo:hi], seqs[lo:hi]
-            length = _gather(a, st, 4, "<u4").astype(np.int64)
-            klen = _gather(a, st + 24, 4, "<u4").astype(np.int64)
-            blen = length - _MIN_LENGTH - klen
-            if (blen < 0).any() or (_gather(a, st + 28 + klen, 4, "<u4") != blen).any():
-                raise JournalError("%s: corrupt segment near offset %d (bad key/body lengths)" % (path, pos))
-            ts = (_gather(a, st + 16, 8, "<f8") * 1e6).astype(np.int64)
-            region = a[st[0]:st[-1] + 8 + length[-1]]      # the selected records, back to back
-            yield pa.RecordBatch.from_arrays([
-                pa.array(seqs.view(np.int64)),
-                pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), len(st), [None, pa.py_buffer(ts)]),
-                _binary(region, 28, klen, 4 + blen),
-                _binary(region, 32 + klen, blen, 0),
-            ], schema=SCHEMA)
+            seq += scanned
+            if batch is not None:
+                yield batch
     finally:
         os.close(fd)

@@ -93,7 +93,7 @@ class _BatchReader(_Reading, DataSourceReader):
 
     def partitions(self):
         opts = self.opts
-        parts = []
+        ranges = []
         for stream, (first, last, directory) in stream_ranges(opts).items():
             lo = max(first, opts.from_seq)
             hi = last if opts.to_seq is None else min(last, opts.to_seq)
@@ -101,8 +101,8 @@ class _BatchReader(_Reading, DataSourceReader):
                 from zactors.actors.journal import JournalReader
                 with JournalReader(directory) as reader:
                     lo = max(lo, reader.seq_at_time(opts.start_time))
-            parts.extend(plan(opts, stream, directory, lo, hi))
-        return [_Part(p) for p in parts] or [_Part(None)]
+            ranges.append((stream, directory, lo, hi))
+        return [_Part(p) for p in plan(opts, ranges)] or [_Part(None)]
 
     def read(self, partition):
         if partition.value is None:
@@ -173,7 +173,7 @@ class _StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def partitions(self, start, end):
         ranges = self._ranges()
-        parts = []
+        wanted = []
         for stream, stop in end.items():
             begin = int(start.get(stream, stop)) if start else int(stop)
             if stream not in ranges or begin >= stop:
@@ -187,8 +187,8 @@ class _StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNo
                 log.warning("stream %r: sequences %d..%d were removed by retention; carrying on from %d",
                             stream, begin, first - 1, first)
                 begin = first
-            parts.extend(plan(self.opts, stream, directory, begin, int(stop) - 1))
-        return [_Part(p) for p in parts]
+            wanted.append((stream, directory, begin, int(stop) - 1))
+        return [_Part(p) for p in plan(self.opts, wanted)]
 
     def commit(self, end):
         pass

@@ -1,4 +1,6 @@
-"""The Arrow segment reader against the real Journal: same records, exact ranges, corruption named."""
+"""The Arrow segment reader against the real Journal: same records, exact ranges, corruption named.
+
+Every test runs on both implementations: the C codec's ``columns`` (when built) and its numpy twin."""
 import os
 
 import pytest
@@ -7,10 +9,25 @@ from hypothesis import given, settings, strategies as st
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")
 
-from zactors.actors.journal import Journal, JournalError, JournalReader  # noqa: E402
+from zactors.actors.journal import HEADER_SIZE, Journal, JournalError, JournalReader  # noqa: E402
+from zactors.patterns.zeps.spark import segments  # noqa: E402
 from zactors.patterns.zeps.spark.segments import segment_batches, sparse_index  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True, scope="module", params=["c", "numpy"])
+def implementation(request):
+    """Read through the C codec, then through the numpy twin."""
+    if request.param == "c":
+        if segments._c_columns is None:
+            pytest.skip("the C journal codec is not built (or ZACTORS_PURE_PYTHON is set)")
+        chosen = segments._columns_c
+    else:
+        chosen = segments._columns_numpy
+    saved, segments._chunk_columns = segments._chunk_columns, chosen
+    yield request.param
+    segments._chunk_columns = saved
 
 
 def _all(directory, from_seq=1, to_seq=10 ** 12, chunk=8 << 20):
@@ -98,3 +115,23 @@ def test_hostile_contents_round_trip(tmp_path_factory, records, lo, span):
     _write(d, records, segment_bytes=8192)
     hi = lo + span
     _same(_all(d, lo, hi, chunk=1024), _expected(d, lo, min(hi, len(records))) if lo <= len(records) else [])
+
+
+def test_a_torn_length_and_a_sequence_break_are_named(tmp_path):
+    d = str(tmp_path / "s")
+    _write(d, [(b"k", b"z" * 50) for _ in range(100)])
+    with JournalReader(d) as reader:
+        base, path, *_ = reader.segments()[0]
+    data = bytearray(open(path, "rb").read())
+    size = 8 + 24 + 1 + 50                                              # one record: prefix, fields, key, body
+    fourth = HEADER_SIZE + 3 * size
+    bad = bytearray(data)
+    bad[fourth:fourth + 4] = (7).to_bytes(4, "little")                  # a length below any record's
+    open(path, "wb").write(bad)
+    with pytest.raises(JournalError, match=r"corrupt record at offset \d+ \(bad record length 7\)"):
+        list(segment_batches(path, base, 1, 10 ** 9))
+    # a whole record taken out: every CRC holds, the sequence jumps
+    cut = data[:fourth] + data[fourth + size:]
+    open(path, "wb").write(cut)
+    with pytest.raises(JournalError, match=r"corrupt segment near offset \d+ \(sequence"):
+        list(segment_batches(path, base, 1, 10 ** 9))
