@@ -69,7 +69,7 @@ def run(out=print, *, stay=False, web="127.0.0.1:0", verbose=False):
     ran = 0
     try:
         with _quiet_library(verbose), demo_node(web) as node:
-            out("A zactors node in this process, on loopback (%s):"
+            out("A zactors node in this process, as `zactors up` runs it (%s):"
                 % ("it stays up after the demo" if stay else "--stay keeps it up after the demo"))
             for part, address in node.listening():
                 out("  %-10s %s" % (part, address))

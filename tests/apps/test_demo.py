@@ -83,6 +83,9 @@ def test_demo_stay_keeps_the_node_up_with_the_demo_traffic_on_its_dashboard(proc
     # and the dashboard's demo traffic keeps flowing
     _until(lambda: get_json(url + "api/clone/keys?prefix=/demo/"),
            lambda k: any(key["key"]["text"] == "/demo/counter" for key in k["keys"]), "demo traffic in Clone")
+    harmony = _until(lambda: get_json(url + "api/harmony"), lambda part: any(p["groups"] for p in part["data"]["peers"]),
+                     "the demo peer at the node's Harmony")
+    assert [(p["name"], p["groups"]) for p in harmony["data"]["peers"]] == [("demo-peer", ["demo"])]
     first = get_json(url + "api/majordomo")["data"]["counters"]["requests"]
     _until(lambda: get_json(url + "api/majordomo")["data"]["counters"]["requests"], lambda n: n > first,
            "Majordomo requests still flowing")
