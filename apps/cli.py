@@ -53,9 +53,17 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parser.set_defaults(func=lambda args: parser.print_help() or exitstatus.USAGE)
     demo = sub.add_parser(
-        "demo", help="show every pattern at work on this machine, in one process",
-        description="Run every pattern in one process, on loopback only (no broadcast leaves this machine): "
-                    "actors, Majordomo, Harmony peers and the scatter-gather pipeline. Takes a few seconds.")
+        "demo", help="show every pattern at work on this machine, through a node in this process",
+        description="Start a zactors node in this process (Majordomo, ZEPS, Clone, Harmony and the web "
+                    "dashboard, on ephemeral loopback ports; no broadcast leaves this machine), print where "
+                    "it listens, and show each pattern at work: actors, Majordomo, Harmony peers, Clone, ZEPS "
+                    "through the node, and the scatter-gather pipeline.  Takes a few seconds, then stops the "
+                    "node (its data was in a temporary directory).  With --stay the node and its dashboard "
+                    "stay up, demo traffic flowing, until Ctrl-C or SIGTERM (exit status 0).")
+    demo.add_argument("--stay", action="store_true",
+                      help="after the demo, keep the node and its dashboard up with demo traffic until Ctrl-C")
+    demo.add_argument("--web", metavar="HOST:PORT", default="127.0.0.1:0",
+                      help="dashboard address (default: 127.0.0.1 on any free port)")
     demo.set_defaults(func=run_demo)
     for module in commands.modules():
         module.register(sub)
@@ -63,21 +71,9 @@ def build_parser():
 
 
 def run_demo(args):
-    """``zactors demo``: every command module's demo part, in order."""
-    out = print
-    parts = [m for m in commands.modules() if hasattr(m, "demo")]
-    ran = 0
-    try:
-        for number, module in enumerate(parts, 1):
-            title = (module.demo.__doc__ or module.__name__).strip().splitlines()[0]
-            out("\n== %d/%d  %s" % (number, len(parts), title))
-            module.demo(out)
-            ran += 1
-    except Interrupted:
-        print("zactors demo: interrupted after %d of %d part(s)" % (ran, len(parts)), file=sys.stderr)
-        raise
-    out("\nDemo finished: %d part(s) ran." % len(parts))
-    return exitstatus.OK
+    """``zactors demo``: see :mod:`zactors.apps.demo`."""
+    from . import demo
+    return demo.run(stay=args.stay, web=args.web, verbose=args.verbose)
 
 
 def main(argv=None):

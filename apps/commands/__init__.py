@@ -5,8 +5,12 @@ touches no other file: write ``apps/commands/NAME.py`` with
 
 * ``register(subparsers)``: add the group and its sub-commands; set
   ``func`` on each (``func(args) -> exit status``);
-* ``demo(out)`` (optional): its part of ``zactors demo``; the first line of
-  its docstring is the part's title; ``out(line)`` prints;
+* ``demo(out, node)`` (optional): its part of ``zactors demo``; the first
+  line of its docstring is the part's title; ``out(line)`` prints; ``node``
+  is the demo's running :class:`~zactors.apps.up.Up` node (every part on):
+  a pattern the node runs is shown through the node's broker or server
+  (``node.broker``, ``node.zeps``, ``node.clone``, ``node.harmony``), so
+  that its dashboard shows the demo's traffic (see :mod:`zactors.apps.demo`);
 * ``ORDER`` (optional int; lower runs first in the demo).
 
 Conventions every command follows (tests/apps/test_cli.py checks them for

@@ -244,41 +244,55 @@ def run_watch(args):
     return 128 + signum if signum else exitstatus.OK
 
 
-def demo(out):
-    """Clone (12/CHP): two clients share a map, a key expires, a Binary Star pair fails over"""
+def demo(out, node):
+    """Clone (12/CHP): two clients share the node's map, a key expires; a Binary Star pair fails over"""
+    from zactors.apps.dashboard.sources import client_endpoint
     from zactors.patterns.clone.client import Clone
     from zactors.patterns.clone.server import CloneServer
 
-    primary = CloneServer(role="primary", name="primary")
-    backup = CloneServer(role="backup", name="backup", peer=primary.endpoints)
-    snapshot, publisher, _collector, state = backup.endpoints
-    primary.call("PEER", snapshot, publisher, state)
-    servers = [primary.endpoints[:3], backup.endpoints[:3]]
+    servers = [tuple(client_endpoint(e) for e in node.clone.endpoints[:3])]
     alice = Clone(servers, name="alice")
     bob = Clone(servers, name="bob")
     try:
         alice.wait_synced(5); bob.wait_synced(5)
+        out("the node's Clone server on %s" % " ".join(servers[0]))
         alice.set("/demo/colour", "blue", wait=5)
         _wait(lambda: bob.get("/demo/colour") == b"blue")
         out("alice set /demo/colour=blue; bob sees %s" % _text(bob.get("/demo/colour", b"?")))
         bob.set("/demo/session", "token", ttl=0.5, wait=5)
         out("bob set /demo/session with a 0.5 s ttl; alice sees it: %s" % ("/demo/session" in alice))
         _wait(lambda: "/demo/session" not in alice and "/demo/session" not in bob)
-        out("0.5 s later the primary expired it, and both clients dropped it: %s" % ("/demo/session" not in alice))
-        _wait(lambda: backup.call("INFO")["sequence"] == primary.call("INFO")["sequence"])
+        out("0.5 s later the node's server expired it, and both clients dropped it: %s"
+            % ("/demo/session" not in alice))
+    finally:
+        alice.destroy(); bob.destroy()
+
+    primary = CloneServer(role="primary", name="primary")
+    backup = CloneServer(role="backup", name="backup", peer=primary.endpoints)
+    snapshot, publisher, _collector, state = backup.endpoints
+    primary.call("PEER", snapshot, publisher, state)
+    servers = [primary.endpoints[:3], backup.endpoints[:3]]
+    carol = Clone(servers, name="carol")
+    dave = Clone(servers, name="dave")
+    try:
+        carol.wait_synced(5); dave.wait_synced(5)
+        out("a Binary Star pair of its own (primary %s, backup %s); carol and dave use it"
+            % (servers[0][0], servers[1][0]))
+        _wait(lambda: backup.call("INFO")["state"] == "passive")
         for i in range(100):
-            alice.set("/demo/n", str(i))
-        alice.set("/demo/n", "100", wait=5)
+            carol.set("/demo/n", str(i))
+        carol.set("/demo/n", "100", wait=5)
+        _wait(lambda: backup.call("INFO")["sequence"] == primary.call("INFO")["sequence"])
         started = time.monotonic()
         primary.destroy()
-        out("primary stopped at sequence %d; ..." % alice.sequence)
-        _wait(lambda: backup.call("INFO")["state"] == "active" and alice.server == servers[1][0], 10)
-        bob.set("/demo/after", "failover", wait=5)
-        _wait(lambda: alice.get("/demo/after") == b"failover", 5)
-        out("backup took over in %.2f s; alice and bob agree on %d keys, /demo/n=%s"
-            % (time.monotonic() - started, len(alice), _text(alice.get("/demo/n", b"?"))))
+        out("primary stopped at sequence %d; ..." % carol.sequence)
+        _wait(lambda: backup.call("INFO")["state"] == "active" and carol.server == servers[1][0], 10)
+        dave.set("/demo/after", "failover", wait=5)
+        _wait(lambda: carol.get("/demo/after") == b"failover", 5)
+        out("backup took over in %.2f s; carol and dave agree on %d keys, /demo/n=%s"
+            % (time.monotonic() - started, len(carol), _text(carol.get("/demo/n", b"?"))))
     finally:
-        alice.destroy(); bob.destroy(); backup.destroy(); primary.destroy()
+        carol.destroy(); dave.destroy(); backup.destroy(); primary.destroy()
 
 
 def _wait(predicate, timeout=5.0):

@@ -53,7 +53,7 @@ class _Echo(Actor):
         return value
 
 
-def demo(out):
+def demo(out, node):
     """Actors at work: concurrent calls, events, liveness, an embedded web server"""
     echo = _Echo()
     try:

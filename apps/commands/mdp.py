@@ -265,9 +265,9 @@ def run_mmi(args):
     return exitstatus.OK if code == b"200" else exitstatus.FAILED
 
 
-def demo(out):
-    """Majordomo: a broker, workers and a client, with partial replies"""
-    from zactors.patterns.majordomo import Broker, Client, Worker
+def demo(out, node):
+    """Majordomo: workers and a client through the node's broker, with partial replies"""
+    from zactors.patterns.majordomo import Client, Worker
 
     class Words(Worker):
         service = b"words"
@@ -284,15 +284,15 @@ def demo(out):
         def handle(self, request):
             return request
 
-    broker = Broker("tcp://127.0.0.1:*", heartbeat=0.5)
-    workers = [Words(broker.endpoint, heartbeat=0.5), Echo(broker.endpoint, heartbeat=0.5),
-               Echo(broker.endpoint, heartbeat=0.5)]
+    broker = node.broker
+    before = broker.call("INFO")["workers"]
+    workers = [Words(broker.endpoint), Echo(broker.endpoint), Echo(broker.endpoint)]
     client = Client(broker.endpoint)
     try:
         deadline = time.monotonic() + 5
-        while broker.call("INFO")["workers"] < 3 and time.monotonic() < deadline:
+        while broker.call("INFO")["workers"] < before + 3 and time.monotonic() < deadline:
             gevent.sleep(0.01)
-        out("broker on %s; workers: 1 'words' (streams), 2 'echo'" % broker.endpoint)
+        out("the node's broker on %s; workers: 1 'words' (streams), 2 'echo'" % broker.endpoint)
         out("client.stream('words', ...): PARTIALs as the worker makes them, then the FINAL:")
         started = time.monotonic()
         for reply in client.stream("words", "majordomo streams partial replies"):
@@ -313,4 +313,3 @@ def demo(out):
         client.close()
         for worker in workers:
             worker.destroy()
-        broker.destroy()

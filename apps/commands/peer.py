@@ -138,31 +138,32 @@ def run_list(args):
     return exitstatus.OK
 
 
-def demo(out):
-    """Harmony: ZRE peers find each other by endpoint (gossip), join a group, shout and whisper."""
+def demo(out, node):
+    """Harmony: ZRE peers join the node by endpoint (gossip), join a group, shout and whisper"""
     from zactors.patterns.harmony import Node
 
+    hub = node.harmony
     # Loopback only, beacons off: no UDP broadcast leaves this machine.
-    alice = Node("alice", beacon=False).start()
+    alice = Node("alice", beacon=False, endpoints=[hub.endpoint]).start()
     bob = Node("bob", beacon=False, endpoints=[alice.endpoint]).start()
     carol = Node("carol", beacon=False, endpoints=[bob.endpoint]).start()
     nodes = (alice, bob, carol)
     try:
-        out("alice at %s; bob knows alice, carol knows bob" % alice.endpoint)
+        out("the node's Harmony at %s; alice knows the node, bob knows alice, carol knows bob" % hub.endpoint)
         with gevent.Timeout(5, False):
-            while not all(len(n.peers()) == 2 for n in nodes):
+            while not all(len(n.peers()) >= 3 for n in nodes + (hub,)):
                 gevent.sleep(0.01)
-        for node in nodes:
-            out("  %-5s sees %s" % (node.name, ", ".join(sorted(node.peer_name(p) for p in node.peers()))))
+        for each in (hub,) + nodes:
+            out("  %-5s sees %s" % (each.name, ", ".join(sorted(each.peer_name(p) or "?" for p in each.peers()))))
         alice.join("news")
         carol.join("news")
         with gevent.Timeout(5, False):
-            while len(bob.peers_by_group("news")) < 2:
+            while len(hub.peers_by_group("news")) < 2:
                 gevent.sleep(0.01)
-        bob.shout("news", b"hello, news readers")
-        for node in (alice, carol):
-            event = _next(node, "SHOUT")
-            out("  %s got SHOUT from %s in %s: %s" % (node.name, event.name, event.group, event.frames[0].decode()))
+        hub.shout("news", b"hello, news readers")
+        for each in (alice, carol):
+            event = _next(each, "SHOUT")
+            out("  %s got SHOUT from %s in %s: %s" % (each.name, event.name, event.group, event.frames[0].decode()))
         alice.whisper(carol.id, b"just for you", b"(two frames)")
         event = _next(carol, "WHISPER")
         out("  carol got WHISPER from %s: %s" % (event.name, b" ".join(event.frames).decode()))
@@ -170,8 +171,8 @@ def demo(out):
         event = _next(alice, "EXIT")
         out("  bob stopped; alice saw %s %s at once" % (event.type, event.name))
     finally:
-        for node in nodes:
-            node.stop()
+        for each in nodes:
+            each.stop()
 
 
 def _next(node, kind, timeout=5):

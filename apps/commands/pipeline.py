@@ -316,6 +316,6 @@ def run_sink(args):
     return exitstatus.OK if _report(print, tally, args.tasks) else exitstatus.FAILED
 
 
-def demo(out):
+def demo(out, node):
     """Scatter-gather pipeline: 3 workers; tasks go round-robin to those with room in their queue"""
     pipeline(out, 3000, 3)

@@ -357,23 +357,21 @@ def run_dump(args):
     return exitstatus.OK
 
 
-def demo(out):
-    """ZEPS: a journaled stream, a slow subscriber that catches up, a late joiner that replays history"""
-    import shutil
-    import tempfile
-
+def demo(out, node):
+    """ZEPS: a journaled stream on the node, a slow subscriber that catches up, a late joiner that replays history"""
+    from zactors.apps.dashboard.sources import client_endpoint
     from zactors.patterns.zeps import Publisher, Subscriber
-    from zactors.patterns.zeps.broker import Broker
 
-    journal = tempfile.mkdtemp(prefix="zactors-zeps-demo-")
-    broker = Broker(journal)
-    pub = Publisher(broker.endpoint, "ticks")
-    fast = Subscriber(broker.endpoint, "ticks")
-    slow = Subscriber(broker.endpoint, "ticks", window=4096)   # a small window: it falls behind at once
+    broker = node.zeps
+    endpoint = client_endpoint(broker.endpoint)
+    pub = Publisher(endpoint, "ticks")
+    fast = Subscriber(endpoint, "ticks")
+    slow = Subscriber(endpoint, "ticks", window=4096)   # a small window: it falls behind at once
     late = None
+    readers = []
     try:
         n = 20000
-        out("broker on %s, journal in %s" % (broker.endpoint, journal))
+        out("the node's ZEPS broker on %s, journal in %s" % (endpoint, broker.journal_dir))
         started = time.perf_counter()
         for i in range(n):
             pub.publish(b"eu.%d" % (i % 7) if i % 2 else b"us.%d" % (i % 5), b"tick %d" % i)
@@ -391,14 +389,14 @@ def demo(out):
                     gevent.sleep(delay)
             return seqs
 
-        readers = [gevent.spawn(take, fast, n), gevent.spawn(take, slow, n, 0.05)]
+        readers += [gevent.spawn(take, fast, n), gevent.spawn(take, slow, n, 0.05)]
         gevent.joinall(readers, raise_error=True)
         ok = [r.value == list(range(1, n + 1)) for r in readers]
         info = broker.call("INFO")
         out("fast subscriber: %d messages, in order, none missing: %s" % (len(readers[0].value), ok[0]))
         out("slow subscriber (4 KiB credit window, pausing as it reads): switched to replay %d time(s), "
             "caught up with all %d in order: %s" % (info["counters"].get("to_replay", 0), n, ok[1]))
-        late = Subscriber(broker.endpoint, "ticks", b"eu.3", from_seq=0)
+        late = Subscriber(endpoint, "ticks", b"eu.3", from_seq=0)
         history = take(late, sum(1 for i in range(n) if i % 2 and i % 7 == 3))
         pub.publish(b"eu.3", b"live")
         pub.flush()
@@ -409,9 +407,8 @@ def demo(out):
         out("stream 'ticks': sequences %d..%d, %s on disk"
             % (stream["first_seq"], stream["last_seq"], _human(stream["bytes"])))
     finally:
+        gevent.killall(readers)  # interrupted: before their subscribers go
         for sub in (fast, slow, late):
             if sub is not None:
                 sub.destroy()
         pub.close()
-        broker.destroy()
-        shutil.rmtree(journal, ignore_errors=True)

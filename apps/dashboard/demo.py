@@ -1,9 +1,11 @@
-"""Traffic through a node, so that its dashboard has something to show: ``zactors up --demo``.
+"""Traffic through a node, so that its dashboard has something to show: ``zactors up --demo``, ``zactors demo --stay``.
 
 :class:`DemoTraffic` runs, in greenlets of the calling thread, at about
 ``rate`` operations a second each: Majordomo ``echo`` requests (through one
 worker it starts), ZEPS publishes to ``orders`` and ``sensors`` with one live
-subscriber, and Clone sets under ``/demo/``.  ``stop()`` ends it all.
+subscriber, Clone sets under ``/demo/``, and a Harmony peer that joins the
+node by endpoint and shouts in group ``demo`` (a tenth as often).  ``stop()``
+ends it all.
 """
 import logging
 import random
@@ -32,10 +34,12 @@ class DemoTraffic:
             self._zeps(client_endpoint(node.zeps.endpoint))
         if node.clone is not None:
             self._clone(node.clone)
+        if node.harmony is not None:
+            self._harmony(node.harmony)
 
-    def _every(self, work):
+    def _every(self, work, every=1):
         def loop():
-            pause = 1.0 / self.rate
+            pause = every / self.rate
             while True:
                 try:
                     work()
@@ -85,6 +89,13 @@ class DemoTraffic:
             client.set(b"/demo/counter", b"%d" % counter[0])
             client.set(b"/demo/sessions/%d" % random.randint(1, 20), b"user-%d" % random.randint(1, 999), ttl=30)
         self._every(update)
+
+    def _harmony(self, hub):
+        from zactors.patterns.harmony.node import Node
+        peer = Node("demo-peer", {"X-Role": "demo"}, beacon=False, endpoints=[hub.endpoint]).start()
+        self._closers.append(peer.stop)
+        peer.join("demo")
+        self._every(lambda: peer.shout("demo", b"tick"), every=10)
 
     def stop(self):
         gevent.killall(self._greenlets)

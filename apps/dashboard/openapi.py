@@ -47,9 +47,10 @@ def describe(sources):
                                                ("key", "key pattern: a prefix, re:REGEX or glob:GLOB")],
                                        stream=True)
     if "clone" in names:
-        paths["/api/clone/keys"] = _get("Keys (with values) directly under a prefix, and the subtrees below it",
+        paths["/api/clone/keys"] = _get("Keys directly under a prefix (value preview, ttl left), and the subtrees "
+                                        "below it", {"$ref": "#/components/schemas/CloneKeys"},
                                         params=[("prefix", "key prefix, e.g. /orders/"),
-                                                ("limit", "keys at most (500)")])
+                                                ("limit", "keys (and subtrees) at most (500)")])
         paths["/api/clone/set"] = _post("Set a key (through a Clone client: KVSET to the collector)",
                                         {"key": {"type": "string"}, "value": {"type": "string"},
                                          "ttl": {"type": "number"}}, ["key", "value"])
@@ -65,6 +66,18 @@ def describe(sources):
             "schemas": {
                 "Error": {"type": "object", "properties": {"error": {"type": "string"}}},
                 "Shown": _SHOWN,
+                "CloneKeys": {"type": "object", "properties": {
+                    "prefix": {"type": "string"},
+                    "truncated": {"type": "boolean", "description": "more keys or subtrees than listed"},
+                    "keys": {"type": "array", "items": {"type": "object", "properties": {
+                        "key": {"$ref": "#/components/schemas/Shown"},
+                        "raw": {"type": "string", "description": "the key's bytes, hex"},
+                        "value": {"$ref": "#/components/schemas/Shown"},
+                        "ttl": {"type": ["number", "null"],
+                                "description": "seconds left before the key expires; null: no ttl"}}}},
+                    "subtrees": {"type": "array", "items": {"type": "object", "properties": {
+                        "prefix": {"$ref": "#/components/schemas/Shown"}, "raw": {"type": "string"},
+                        "keys": {"type": "integer", "description": "keys under it"}}}}}},
                 "Snapshot": {"type": "object", "properties": {
                     "time": {"type": "number"}, "interval": {"type": "number"},
                     "sources": {"type": "object", "additionalProperties": {"type": "object", "properties": {

@@ -10,13 +10,16 @@ __all__ = ["show", "PREVIEW"]
 PREVIEW = 256
 
 
-def show(data, limit=PREVIEW):
-    """``{"text" | "hex": str, "size": n, "truncated": bool}`` for ``data`` (bytes or str)."""
+def show(data, limit=PREVIEW, size=None):
+    """``{"text" | "hex": str, "size": n, "truncated": bool}`` for ``data`` (bytes or str).
+
+    ``size``: the whole value's size, when ``data`` is only its first bytes.
+    """
     if data is None:
         return None
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogateescape")
-    size = len(data)
+    size = len(data) if size is None else max(size, len(data))
     head = data[:limit]
     out = {"size": size, "truncated": size > limit}
     try:

@@ -19,7 +19,7 @@ import gevent
 
 from zactors.actors.errors import ActorError
 
-from .render import show
+from .render import PREVIEW, show
 
 __all__ = ["Source", "Majordomo", "Zeps", "Clone", "Harmony", "ActionError", "client_endpoint"]
 
@@ -235,10 +235,8 @@ class Clone(Source):
     name = "clone"
     title = "Clone"
     charted = {"updates": "updates/s"}
-    #: keys a listing returns at most
+    #: keys (and subtrees) a listing returns at most
     max_keys = 500
-    #: keys under a prefix a listing looks at (for its subtrees) at most
-    scan_keys = 20000
     #: a change not in the server's map after ``confirm`` seconds is sent again, ``attempts`` times in all
     confirm = 1.0
     attempts = 3
@@ -305,26 +303,17 @@ class Clone(Source):
         return False
 
     def keys(self, prefix, limit):
+        """One level of the map under ``prefix``: keys (value preview, ttl left) and subtrees, from one KEYS call."""
         try:
             limit = max(1, min(int(limit), self.max_keys))
         except ValueError:
             raise ActionError("limit is a number") from None
         raw = prefix.encode("utf-8", "surrogateescape")
-        server = self.server
-        found = server.call("KEYS", raw, self.scan_keys, timeout=CALL_TIMEOUT)  # sorted, bounded
-        subtrees, keys = {}, []
-        for key in found:
-            rest = key[len(raw):]
-            cut = rest.find(b"/", 1 if rest.startswith(b"/") else 0)
-            if cut >= 0 and cut + 1 < len(rest):  # a deeper key: count it under its next segment
-                sub = raw + rest[:cut + 1]
-                subtrees[sub] = subtrees.get(sub, 0) + 1
-            elif len(keys) < limit:
-                value = server.call("GET", key, timeout=CALL_TIMEOUT)
-                if value is not None:  # deleted meanwhile
-                    keys.append({"key": show(key), "raw": key.hex(), "value": show(value)})
-        return {"prefix": prefix, "keys": keys, "truncated": len(found) >= self.scan_keys or len(keys) >= limit,
-                "subtrees": [{"prefix": show(s), "raw": s.hex(), "keys": n} for s, n in sorted(subtrees.items())]}
+        listing = self.server.call("KEYS", raw, limit, PREVIEW, b"/", timeout=CALL_TIMEOUT)
+        return {"prefix": prefix, "truncated": listing["truncated"],
+                "keys": [{"key": show(key), "raw": key.hex(), "value": show(value, size=size), "ttl": ttl}
+                         for key, value, size, ttl in listing["keys"]],
+                "subtrees": [{"prefix": show(s), "raw": s.hex(), "keys": n} for s, n in listing["subtrees"]]}
 
     def client(self):
         if self._client is None or not self._client.alive:

@@ -49,7 +49,9 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   socket CURVE; peers use ``peer_public`` (default: our own public key).
 
 Commands: ``INFO`` (reply: dict), ``GET key`` (reply: value or None),
-``KEYS prefix limit`` (reply: sorted keys),
+``KEYS prefix limit [preview [delimiter]]`` (reply: sorted keys; with ``preview``
+each with its value's first bytes, size and ttl left; with ``delimiter`` one
+level of the map: keys and subtrees; see :meth:`CloneServer.keys`),
 ``DUMP prefix limit`` (reply: {key: value}), ``PEER snapshot publisher state``
 (connect to the peer's endpoints, for pairs on ephemeral ports), ``$STATS``,
 ``$TERM``.  The handle is an actor handle: safe from many greenlets of its
@@ -292,9 +294,54 @@ class CloneServer(Actor):
         return None if entry is None else entry.value
 
     @command(reply=True)
-    def keys(self, prefix: bytes | str = b"", limit: int = 1000) -> list[bytes]:
+    def keys(self, prefix: bytes | str = b"", limit: int = 1000, preview: int | None = None,
+             delimiter: bytes | str | None = None) -> Any:
+        """The sorted keys starting with ``prefix``, at most ``limit``.
+
+        ``preview=N``: each item is ``[key, value[:N], len(value), ttl]``
+        instead, ``ttl`` the seconds left before the key expires (None if it
+        has no ttl).  ``delimiter`` (e.g. ``b"/"``) lists one level, as a
+        browser does: the reply is ``{"keys": [...], "subtrees": [[subtree,
+        key count], ...], "truncated": bool}``, where a key whose rest after
+        ``prefix`` holds the delimiter (past its first byte, and not as its
+        last) counts under ``prefix + rest`` up to that delimiter instead of
+        being listed.  At most ``limit`` keys and ``limit`` subtrees.
+        """
         prefix = prefix if isinstance(prefix, bytes) else prefix.encode()
-        return sorted(k for k in self.map if k.startswith(prefix))[:limit]
+        if preview is not None and preview < 0:
+            raise ValueError("preview is a number of bytes >= 0")
+        found = sorted(k for k in self.map if k.startswith(prefix))
+        if delimiter is None:
+            return [self._listed(k, preview) for k in found[:limit]]
+        delimiter = delimiter if isinstance(delimiter, bytes) else delimiter.encode()
+        if not delimiter:
+            raise ValueError("a delimiter is at least one byte")
+        subtrees: dict[bytes, int] = {}
+        keys: list[Any] = []
+        truncated = False
+        skip, width = len(prefix), len(delimiter)
+        for key in found:
+            cut = key.find(delimiter, skip + 1)
+            if cut >= 0 and cut + width < len(key):
+                subtree = key[:cut + width]
+                if subtree in subtrees:
+                    subtrees[subtree] += 1
+                elif len(subtrees) < limit:
+                    subtrees[subtree] = 1
+                else:
+                    truncated = True
+            elif len(keys) < limit:
+                keys.append(self._listed(key, preview))
+            else:
+                truncated = True
+        return {"keys": keys, "subtrees": [[sub, n] for sub, n in subtrees.items()], "truncated": truncated}
+
+    def _listed(self, key, preview):
+        if preview is None:
+            return key
+        entry = self.map[key]
+        ttl = None if entry.deadline is None else max(0.0, round(entry.deadline - _monotonic(), 3))
+        return [key, entry.value[:preview], len(entry.value), ttl]
 
     @command(reply=True)
     def dump(self, prefix: bytes | str = b"", limit: int = 100000) -> dict[bytes, bytes]:

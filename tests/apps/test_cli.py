@@ -254,14 +254,6 @@ def test_peer_list_and_chat_stop_cleanly(processes):
     assert _stop(chat, TERM, "typist left CHAT: 0 line(s) sent, 0 received") == 143
 
 
-@pytest.mark.slow
-def test_demo_runs_every_part():
-    result = zactors("demo", timeout=90)
-    assert result.returncode == 0, result.stderr
-    assert "Demo finished" in result.stdout
-    assert "each got its own reply: True" in result.stdout
-
-
 def test_an_in_process_caller_gets_its_signal_handlers_back():
     import os
     import socket

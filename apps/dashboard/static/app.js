@@ -37,6 +37,13 @@
     if (Math.abs(x) >= 1e4) return (x / 1e3).toFixed(1) + "k";
     return Number.isInteger(x) ? String(x) : x.toFixed(1);
   }
+  function seconds(x) {  // a ttl left: "0.4 s", "12 s", "3 min", "5 h", "2 d"
+    if (x < 10) return x.toFixed(1) + " s";
+    if (x < 120) return Math.round(x) + " s";
+    if (x < 7200) return Math.round(x / 60) + " min";
+    if (x < 172800) return Math.round(x / 3600) + " h";
+    return Math.round(x / 86400) + " d";
+  }
   function bytes(n) {
     const units = ["B", "KiB", "MiB", "GiB", "TiB"];
     let i = 0;
@@ -234,6 +241,8 @@
         r.subtrees.length ? el("div", { class: "bar" }, r.subtrees.map(s =>
           el("a", { class: "pill", href: "#/clone/" + encodeURIComponent(s.prefix.text || ""), "data-hex": s.raw }, shown(s.prefix), " (" + s.keys + ")"))) : "",
         table([{ title: "key", cell: k => shown(k.key) }, { title: "value", cell: k => shown(k.value) },
+               { title: "ttl", num: true, cell: k => k.ttl === null || k.ttl === undefined ? "\u2014" :
+                   el("span", { class: "ttl", "data-until": String(performance.now() / 1000 + k.ttl) }, seconds(k.ttl)) },
                { title: "", cell: k => k.key.text !== undefined ? el("button", { class: "danger", type: "button",
                    onclick: () => change("delete", { key: k.key.text }, notice, prefix) }, "delete") : "" }],
               r.keys, "No keys here."),
@@ -241,6 +250,14 @@
     }, err => { listing.replaceChildren(el("p", { class: "notice bad" }, err.message)); });
     return [out];
   }
+  // the ttl cells count down between listings: one timer for the page, only while such cells are shown
+  setInterval(() => {
+    const now = performance.now() / 1000;
+    for (const cell of document.querySelectorAll("span.ttl[data-until]")) {
+      const left = Number(cell.dataset.until) - now;
+      cell.textContent = left > 0 ? seconds(left) : "expired";
+    }
+  }, 1000);
   function change(verb, body, notice, prefix) {
     api("clone/" + verb, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) })
       .then(r => { notice.className = r.confirmed ? "notice" : "notice bad";

@@ -208,6 +208,15 @@ def test_clone_browse_set_and_delete(node):
         assert [k["key"]["text"] for k in listing["keys"]] == ["/app/a", "/app/b"]
         assert listing["keys"][1]["value"] == {"hex": "00ff", "size": 2, "truncated": False}
         assert [(s["prefix"]["text"], s["keys"]) for s in listing["subtrees"]] == [("/app/sub/", 1)]
+        assert [k["ttl"] for k in listing["keys"]] == [None, None]
+
+        client.set(b"/app/lease", b"held", ttl=30, wait=5)
+        client.set(b"/app/long", b"v" * 1000, wait=5)
+        listing = {k["key"]["text"]: k for k in get_json(node.url + "api/clone/keys?prefix=/app/")["keys"]}
+        assert 0 < listing["/app/lease"]["ttl"] <= 30 and listing["/app/a"]["ttl"] is None
+        assert listing["/app/long"]["value"] == {"text": "v" * 256, "size": 1000, "truncated": True}
+        ttl = get_json(node.url + "api/openapi.json")["components"]["schemas"]["CloneKeys"]["properties"]["keys"]
+        assert ttl["items"]["properties"]["ttl"]["type"] == ["number", "null"]
         root = get_json(node.url + "api/clone/keys")
         assert [s["prefix"]["text"] for s in root["subtrees"]] == ["/app/", "/other/"]
 

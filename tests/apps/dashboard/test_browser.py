@@ -4,6 +4,7 @@ The node is a real ``zactors up`` process; the test publishes and reads with
 real clients.  Selenium blocks, so its calls run on the hub's threadpool and
 the test's own actors keep running.  Screenshots go to the test's tmp dir.
 """
+import re
 import shutil
 
 import gevent
@@ -59,6 +60,11 @@ class Page:
     def text(self, css):
         """The text of every element matching ``css``, read in one go (the page redraws between calls)."""
         return self.script("return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText.trim())", css)
+
+    def rows(self, css):
+        """The cells' text of every table row matching ``css``, read in one go."""
+        return self.script("return Array.from(document.querySelectorAll(arguments[0]), "
+                           "r => Array.from(r.cells, c => c.innerText.trim()))", css)
 
     def wait(self, predicate, timeout=15, what="the page"):
         with gevent.Timeout(timeout, AssertionError("timed out after %ss waiting for %s" % (timeout, what))):
@@ -195,6 +201,7 @@ def test_a_clone_key_set_in_the_page_reaches_a_client_and_probes_stay_text(node,
     try:
         assert client.wait_synced(10)
         client.set(b"/app/" + XSS.encode(), XSS.encode(), wait=5)
+        client.set(b"/app/lease", b"held", ttl=30, wait=5)
         page.open(node["dashboard"] + "#/clone/" + "%2Fapp%2F")
         page.wait(lambda: XSS in " ".join(page.text("table td")), what="the probe key listed")
         assert page.find("main img") == [] and page.no_alert()
@@ -205,6 +212,15 @@ def test_a_clone_key_set_in_the_page_reaches_a_client_and_probes_stay_text(node,
         blocking(page.find("#clone-set button")[0].click)
         page.wait(lambda: client.get(b"/app/from-the-page") == b"hello <b>browser</b>", what="the set at the client")
         page.wait(lambda: "hello <b>browser</b>" in " ".join(page.text("table td")), what="the new key listed")
+        def ttl_cells():  # key -> the ttl column's text, once both rows are listed
+            found = {r[0]: r[2] for r in page.rows("table tbody tr") if r and r[0] in ("/app/lease", "/app/from-the-page")}
+            return found if len(found) == 2 else None
+        ttls = page.wait(ttl_cells, what="the ttl column")
+        assert re.fullmatch(r"\d+ s", ttls["/app/lease"]) and 0 < int(ttls["/app/lease"].split()[0]) <= 30, ttls
+        assert ttls["/app/from-the-page"] == "\u2014"
+        first = int(ttls["/app/lease"].split()[0])  # and it counts down on the page, without a reload
+        page.wait(lambda: (now := ttl_cells()) and re.fullmatch(r"\d+ s", now["/app/lease"])
+                  and int(now["/app/lease"].split()[0]) < first, timeout=10, what="the ttl counting down")
         page.shot("clone")
         assert page.find("main b") == [] or all(t != "browser" for t in page.text("main b"))
         assert page.no_alert()

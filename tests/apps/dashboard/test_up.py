@@ -169,10 +169,11 @@ def test_show_keeps_printable_text(text):
 def test_up_demo_traffic_shows_on_the_dashboard(processes, tmp_path):
     proc, where = run_up(processes, tmp_path / "data", "--demo")
     done = status_until(where["dashboard"], lambda out: "2 streams" in out and "1 services" in out
-                        and " 0 keys" not in out, timeout=20)
+                        and " 0 keys" not in out and "1 peers" in out, timeout=20)
     assert "2 streams" in done.stdout and "1 services, 1 workers" in done.stdout, done.stdout
     snapshot = json.loads(zactors("status", "--url", where["dashboard"], "--json").stdout)
     assert snapshot["sources"]["zeps"]["data"]["streams"]["orders"]["subscriber_count"] == 1
+    assert [p["name"] for p in snapshot["sources"]["harmony"]["data"]["peers"]] == ["demo-peer"]
     proc.terminate()
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "Traceback" not in err, err

@@ -8,6 +8,7 @@ import zmq
 
 from zactors.actors.auth import generate_keypair
 from zactors.apps.cli import main
+from zactors.apps.demo import demo_node
 from zactors.patterns.clone.client import Clone
 from zactors.patterns.clone.server import CloneServer
 from tests.patterns.clone.conftest import client_of, free_base_port
@@ -61,8 +62,10 @@ def test_user_errors_are_one_line(argv, status, message, capsys):
 def test_demo_part_runs():
     from zactors.apps.commands import clone
     lines = []
-    clone.demo(lines.append)
-    assert any("backup took over" in line for line in lines)
+    with demo_node() as node:
+        clone.demo(lines.append, node)
+        assert any("backup took over" in line for line in lines)
+        assert any("the node's server expired it, and both clients dropped it: True" in line for line in lines)
 
 
 @pytest.mark.skipif(not zmq.has("curve"), reason="libzmq without CURVE")

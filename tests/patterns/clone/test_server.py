@@ -95,6 +95,32 @@ def test_ttl_expiry_seen_by_all_clients(make):
     assert b.get("perm") == b"1" and server.call("INFO")["counters"]["expired"] == 1
 
 
+def test_keys_lists_values_ttls_and_one_level(make):
+    from zactors.actors.errors import CommandError
+    server = make(CloneServer)
+    writer = make(Clone, [client_of(server)])
+    writer.wait_synced(5)
+    writer.set("/s/lease", "held", ttl=30)
+    writer.set("/s/big", b"x" * 1000)
+    writer.set("/s/deep/1", "a"); writer.set("/s/deep/2", "b"); writer.set("/s/other/1", "c")
+    writer.set("/s/dir/", "a key ending in the delimiter"); writer.set("/t/1", "outside", wait=5)
+    assert server.call("KEYS", "/s/", 3) == [b"/s/big", b"/s/deep/1", b"/s/deep/2"]  # as before: sorted, bounded
+    items = {item[0]: item[1:] for item in server.call("KEYS", "/s/", 100, 4)}
+    value, size, ttl = items[b"/s/lease"]
+    assert value == b"held" and size == 4 and 29 < ttl <= 30
+    assert items[b"/s/big"] == [b"xxxx", 1000, None]  # a preview of the value, its whole size, no ttl
+    level = server.call("KEYS", "/s/", 100, 0, "/")
+    assert [k[0] for k in level["keys"]] == [b"/s/big", b"/s/dir/", b"/s/lease"]
+    assert level["subtrees"] == [[b"/s/deep/", 2], [b"/s/other/", 1]] and level["truncated"] is False
+    short = server.call("KEYS", "/s/", 1, None, "/")
+    assert short == {"keys": [b"/s/big"], "subtrees": [[b"/s/deep/", 2]], "truncated": True}
+    root = server.call("KEYS", "", 10, None, "/")
+    assert root["keys"] == [] and root["subtrees"] == [[b"/s/", 6], [b"/t/", 1]]
+    for bad in ((-1, None), (0, "")):
+        with pytest.raises(CommandError):
+            server.call("KEYS", "/s/", 10, *bad)
+
+
 def test_ttl_is_relative_on_the_wire_and_replaced_by_a_later_set(make, raw):
     server = make(CloneServer)
     sub = raw(zmq.SUB, connect=server.endpoints[1])

@@ -5,6 +5,7 @@ import pytest
 
 from zactors.apps.cli import main
 from zactors.apps.commands import peer as peer_command
+from zactors.apps.demo import demo_node
 from zactors.patterns.harmony import Node
 from tests.apps.cli_helpers import read_until, start
 
@@ -13,9 +14,11 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_demo_part():
     lines = []
-    peer_command.demo(lines.append)
-    text = "\n".join(lines)
-    assert "carol got WHISPER from alice" in text and "alice saw EXIT bob" in text
+    with demo_node() as node:
+        peer_command.demo(lines.append, node)
+        text = "\n".join(lines)
+        assert "carol got WHISPER from alice" in text and "alice saw EXIT bob" in text
+        assert "alice got SHOUT from node in news" in text
 
 
 def test_peer_list_finds_a_node_by_endpoint(capsys):

@@ -10,6 +10,7 @@ import gevent.subprocess
 import pytest
 
 from zactors.apps.cli import main
+from zactors.apps.demo import demo_node
 from zactors.patterns.majordomo import Broker, Worker
 from tests.apps.cli_helpers import zactors
 from tests.conftest import wait_for
@@ -135,6 +136,8 @@ def test_request_help_warns_that_retries_can_repeat_work():
 def test_demo_part_runs(capsys):
     from zactors.apps.commands import mdp
     lines = []
-    mdp.demo(lines.append)
-    text = "\n".join(lines)
-    assert "REPLIES" in text and "4 words" in text and "all answered correctly: True" in text and "-> 200" in text
+    with demo_node() as node:
+        mdp.demo(lines.append, node)
+        text = "\n".join(lines)
+        assert "REPLIES" in text and "4 words" in text and "all answered correctly: True" in text and "-> 200" in text
+        assert node.broker.call("INFO")["counters"]["requests"] >= 1503  # they went through the node's broker

@@ -9,6 +9,7 @@ import gevent.subprocess
 import pytest
 
 from zactors.apps.cli import main
+from zactors.apps.demo import demo_node
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -100,11 +101,13 @@ def test_broker_stops_with_a_summary(run, tmp_path):
 def test_demo_part(capsys):
     from zactors.apps.commands import zeps
     lines = []
-    zeps.demo(lines.append)
-    text = "\n".join(lines)
-    assert "none missing: True" in text
-    assert "in order: True" in text
-    assert "then live" in text
+    with demo_node() as node:
+        zeps.demo(lines.append, node)
+        text = "\n".join(lines)
+        assert "none missing: True" in text
+        assert "in order: True" in text
+        assert "then live" in text
+        assert "the node's ZEPS broker on" in text and node.zeps.call("INFO")["streams"]["ticks"]["last_seq"] == 20001
 
 
 def test_an_interrupted_subscribe_says_where_to_resume(run, broker):
