@@ -1,4 +1,4 @@
-"""Spark benchmark: the ``zeps`` data source beside Parquet and a naive Python source, in one run.
+"""Spark benchmark: the ``zeps`` data source beside Parquet, a naive Python source and the API's ceiling, in one run.
 
 Run: ``python benchmarks/spark.py [--records N] [--size B] [--latency-seconds S]``
 (smoke run: ``--records 20000 --latency-seconds 8``).  Needs ``zactors[spark]`` and Java 17.
@@ -11,7 +11,10 @@ full ``--rounds`` times, interleaved, by the same query (``df.write.format("noop
 - ``zeps`` from a live broker over tcp (``broker=``; the broker is its own process);
 - ``spark.read.parquet`` of the same rows (the ceiling);
 - a plain Python data source yielding a tuple per record from
-  ``JournalReader.records`` (the naive way).
+  ``JournalReader.records`` (the naive way);
+- the Python Data Source API's own ceiling: a source yielding Arrow batches
+  of the same shape built in memory, no I/O, over as many partitions as the
+  zeps source plans (no Python source, zeps included, can pass it).
 
 Streaming, publish to aggregate: a publisher sends ``--rate`` readings/s
 (each carrying its send time) to the broker; a Structured Streaming query
@@ -98,6 +101,50 @@ def tuple_source():
     return TupleSource
 
 
+def ceiling_source():
+    """The Python Data Source API's own ceiling: Arrow batches of the same shape, built in memory once
+    per partition and yielded as fast as Spark takes them (no file, no parsing), over as many
+    partitions as the zeps source plans."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class CeilingReader(DataSourceReader):
+        def __init__(self, records, size, partitions):
+            self.records, self.size, self.count = records, size, partitions
+
+        def partitions(self):
+            share = -(-self.records // self.count)
+            return [InputPartition(min(share, self.records - i * share)) for i in range(self.count)]
+
+        def read(self, partition):
+            import numpy as np
+            import pyarrow as pa
+            rows = min(65536, partition.value)
+            keys = np.arange(rows) % 16
+            batch = pa.RecordBatch.from_arrays([
+                pa.array([STREAM] * rows), pa.array(np.arange(rows, dtype=np.int64)),
+                pa.array(np.arange(rows, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
+                pa.array([b"k%02d" % k for k in keys], pa.binary()), pa.array([b"x" * self.size] * rows, pa.binary()),
+            ], names=["stream", "seq", "timestamp", "key", "body"])
+            left = partition.value
+            while left > 0:
+                yield batch if left >= rows else batch.slice(0, left)
+                left -= rows
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls):
+            return "arrow_ceiling"
+
+        def schema(self):
+            return "stream STRING, seq BIGINT, timestamp TIMESTAMP, key BINARY, body BINARY"
+
+        def reader(self, schema):
+            o = self.options
+            return CeilingReader(int(o["records"]), int(o["size"]), int(o["partitions"]))
+
+    return CeilingSource
+
+
 def timed(df):
     t = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
@@ -176,7 +223,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="zactors-spark-bench-")
     broker = None
     try:
-        from zactors.patterns.zeps.broker import stream_directory
+        from zactors.patterns.zeps.names import stream_directory
         journal_root = os.path.join(tmp, "journal")
         directory = os.path.join(journal_root, stream_directory(STREAM.encode()))
         t = time.perf_counter()
@@ -209,14 +256,19 @@ def main():
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         spark.dataSource.register(tuple_source())
+        spark.dataSource.register(ceiling_source())
         timed(spark.read.parquet(parquet))                      # warm the JVM and the Python workers
-        timed(spark.read.format("zeps").option("path", journal_root).load())
+        warm = spark.read.format("zeps").option("path", journal_root).load()
+        timed(warm)
+        partitions = warm.rdd.getNumPartitions()
         runs = [
             ("parquet (ceiling)", lambda: spark.read.parquet(parquet)),
             ("zeps, journal directory", lambda: spark.read.format("zeps").option("path", journal_root).load()),
             ("zeps, live broker (tcp)", lambda: spark.read.format("zeps").option("broker", endpoint)
              .option("stream", STREAM).load()),
             ("python source, tuples", lambda: spark.read.format("zeps_tuples").option("path", directory).load()),
+            ("python source API ceiling", lambda: spark.read.format("arrow_ceiling").option("records", args.records)
+             .option("size", args.size).option("partitions", partitions).load()),
         ]
         times = {name: [] for name, _ in runs}
         for _ in range(args.rounds):                            # interleaved, so that load hits each alike

@@ -326,7 +326,7 @@ def _human(n):
 
 def run_dump(args):
     from zactors.actors.journal import JournalError, JournalReader
-    from zactors.patterns.zeps.broker import stream_name
+    from zactors.patterns.zeps.names import stream_name
 
     if not os.path.isdir(args.dir):
         raise options.UsageError("%s: no such directory (give a stream's journal directory, or the broker's "

@@ -3,19 +3,33 @@
 ``Broker`` journals every message of a stream and delivers it to each
 subscriber as its credit allows, live or replayed from the journal;
 ``Publisher`` and ``Subscriber`` are the clients.  The wire format lives in
-:mod:`.protocol`, subscription matching in :mod:`.matcher`.  ``Broker`` (and
-the journal under it) is imported on first use, so clients stay light.
+:mod:`.protocol`, subscription matching in :mod:`.matcher`.  The re-exports
+are lazy (PEP 562): ``from zactors.patterns.zeps import Publisher`` works,
+and a submodule that needs no gevent (the Spark reader in Spark's worker
+processes) does not import the clients, gevent or zmq.
 """
-from .client import Message, Publisher, Subscriber, ZepsError, query
-from .matcher import Filter, Matcher, PatternError
-from .protocol import NEW, ProtocolError
+import importlib
+
+_EXPORTS = {
+    "Broker": ".broker",
+    "Message": ".client", "Publisher": ".client", "Subscriber": ".client", "ZepsError": ".client",
+    "query": ".client",
+    "Filter": ".matcher", "Matcher": ".matcher", "PatternError": ".matcher",
+    "NEW": ".protocol", "ProtocolError": ".protocol",
+}
 
 __all__ = ["Broker", "Publisher", "Subscriber", "Message", "ZepsError", "query", "Filter", "Matcher",
            "PatternError", "ProtocolError", "NEW"]
 
 
 def __getattr__(name):
-    if name == "Broker":
-        from .broker import Broker
-        return Broker
-    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value         # resolve once; later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

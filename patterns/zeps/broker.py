@@ -85,11 +85,12 @@ from zactors.actors.speedups import send_message
 from . import protocol as p
 from .deliver import frames as _frames, matcher_of
 from .matcher import Filter, Matcher, PatternError
+from .names import stream_directory, stream_name
 
 if TYPE_CHECKING:
     from .permissions import Permissions
 
-__all__ = ["Broker", "stream_directory", "stream_name"]
+__all__ = ["Broker"]
 
 log = logging.getLogger(__name__)
 
@@ -99,31 +100,6 @@ _unpack_u64 = struct.Struct(">Q").unpack_from
 _LIVE, _REPLAY = "live", "replay"
 #: at most this many client keys noted from ATTACHes not handled yet
 _MAX_PENDING_KEYS = 10000
-_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-
-
-def stream_directory(name: bytes) -> str:
-    """The directory name of stream ``name`` (bytes): reversible, never a path."""
-    return "".join(chr(c) if c in _SAFE else "%%%02X" % c for c in name)
-
-
-def stream_name(directory: str) -> bytes | None:
-    """The stream name (bytes) of a directory made by :func:`stream_directory`, or None."""
-    out, i = bytearray(), 0
-    while i < len(directory):
-        c = directory[i]
-        if c == "%":
-            try:
-                out.append(int(directory[i + 1:i + 3], 16))
-            except ValueError:
-                return None
-            i += 3
-        else:
-            out.append(ord(c))
-            i += 1
-    return bytes(out) if stream_directory(bytes(out)) == directory else None
-
-
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
                  "publishes")

@@ -1,14 +1,13 @@
 """Planning and reading partitions of ZEPS streams, from journal files or a live broker.
 
 Shared by the batch reader and the streaming reader: a partition is a plain,
-picklable object naming one stream and a sequence range; :func:`read_partition`
-turns it into Arrow record batches on an executor.
+picklable list of slices, each naming one stream and a sequence range (see
+:func:`plan` for how a read is cut); :func:`read_partition` turns it into
+Arrow record batches on an executor.
 
-- Journal partitions (``path=``) cover a slice of one segment file: a read is
-  cut into partitions of at most ``partitionBytes`` and at least
-  ``minPartitions`` of them (see :func:`plan`), and each reader seeks to its
-  first record through the segment's sparse index.
-- Broker partitions (``broker=``) cover a sequence range read by a
+- Journal slices (``path=``) cover part of one segment file; each reader
+  seeks to its first record through the segment's sparse index.
+- Broker slices (``broker=``) cover a sequence range read by a
   :class:`~zactors.patterns.zeps.client.Subscriber` over the network (so an
   executor on another machine can read).  The wire carries no timestamps:
   the ``timestamp`` column is null there, and ``endTime`` cannot be applied.
@@ -18,7 +17,6 @@ import math
 import os
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from zactors.actors.journal import JournalError, JournalReader, SequenceGone
 
@@ -68,7 +66,7 @@ class BrokerPart:
 
 def journal_streams(opts):
     """{stream name: directory} under ``opts.path`` (clear errors for what is missing)."""
-    from zactors.patterns.zeps.broker import stream_directory, stream_name
+    from zactors.patterns.zeps.names import stream_directory, stream_name
 
     path = opts.path
     if not os.path.isdir(path):
@@ -147,11 +145,14 @@ def stream_ranges(opts, must_exist=True):
 def plan(opts, ranges):
     """Partitions covering the ranges ``[(stream, directory or None, from_seq, to_seq), ...]``.
 
-    Split as Spark splits files: each partition holds at most
-    ``partitionBytes``, and a read spreads over at least ``minPartitions``
-    (so every core has work) unless that would make partitions under
-    :data:`MIN_SPLIT`.  Journal partitions never cross a segment; broker
-    partitions are sized by a guess of 128 bytes a record.
+    A partition is a list of slices (:class:`JournalPart`: part of one
+    segment; :class:`BrokerPart`: a sequence range read from the broker),
+    cut as Spark cuts files: the bytes are shared out evenly over
+    ``n`` partitions, ``n`` large enough that none holds more than
+    ``partitionBytes``, and at least ``minPartitions`` (so every core has
+    work) while each keeps :data:`MIN_SPLIT` bytes.  Small segments are
+    packed together; a large one is cut by sequence (and read from its
+    sparse index).  Broker ranges are sized by a guess of 128 bytes a record.
     """
     spans = []                      # (stream, path, base, lo, hi, bytes); path None: from the broker
     for stream, directory, from_seq, to_seq in ranges:
@@ -175,15 +176,22 @@ def plan(opts, ranges):
             span = last - base + 1 if i + 1 < len(segments) else max(1, hi - base + 1)
             spans.append((stream, path, base, lo, hi, size * (hi - lo + 1) / span))
     total = sum(span[5] for span in spans)
-    target = min(opts.partition_bytes, max(MIN_SPLIT, total / opts.min_partitions))
-    parts = []
-    for stream, path, base, lo, hi, share in spans:
-        n = max(1, min(hi - lo + 1, round(share / target)))
-        step = math.ceil((hi - lo + 1) / n)
-        for s in range(lo, hi + 1, step):
-            end = min(hi, s + step - 1)
-            parts.append(BrokerPart(stream, s, end) if path is None else JournalPart(stream, path, base, s, end))
-    return parts
+    if not spans:
+        return []
+    n = max(1, math.ceil(total / opts.partition_bytes), min(opts.min_partitions, int(total // MIN_SPLIT)))
+    target = total / n or 1.0
+    parts = [[] for _ in range(n)]
+    at = 0.0                        # bytes before the span at hand
+    for stream, path, base, lo, hi, size in spans:
+        per = size / (hi - lo + 1) or 1.0
+        s = lo
+        while s <= hi:              # records s.. go to the partition their first byte falls in
+            k = min(n - 1, int((at + (s - lo) * per) / target))
+            e = hi if k == n - 1 else max(s, min(hi, lo + math.ceil(((k + 1) * target - at) / per) - 1))
+            parts[k].append(BrokerPart(stream, s, e) if path is None else JournalPart(stream, path, base, s, e))
+            s = e + 1
+        at += size
+    return [part for part in parts if part]
 
 
 # -- reading -------------------------------------------------------------------------
@@ -232,6 +240,7 @@ class _KeyFilter:
         self.seen = {}
 
     def mask(self, keys):
+        import pyarrow.compute as pc      # here: its import costs a worker 40 ms, and most reads filter nothing
         distinct = pc.unique(keys)
         seen = self.seen
         wanted = []
@@ -275,8 +284,13 @@ def _body_columns(opts, body, arrow_fields, part):
     return [table.column(i).combine_chunks() for i in range(table.num_columns)]
 
 
-def read_partition(opts, part, out_schema, body_fields=None):
-    """Yield Arrow record batches of ``out_schema`` for one partition (runs on an executor)."""
+def read_partition(opts, slices, out_schema, body_fields=None):
+    """Yield Arrow record batches of ``out_schema`` for one partition, a list of slices (runs on an executor)."""
+    for part in slices:
+        yield from _read_slice(opts, part, out_schema, body_fields)
+
+
+def _read_slice(opts, part, out_schema, body_fields):
     if isinstance(part, JournalPart):
         batches = segment_batches(part.path, part.base, part.from_seq, part.to_seq, index=sparse_index(part.path))
     else:
@@ -288,6 +302,7 @@ def read_partition(opts, part, out_schema, body_fields=None):
     try:
         for batch in batches:
             if since is not None or until is not None:
+                import pyarrow.compute as pc
                 ts = batch.column(1).cast(pa.int64())
                 mask = None
                 if since is not None:

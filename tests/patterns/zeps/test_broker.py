@@ -140,7 +140,7 @@ def test_stream_names_never_leave_the_journal_directory(broker, raw, journal_dir
     assert sorted(os.listdir(parent)) == ["journal"]
     for entry in entries:
         assert "/" not in entry and entry not in (".", "..")
-    from zactors.patterns.zeps.broker import stream_name
+    from zactors.patterns.zeps.names import stream_name
     assert sorted(stream_name(e) for e in entries) == sorted([b"../x", b"/etc", b"..", b".", b"a/../../b", b"%2e%2e"])
     peer = raw(broker.endpoint)
     peer.send(p.attach(b"x" * 81))

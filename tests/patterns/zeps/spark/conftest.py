@@ -93,7 +93,7 @@ def broker_process(tmp_path):
 
 def write_journal(root, stream, records, segment_bytes=1 << 20, timestamps=None):
     """Write ``records`` [(key, body)] to stream ``stream`` under ``root`` with the real Journal."""
-    from zactors.patterns.zeps.broker import stream_directory
+    from zactors.patterns.zeps.names import stream_directory
 
     directory = os.path.join(str(root), stream_directory(stream.encode()))
     os.makedirs(directory, exist_ok=True)
