@@ -79,7 +79,12 @@ def run_demo(args):
 def main(argv=None):
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # name the command they were given to, not the top level
+            prog = getattr(args, "command_prog", parser.prog)
+            print("%s: error: unrecognized arguments: %s (see '%s --help')" % (prog, " ".join(extra), prog),
+                  file=sys.stderr)
+            return exitstatus.USAGE
     except KeyboardInterrupt:  # Ctrl-C while the commands load
         return 128 + signal.SIGINT
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO

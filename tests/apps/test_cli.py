@@ -124,6 +124,8 @@ def test_every_command_describes_itself(command):
     (["peer", "list", "--wait", "-1"], "--wait: -1: must be a number above 0"),
     (["peer", "list", "--no-beacon"], "--no-beacon without --endpoint cannot find anyone"),
     (["mdp", "request", "echo", "x", "--curve", "/nonexistent/me.key_secret"], "no such file"),
+    (["demo", "--bogus"], "zactors demo: error: unrecognized arguments: --bogus (see 'zactors demo --help')"),
+    (["zeps", "streams", "--nope", "1"], "zactors zeps streams: error: unrecognized arguments: --nope 1"),
 ])
 def test_wrong_options_say_what_and_how_to_fix_in_one_line(argv, says, capsys):
     # in this process, for speed: the subprocess tests below drive the same main() from the entry point
