@@ -64,11 +64,29 @@ def write_journal(directory, records, size):
     journal.close()
 
 
+def _source(source_name, make_reader):
+    """A Python data source class named ``source_name`` with the zeps columns; ``make_reader(options)``."""
+    from pyspark.sql.datasource import DataSource
+
+    class Source(DataSource):
+        @classmethod
+        def name(cls):
+            return source_name
+
+        def schema(self):
+            return "stream STRING, seq BIGINT, timestamp TIMESTAMP, key BINARY, body BINARY"
+
+        def reader(self, schema):
+            return make_reader(self.options)
+
+    return Source
+
+
 def tuple_source():
     """The naive way: a Python data source yielding one tuple per record."""
     import datetime
 
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from pyspark.sql.datasource import DataSourceReader, InputPartition
 
     class TupleReader(DataSourceReader):
         def __init__(self, directory):
@@ -87,25 +105,14 @@ def tuple_source():
                 for rec in reader.read_segment(partition.value[1]):
                     yield (STREAM, rec.seq, stamp(rec.timestamp, utc), rec.key, rec.body)
 
-    class TupleSource(DataSource):
-        @classmethod
-        def name(cls):
-            return "zeps_tuples"
-
-        def schema(self):
-            return "stream STRING, seq BIGINT, timestamp TIMESTAMP, key BINARY, body BINARY"
-
-        def reader(self, schema):
-            return TupleReader(self.options["path"])
-
-    return TupleSource
+    return _source("zeps_tuples", lambda options: TupleReader(options["path"]))
 
 
 def ceiling_source():
     """The Python Data Source API's own ceiling: Arrow batches of the same shape, built in memory once
     per partition and yielded as fast as Spark takes them (no file, no parsing), over as many
     partitions as the zeps source plans."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from pyspark.sql.datasource import DataSourceReader, InputPartition
 
     class CeilingReader(DataSourceReader):
         def __init__(self, records, size, partitions):
@@ -130,19 +137,7 @@ def ceiling_source():
                 yield batch if left >= rows else batch.slice(0, left)
                 left -= rows
 
-    class CeilingSource(DataSource):
-        @classmethod
-        def name(cls):
-            return "arrow_ceiling"
-
-        def schema(self):
-            return "stream STRING, seq BIGINT, timestamp TIMESTAMP, key BINARY, body BINARY"
-
-        def reader(self, schema):
-            o = self.options
-            return CeilingReader(int(o["records"]), int(o["size"]), int(o["partitions"]))
-
-    return CeilingSource
+    return _source("arrow_ceiling", lambda o: CeilingReader(int(o["records"]), int(o["size"]), int(o["partitions"])))
 
 
 def timed(df):

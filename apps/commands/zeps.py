@@ -271,12 +271,13 @@ def run_publish(args):
 def run_subscribe(args):
     from zactors.patterns.zeps import Subscriber
 
-    sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), from_seq=args.from_seq,
-                    since=args.since, new=args.new or None, window=args.window, curve=options.client_curve(args),
-                    timeout=args.timeout)
     out = sys.stdout
     seen = 0
+    sub = None
     try:
+        sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), from_seq=args.from_seq,
+                        since=args.since, new=args.new or None, window=args.window,
+                        curve=options.client_curve(args), timeout=args.timeout)
         for message in sub:
             out.write("%d\t%s\t%s\n" % (message.seq, message.key.decode("utf-8", "backslashreplace"),
                                         message.body.decode("utf-8", "backslashreplace")))
@@ -286,13 +287,15 @@ def run_subscribe(args):
             if not sub.pending:  # about to wait: show what we have
                 out.flush()
         out.flush()
-    except Interrupted:
+    except Interrupted:  # also while still connecting: the line is said either way
+        last = sub.last_seq if sub is not None else None
         print("zactors zeps subscribe: interrupted after %d message(s)%s" % (
-            seen, "" if sub.last_seq is None else "; last sequence %d (--from %d resumes)"
-            % (sub.last_seq, sub.last_seq + 1)), file=sys.stderr)
+            seen, "" if last is None else "; last sequence %d (--from %d resumes)" % (last, last + 1)),
+              file=sys.stderr)
         raise
     finally:
-        sub.destroy()
+        if sub is not None:
+            sub.destroy()
     return exitstatus.OK
 
 
