@@ -4,7 +4,7 @@
 ``rate`` operations a second each: Majordomo ``echo`` requests (through one
 worker it starts), ZEPS publishes to ``orders`` and ``sensors`` with one live
 subscriber, Clone sets under ``/demo/``, and a Harmony peer that joins the
-node by endpoint and shouts in group ``demo`` (a tenth as often).  ``stop()``
+node by endpoint, shouts in group ``demo`` and whispers to the node (a tenth as often).  ``stop()``
 ends it all.
 """
 import logging
@@ -95,7 +95,11 @@ class DemoTraffic:
         peer = Node("demo-peer", {"X-Role": "demo"}, beacon=False, endpoints=[hub.endpoint]).start()
         self._closers.append(peer.stop)
         peer.join("demo")
-        self._every(lambda: peer.shout("demo", b"tick"), every=10)
+        def tick():
+            peer.shout("demo", b"tick")
+            if hub.id in peer.peers(timeout=1):   # the node is in no group: without a whisper it hears
+                peer.whisper(hub.id, b"tick")     # silence, and ZRE calls a silent peer EVASIVE at each ping
+        self._every(tick, every=10)
 
     def stop(self):
         gevent.killall(self._greenlets)
