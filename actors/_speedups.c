@@ -324,6 +324,64 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(send_each_doc,
+"send_each(sock, handle, prefix, frames) -> int\n\n"
+"Queue [prefix, frame] as one message for each bytes frame in the list frames,\n"
+"in order, until one cannot be queued now (EAGAIN, an unroutable ROUTER peer,\n"
+"any error): the count queued, the rest untouched for the caller to handle.\n"
+"prefix and frames must be bytes.  An EINTR before the first message runs the\n"
+"signal handlers (which may raise); after it, the batch goes on.");
+
+static PyObject *
+send_each(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    void *h;
+    PyObject *prefix, *list;
+    Py_ssize_t i, n;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "send_each(sock, handle, prefix, frames)");
+        return NULL;
+    }
+    if ((h = socket_of(args[0], args[1])) == NULL)
+        return NULL;
+    prefix = args[2];
+    list = args[3];
+    if (!PyBytes_CheckExact(prefix) || !PyList_CheckExact(list)) {
+        PyErr_SetString(PyExc_TypeError, "send_each takes a bytes prefix and a list of bytes");
+        return NULL;
+    }
+    n = PyList_GET_SIZE(list);
+    for (i = 0; i < n; i++) {
+        if (!PyBytes_CheckExact(PyList_GET_ITEM(list, i))) {
+            PyErr_SetString(PyExc_TypeError, "send_each: every frame must be bytes");
+            return NULL;
+        }
+    }
+    const char *pbuf = PyBytes_AS_STRING(prefix);
+    size_t plen = (size_t)PyBytes_GET_SIZE(prefix);
+    for (i = 0; i < n; i++) {
+        PyObject *frame = PyList_GET_ITEM(list, i);
+        int rc;
+        for (;;) {     /* the prefix: nothing of this message is queued until it goes */
+            rc = zsend(h, pbuf, plen, ZMQ_DONTWAIT | ZMQ_SNDMORE);
+            if (rc >= 0)
+                break;
+            if (zerrno() != EINTR)
+                return PyLong_FromSsize_t(i);
+            if (i == 0 && PyErr_CheckSignals() < 0)
+                return NULL;
+        }
+        for (;;) {     /* the frame: the message is under way, finish it */
+            rc = zsend(h, PyBytes_AS_STRING(frame), (size_t)PyBytes_GET_SIZE(frame), ZMQ_DONTWAIT);
+            if (rc >= 0 || zerrno() != EINTR)
+                break;
+        }
+        if (rc < 0)    /* libzmq takes a message's later frames once it took the first */
+            return PyLong_FromSsize_t(i);
+    }
+    return PyLong_FromSsize_t(n);
+}
+
 PyDoc_STRVAR(events_doc, "events(sock, handle) -> int\n\nThe socket's ZMQ_EVENTS.");
 
 static PyObject *
@@ -388,6 +446,7 @@ static PyMethodDef methods[] = {
     {"recv_message", (PyCFunction)(void (*)(void))recv_message, METH_FASTCALL, recv_message_doc},
     {"recv_singles", (PyCFunction)(void (*)(void))recv_singles, METH_FASTCALL, recv_singles_doc},
     {"send_message", (PyCFunction)(void (*)(void))send_message, METH_FASTCALL, send_message_doc},
+    {"send_each", (PyCFunction)(void (*)(void))send_each, METH_FASTCALL, send_each_doc},
     {"events", (PyCFunction)(void (*)(void))events, METH_FASTCALL, events_doc},
     {"bind", bind, METH_VARARGS, bind_doc},
     {NULL, NULL, 0, NULL},

@@ -30,6 +30,11 @@ its :func:`handle` (``sock.underlying``, read once: it is a property).
   frame's buffer is taken first: a frame that is not bytes-like
   (``TypeError``) or not contiguous (``BufferError``) fails the whole
   message with nothing sent.
+* ``send_each(sock, handle, prefix, frames)``: queue ``[prefix, frame]`` as
+  one message for each frame of the list ``frames`` (all bytes), until one
+  cannot be queued now (``EAGAIN``, an unroutable ROUTER peer, any error);
+  returns the count queued, the rest left to the caller.  One call for a
+  batch to one peer (a ZEPS replay).
 * ``events(sock, handle)``: ``ZMQ_EVENTS``.
 
 Closed sockets raise ``zmq.ZMQError(ENOTSOCK)``, like pyzmq.
@@ -42,7 +47,8 @@ import zmq
 
 from .purepython import pure_python_requested
 
-__all__ = ["SPEEDUPS", "handle", "buffers", "send_frames", "recv_message", "recv_singles", "send_message", "events",
+__all__ = ["SPEEDUPS", "handle", "buffers", "send_frames", "recv_message", "recv_singles", "send_message", "send_each",
+           "events",
            "pure_python_requested", "self_test"]
 
 log = logging.getLogger(__name__)
@@ -182,6 +188,20 @@ def py_send_message(sock, handle, frames):
     send_frames(sock, buffers(frames))
 
 
+def py_send_each(sock, handle, prefix, frames):
+    _check(sock)
+    if type(prefix) is not bytes or type(frames) is not list or any(type(f) is not bytes for f in frames):
+        raise TypeError("send_each takes a bytes prefix and a list of bytes")
+    sent = 0
+    for frame in frames:
+        try:
+            send_frames(sock, [prefix, frame])
+        except zmq.ZMQError:
+            return sent
+        sent += 1
+    return sent
+
+
 def py_events(sock, handle):
     _check(sock)
     return _get(sock, _EVENTS)
@@ -222,6 +242,9 @@ def self_test(calls):
         a.send_multipart([b"single"], NOBLOCK)
         a.send_multipart([b"multi", b"part"], NOBLOCK)
         expect("recv_singles", calls.recv_singles(b, hb, 10), ([b"single"], 1))
+        expect("send_each", calls.send_each(a, ha, b"id", [b"one", b"two"]), 2)
+        expect("what pyzmq read of send_each", [b.recv_multipart(NOBLOCK) for _ in range(2)],
+               [[b"id", b"one"], [b"id", b"two"]])
         hg = handle(gone)
         gone.close()
         try:
@@ -260,8 +283,8 @@ _c = _load()
 #: True when the C calls are in use
 SPEEDUPS = _c is not None
 if SPEEDUPS:
-    recv_message, recv_singles, send_message, events = (
-        _c.recv_message, _c.recv_singles, _c.send_message, _c.events)
+    recv_message, recv_singles, send_message, send_each, events = (
+        _c.recv_message, _c.recv_singles, _c.send_message, _c.send_each, _c.events)
 else:
-    recv_message, recv_singles, send_message, events = (
-        py_recv_message, py_recv_singles, py_send_message, py_events)
+    recv_message, recv_singles, send_message, send_each, events = (
+        py_recv_message, py_recv_singles, py_send_message, py_send_each, py_events)

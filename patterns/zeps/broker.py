@@ -80,7 +80,7 @@ from zactors.actors.group_commit import GroupCommit
 from zactors.actors.heartbeat import Liveness
 from zactors.actors.journal import Journal, JournalError, SequenceGone
 from zactors.actors.router import Router
-from zactors.actors.speedups import send_message
+from zactors.actors.speedups import send_each, send_message
 
 from . import protocol as p
 from .deliver import frames as _frames, matcher_of
@@ -447,30 +447,22 @@ class Broker(Actor):
             log.error("%s: replay of %s failed: %s", self.name, stream.name, exc)
             self.stats["replay_errors"] += 1
             return False
-        # the whole batch matched and encoded in one call; then one C send per frame
+        # the whole batch matched and encoded in one call, and sent in one while libzmq takes it
         frames, credit, consumed, short = _frames(records, 0, limit, peer.credit, matcher_of(peer.filter))
-        send = self._outbox_send
         identity = peer.identity
-        direct = not self._outbox_pending(identity)
         sock = self.router.socket
-        handle = sock.handle
-        sent = 0
+        sent = 0 if self._outbox_pending(identity) else send_each(sock, sock.handle, identity, frames)
         stopped = False
-        for frame in frames:
-            if direct:
-                try:  # straight to libzmq while nothing waits in the outbox
-                    send_message(sock, handle, (identity, frame))
-                    sent += 1
-                    continue
-                except ZMQError:
-                    direct = False
-            if not send(identity, [frame]):  # gone (dropped by on_unroutable)
-                stopped = True
-                break
-            sent += 1
-            if peer.held:  # the transport is full: sent, but go no further now
-                stopped = True
-                break
+        if sent < len(frames):  # the rest behind the kernel outbox (in order), or the peer is gone
+            send = self._outbox_send
+            for frame in frames[sent:]:
+                if not send(identity, [frame]):  # gone (dropped by on_unroutable)
+                    stopped = True
+                    break
+                sent += 1
+                if peer.held:  # the transport is full: sent, but go no further now
+                    stopped = True
+                    break
         more = not short
         if stopped:
             credit += sum(map(len, frames[sent:]))  # not sent: not spent

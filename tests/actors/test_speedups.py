@@ -18,11 +18,11 @@ from zactors.actors.sockets import context
 
 IMPLEMENTATIONS = {
     "python": (speedups.py_recv_message, speedups.py_recv_singles, speedups.py_send_message,
-               speedups.py_events),
+               speedups.py_events, speedups.py_send_each),
 }
 if speedups.SPEEDUPS:
     IMPLEMENTATIONS["c"] = (speedups._c.recv_message, speedups._c.recv_singles, speedups._c.send_message,
-                            speedups._c.events)
+                            speedups._c.events, speedups._c.send_each)
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
@@ -109,6 +109,36 @@ def test_send_message_without_room_raises_again_and_queues_nothing(impl):
         pull.close(0)
 
 
+def test_send_each_queues_a_message_per_frame_until_one_is_refused(impl):
+    send_each = impl[4]
+    ctx = context()
+    router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    router.router_mandatory = 1
+    router.sndhwm = dealer.rcvhwm = 10
+    endpoint = "inproc://speedups-%d" % next(_names)
+    try:
+        router.bind(endpoint)
+        dealer.identity = b"peer"
+        dealer.connect(endpoint)
+        dealer.send(b"hello")
+        assert router.recv_multipart() == [b"peer", b"hello"]
+        frames = [b"m%d" % i for i in range(100)]
+        sent = send_each(router, speedups.handle(router), b"peer", frames)
+        assert 10 <= sent < 100                     # the pipe is full: the rest is left to the caller
+        got = [dealer.recv(zmq.NOBLOCK) for _ in range(sent)]
+        assert got == frames[:sent]
+        with pytest.raises(zmq.Again):
+            dealer.recv(zmq.NOBLOCK)
+        assert send_each(router, speedups.handle(router), b"nobody", [b"x", b"y"]) == 0   # unroutable
+        assert send_each(router, speedups.handle(router), b"peer", []) == 0
+        for bad in ([b"ok", "text"], (b"tuple",)):
+            with pytest.raises(TypeError):
+                send_each(router, speedups.handle(router), b"peer", bad)
+    finally:
+        router.close(0)
+        dealer.close(0)
+
+
 def test_events_reports_readiness(impl, pair):
     events = impl[3]
     push, pull = pair
@@ -119,7 +149,7 @@ def test_events_reports_readiness(impl, pair):
 
 
 def test_a_closed_socket_raises_enotsock_for_every_call(impl):
-    recv_message, recv_singles, send_message, events = impl
+    recv_message, recv_singles, send_message, events, _ = impl
     sock = context().socket(zmq.PULL)
     handle = speedups.handle(sock)
     sock.close()
@@ -158,7 +188,7 @@ def test_recv_singles_matches_the_model_for_any_traffic(pair, messages, limit):
     handle = speedups.handle(pull)
     singles = [m[0] for m in messages if len(m) == 1]
     multipart = sum(1 for m in messages if len(m) > 1)
-    for name, (_, recv_singles, _, _) in sorted(IMPLEMENTATIONS.items()):
+    for name, (_, recv_singles, _, _, _) in sorted(IMPLEMENTATIONS.items()):
         _send_all(push, messages)
         got, discarded = [], 0
         while True:
@@ -261,7 +291,7 @@ class _Drifted:
     """The C calls as a changed libzmq could make them: frames come back mangled."""
 
     def __init__(self, calls, **broken):
-        self.recv_message, self.recv_singles, self.send_message, self.events = calls
+        self.recv_message, self.recv_singles, self.send_message, self.events, self.send_each = calls
         self.__dict__.update(broken)
 
 
@@ -269,6 +299,7 @@ class _Drifted:
     {"recv_message": lambda sock, handle: [b"garbled"]},
     {"events": lambda sock, handle: 0},
     {"send_message": lambda sock, handle, frames: None},
+    {"send_each": lambda sock, handle, prefix, frames: len(frames)},
 ])
 def test_the_self_test_catches_calls_that_disagree_with_pyzmq(impl, broken):
     with pytest.raises(Exception):
@@ -300,7 +331,7 @@ class _Interrupted(Exception):
 def test_signals_during_the_calls_neither_split_messages_nor_get_lost(impl, pair):
     """A SIGALRM every 100 us while multipart messages go through: handlers run, messages stay whole."""
     import signal
-    recv_message, _, send_message, _ = impl
+    recv_message, _, send_message, _, _ = impl
     push, pull = pair
     hpush, hpull = speedups.handle(push), speedups.handle(pull)
     caught = []
