@@ -85,10 +85,13 @@ def test_cost_does_not_grow_with_subscribers():
         for i in range(n):
             m.add(flt(i, b"sym.%06d" % i))
         keys = [b"sym.%06d.trade" % (i * 7 % n) for i in range(2000)]
-        started = time.perf_counter()
-        for key in keys:
-            m.match(key)
-        return (time.perf_counter() - started) / len(keys)
+        best = float("inf")
+        for _ in range(5):  # the best of five: a preempted or GC-hit pass says nothing about the index
+            started = time.perf_counter()
+            for key in keys:
+                m.match(key)
+            best = min(best, time.perf_counter() - started)
+        return best / len(keys)
 
     small, large = per_lookup(10), per_lookup(20000)
     assert large < small * 5, (small, large)
