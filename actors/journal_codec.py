@@ -31,15 +31,12 @@ zmq; every function is pure (thread-safe on distinct buffers).
   as Arrow column buffers, see ``actors/_journal.c``), or None without it:
   its twin, in numpy, is the Spark reader's (``patterns/zeps/spark/segments.py``).
 """
-import logging
 import struct
 
 from crc32c import crc32c as _crc32c
-from .purepython import pure_python_requested
+from .purepython import optional_extension
 
 __all__ = ["SPEEDUPS", "frame", "decode", "crc", "columns", "py_frame", "py_decode", "RECORD_HEAD", "MIN_LENGTH"]
-
-log = logging.getLogger(__name__)
 
 _REC = struct.Struct("<IIQdI")      # length, crc, seq, timestamp, key_len
 _PREFIX = struct.Struct("<II")
@@ -116,18 +113,7 @@ def py_decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at):
     return at, total, 0
 
 
-def _load():
-    if pure_python_requested():
-        return None
-    try:
-        from . import _journal as c
-    except ImportError as exc:
-        log.debug("zactors: pure-Python journal codec (%s)", exc)
-        return None
-    return c
-
-
-_c = _load()
+_c = optional_extension(__package__ + "._journal", "pure-Python journal codec")
 #: True when the C codec is in use
 SPEEDUPS = _c is not None
 if SPEEDUPS:

@@ -1,13 +1,15 @@
 """``ZACTORS_PURE_PYTHON``: whether the C extensions are turned off.
 
 One reading of the switch for every optional C extension (the socket calls,
-the journal codec, the ZEPS DELIVER batches).  Imports nothing but the
+the journal codec, the ZEPS DELIVER batches), and one way to load them.  Imports nothing but the
 standard library, so the journal's reading side (Spark workers) can use it.
 """
+import importlib
 import logging
 import os
+from types import ModuleType
 
-__all__ = ["pure_python_requested"]
+__all__ = ["pure_python_requested", "optional_extension"]
 
 log = logging.getLogger(__name__)
 
@@ -31,3 +33,15 @@ def pure_python_requested(value=None):
     if word not in _SPEEDY:
         log.warning("zactors: ZACTORS_PURE_PYTHON=%r is not 1/true/yes or 0/false/no: the C calls stay on", value)
     return False
+
+
+def optional_extension(name: str, instead: str) -> ModuleType | None:
+    """The C extension module ``name`` (absolute), or None when the switch asks for pure
+    Python or the module was not built (logged at debug level: ``instead`` says what runs)."""
+    if pure_python_requested():
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        log.debug("zactors: %s (%s)", instead, exc)
+        return None

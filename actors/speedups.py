@@ -45,7 +45,7 @@ import sys
 
 import zmq
 
-from .purepython import pure_python_requested
+from .purepython import optional_extension, pure_python_requested
 
 __all__ = ["SPEEDUPS", "handle", "buffers", "send_frames", "recv_message", "recv_singles", "send_message", "send_each",
            "events",
@@ -260,10 +260,10 @@ def self_test(calls):
 
 
 def _load():
-    if pure_python_requested():
+    c = optional_extension(__package__ + "._speedups", "pure-Python socket calls")
+    if c is None:
         return None
     try:
-        from . import _speedups as c
         # pyzmq's extension module: its libzmq is the one whose sockets we get
         c.bind(sys.modules[zmq.backend.Socket.__module__].__file__, _error)
     except (ImportError, AttributeError, TypeError) as exc:

@@ -24,13 +24,11 @@ one call; :func:`py_frames` is its pure-Python twin, used when it was not
 built or when the environment sets ``ZACTORS_PURE_PYTHON=1``.  Pure
 functions: thread-safe.
 """
-import logging
 import struct
-from zactors.actors.purepython import pure_python_requested
+
+from zactors.actors.purepython import optional_extension
 
 __all__ = ["SPEEDUPS", "frames", "parse", "bind", "py_frames", "py_parse", "matcher_of"]
-
-log = logging.getLogger(__name__)
 
 _HEAD = struct.Struct(">2sBQB").pack   # signature, 7, sequence, key length
 _u32 = struct.Struct(">I").pack
@@ -115,18 +113,7 @@ def matcher_of(flt):
     return flt.prefixes
 
 
-def _load():
-    if pure_python_requested():
-        return None
-    try:
-        from . import _deliver as c
-    except ImportError as exc:
-        log.debug("zactors: pure-Python DELIVER batches (%s)", exc)
-        return None
-    return c
-
-
-_c = _load()
+_c = optional_extension(__package__ + "._deliver", "pure-Python DELIVER batches")
 #: True when the C version is in use
 SPEEDUPS = _c is not None
 frames, parse = (_c.frames, _c.parse) if SPEEDUPS else (py_frames, py_parse)
