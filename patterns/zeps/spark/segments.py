@@ -143,10 +143,11 @@ def _columns_numpy(buf, pos, path, seq, from_seq, to_seq):
     a = np.frombuffer(buf, np.uint8, used)
     st = np.array(starts, np.int64)
     seqs = _gather(a, st + 8, 8, "<u8")
-    if seqs[0] != seq or seqs[-1] != seq + len(st) - 1 or \
-            (len(st) > 1 and not (np.diff(seqs) == 1).all()):
+    due = np.arange(seq, seq + len(st), dtype=np.uint64)
+    if not (seqs == due).all():                       # name the first record out of turn
+        bad = int(np.argmin(seqs == due))
         raise JournalError("%s: corrupt segment near offset %d (sequence %d where %d was due)"
-                           % (path, pos, int(seqs[0]), seq))
+                           % (path, pos + starts[bad], int(seqs[bad]), int(due[bad])))
     scanned = len(st)
     lo = max(0, from_seq - seq)
     hi = min(len(st), to_seq - seq + 1)
@@ -172,9 +173,10 @@ def _columns_numpy(buf, pos, path, seq, from_seq, to_seq):
 def _columns_c(buf, pos, path, seq, from_seq, to_seq):
     """:func:`_columns_numpy` in one C call (``journal_codec.columns``): no Python per record."""
     used, scanned, first, status, count, seqs, stamps, koffs, keys, boffs, bodies = _c_columns(buf, from_seq, to_seq)
-    if scanned and first != seq or status == 3:
+    if scanned and first != seq or status == 3:      # the first record, or the one at `used`, out of turn
+        at, due = (used, seq + scanned) if status == 3 else (0, seq)
         raise JournalError("%s: corrupt segment near offset %d (sequence %d where %d was due)"
-                           % (path, pos + (used if status == 3 else 0), first if status != 3 else -1, seq))
+                           % (path, pos + at, int.from_bytes(buf[at + 8:at + 16], "little"), due))
     if status == 2:
         length, crc = _unpack_prefix(buf, used)
         what = "bad record length %d" % length if not _MIN_LENGTH <= length <= _MAX_LENGTH else \
