@@ -22,6 +22,7 @@ import argparse
 import errno
 import ipaddress
 import os
+import re
 
 import zmq
 
@@ -167,6 +168,12 @@ def _local_name(name):
     except Exception:  # psutil without interface support: fall back on names
         pass
     return _resolves(name)
+
+
+def client_endpoint(endpoint):
+    """The endpoint a client on this machine connects to for a bound ``endpoint``: a wildcard host
+    (``*``, ``0.0.0.0``, ``[::]``) becomes loopback; anything else is returned as it is."""
+    return re.sub(r"^tcp://(\*|0\.0\.0\.0|\[::\]|::)(?=:\d+$)", "tcp://127.0.0.1", endpoint)
 
 
 def connect_endpoint(text):

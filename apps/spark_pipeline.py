@@ -25,6 +25,8 @@ import time
 
 import gevent
 
+from .options import client_endpoint
+
 __all__ = ["Pipeline", "OUTLIER"]
 
 log = logging.getLogger(__name__)
@@ -70,12 +72,9 @@ class Pipeline:
     # -- the parts ----------------------------------------------------------------------
     def _endpoint(self):
         endpoint = self._broker.endpoint
-        host, port = endpoint[len("tcp://"):].rsplit(":", 1)
-        if self.advertise:
-            host = self.advertise
-        elif host in ("0.0.0.0", "*", "[::]", "::"):
-            host = "127.0.0.1"
-        return "tcp://%s:%s" % (host, port)
+        if not self.advertise:
+            return client_endpoint(endpoint)
+        return "tcp://%s:%s" % (self.advertise, endpoint.rsplit(":", 1)[1])
 
     def _sensor_loop(self, endpoint):
         from zactors.patterns.zeps.client import Publisher

@@ -246,7 +246,7 @@ def run_watch(args):
 
 def demo(out, node):
     """Clone (12/CHP): two clients share the node's map, a key expires; a Binary Star pair fails over"""
-    from zactors.apps.dashboard.sources import client_endpoint
+    from zactors.apps.options import client_endpoint
     from zactors.patterns.clone.client import Clone
     from zactors.patterns.clone.server import CloneServer
 

@@ -362,7 +362,7 @@ def run_dump(args):
 
 def demo(out, node):
     """ZEPS: a journaled stream on the node, a slow subscriber that catches up, a late joiner that replays history"""
-    from zactors.apps.dashboard.sources import client_endpoint
+    from zactors.apps.options import client_endpoint
     from zactors.patterns.zeps import Publisher, Subscriber
 
     broker = node.zeps

@@ -30,7 +30,7 @@ class DemoTraffic:
         if node.broker is not None:
             self._majordomo(node.broker.endpoint)
         if node.zeps is not None:
-            from zactors.apps.dashboard.sources import client_endpoint
+            from zactors.apps.options import client_endpoint
             self._zeps(client_endpoint(node.zeps.endpoint))
         if node.clone is not None:
             self._clone(node.clone)
@@ -78,7 +78,7 @@ class DemoTraffic:
         self._actors.append(subscriber)
 
     def _clone(self, server):
-        from zactors.apps.dashboard.sources import client_endpoint
+        from zactors.apps.options import client_endpoint
         from zactors.patterns.clone.client import Clone
         client = Clone([tuple(client_endpoint(e) for e in server.endpoints[:3])], subtree=b"/demo/")
         self._actors.append(client)

@@ -12,16 +12,16 @@ to the thread that made the actors.
 """
 import json
 import logging
-import re
 import time
 
 import gevent
 
 from zactors.actors.errors import ActorError
+from zactors.apps.options import client_endpoint
 
 from .render import PREVIEW, show
 
-__all__ = ["Source", "Majordomo", "Zeps", "Clone", "Harmony", "ActionError", "client_endpoint"]
+__all__ = ["Source", "Majordomo", "Zeps", "Clone", "Harmony", "ActionError"]
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +35,6 @@ class ActionError(Exception):
     def __init__(self, message, status="400 Bad Request"):
         super().__init__(message)
         self.status = status
-
-
-def client_endpoint(endpoint):
-    """The endpoint a local client connects to for a bound ``endpoint`` (``*``/``0.0.0.0`` -> loopback)."""
-    return re.sub(r"^tcp://(\*|0\.0\.0\.0)(?=:)", "tcp://127.0.0.1", endpoint)
 
 
 class Source:
