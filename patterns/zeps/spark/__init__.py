@@ -1,8 +1,11 @@
 """Apache Spark over ZEPS streams: the ``zeps`` data source for PySpark (4.2+).
 
-Install with ``pip install 'zactors[spark]'``, then::
+Install with ``pip install 'zactors[spark]'`` (it brings a Java runtime when
+the machine has none), then::
 
-    from zactors.patterns.zeps.spark import register
+    from zactors.patterns.zeps.spark import prepare, register
+    prepare()                                         # Java and this interpreter for Spark's workers
+    spark = SparkSession.builder.getOrCreate()
     register(spark)                                   # format "zeps" in this session
     spark.read.format("zeps").option("path", journal_dir).option("stream", "readings").load()
 
@@ -11,9 +14,10 @@ See :mod:`.source` for the columns and :mod:`.options` for every option;
 its one-line message.
 """
 from .options import Options, ZepsSparkError
+from .runtime import JavaNotFound, prepare
 from .source import ZepsDataSource
 
-__all__ = ["ZepsDataSource", "ZepsSparkError", "Options", "register", "explain"]
+__all__ = ["ZepsDataSource", "ZepsSparkError", "Options", "register", "explain", "prepare", "JavaNotFound"]
 
 
 def register(spark):

@@ -1,7 +1,6 @@
 """Spark test helpers: one real SparkSession (local[2]) per test session, a broker process,
 journals written with the real Journal."""
 import os
-import shutil
 import subprocess
 import sys
 
@@ -12,25 +11,17 @@ from zactors.actors.journal import Journal
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 
-def java_home():
-    """JAVA_HOME, or the JDK behind the ``java`` on PATH; None when there is no java."""
-    if os.environ.get("JAVA_HOME"):
-        return os.environ["JAVA_HOME"]
-    java = shutil.which("java")
-    if not java:
-        return None
-    return os.path.dirname(os.path.dirname(os.path.realpath(java)))
-
-
 def spark_env():
-    """The environment Spark needs here (loopback, this interpreter for workers)."""
-    home = java_home()
-    if home is None:
-        pytest.skip("no java on PATH and no JAVA_HOME: the Spark tests need Java 17")
+    """Prepare this process for Spark (Java, loopback, this interpreter for workers) and return its
+    environment; skip the test, with the reason, when pyspark or a Java runtime is missing."""
     pytest.importorskip("pyspark", reason="the Spark tests need the spark extra: pip install -e '.[test,spark]'")
-    env = {"JAVA_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable}
-    os.environ.update(env)
+    from zactors.patterns.zeps.spark.runtime import JavaNotFound, prepare
+
+    try:
+        prepare()
+    except JavaNotFound as exc:
+        pytest.skip(str(exc))
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     return dict(os.environ)
 
 

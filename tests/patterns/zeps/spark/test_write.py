@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import wait_for
 
-from .conftest import ROOT, publish
+from .conftest import ROOT, publish, spark_env
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
 
@@ -90,6 +90,7 @@ def test_stream_commit_resumes_a_batch_cut_short(broker_process):
 
 
 def test_stream_write_exactly_once_across_sigkill(broker_process, tmp_path, processes):
+    spark_env()                                            # skips without pyspark or Java, as the others do
     broker = broker_process()
     total = 600
     publish(broker.endpoint, "in", [(b"k%d" % (i % 3), b"m%04d" % i) for i in range(total)])

