@@ -65,8 +65,10 @@ def register(sub):
                     "show as \\udcXX escapes).",
         epilog="Retries can run a request more than once: when an attempt times out, the request is sent "
                "again, and a late worker may still run the earlier copy (its reply is dropped). Use "
-               "--retries 1 for requests that must not repeat. Exit status: 0 replied, 1 no reply "
-               "(no worker?), 3 no broker answered, 4 the broker refused our key.")
+               "--retries 1 for requests that must not repeat. A service that failed (its handler raised, or its "
+               "worker was lost) answers at once with an error, printed on stderr in one line. Exit status: 0 "
+               "replied, 1 the service failed or no reply (no worker?), 3 no broker answered, 4 the broker "
+               "refused our key.")
     request.add_argument("service", type=options.service_name, help="service name")
     request.add_argument("body", nargs="+", help="request body frames")
     _connect(request)
@@ -203,7 +205,7 @@ def _no_reply(exc, args, service):
 
 
 def run_request(args):
-    from zactors.patterns.majordomo import Client, RequestTimeout
+    from zactors.patterns.majordomo import Client, RequestTimeout, ServiceError
 
     curve = options.client_curve(args)
     replies = 0
@@ -214,6 +216,9 @@ def run_request(args):
                 replies += 1
         except RequestTimeout as exc:
             return _no_reply(exc, args, args.service)
+        except ServiceError as exc:
+            print("zactors mdp request: error: %s" % exc, file=sys.stderr)
+            return exitstatus.FAILED
         except Interrupted:
             print("zactors mdp request: interrupted after %d repl%s" % (replies, "y" if replies == 1 else "ies"),
                   file=sys.stderr)

@@ -5,8 +5,8 @@ class of a service; ``Client`` calls services from any greenlet.  The wire
 format lives in :mod:`.protocol`, the broker's own services in :mod:`.mmi`.
 """
 from .broker import Broker
-from .client import Client, HandshakeFailed, RequestTimeout
+from .client import Client, HandshakeFailed, RequestTimeout, ServiceError
 from .protocol import MAJORTOMO, SPEC, ProtocolError
 from .worker import Worker
 
-__all__ = ["Broker", "Client", "RequestTimeout", "HandshakeFailed", "Worker", "ProtocolError", "SPEC", "MAJORTOMO"]
+__all__ = ["Broker", "Client", "RequestTimeout", "HandshakeFailed", "ServiceError", "Worker", "ProtocolError", "SPEC", "MAJORTOMO"]

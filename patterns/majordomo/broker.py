@@ -19,12 +19,14 @@ Behaviour (18/MDP v0.2, and where the spec leaves a choice):
   ``liveness`` x ``heartbeat`` seconds (no DISCONNECT: the spec says stop
   sending to it).
 - A worker that dies, disconnects, times out or breaks the protocol while it
-  holds a request gets that request re-dispatched to another worker (first in
-  its service's queue).  The client gets exactly one FINAL: only the worker
-  holding the request is listened to.  PARTIALs sent by the lost worker may
-  be repeated by the next one (the spec's workers are idempotent).  A request
-  lost by ``max_attempts`` workers in a row is dropped and counted
-  (``poisoned``): it would go on killing workers.
+  holds a request: if it said it is idempotent (READY's zactors extension
+  frame, see :mod:`.protocol`), the request goes to another worker (first in
+  its service's queue; PARTIALs sent by the lost worker may be repeated by
+  the next one), until ``max_attempts`` workers lost it (then ``poisoned``:
+  it would go on killing workers).  Otherwise, and when poisoned, the client
+  gets an error reply (``WorkerLost``: ``lost`` counts them) and the request
+  never runs twice.  The client gets exactly one FINAL: only the worker
+  holding the request is listened to.
 - A valid but unexpected command from a worker (anything but READY from an
   unknown peer, a second READY, a reply it owes nobody) is answered with
   DISCONNECT and the broker forgets that worker.  Invalid messages are
@@ -66,8 +68,8 @@ from zactors.actors.heartbeat import Liveness
 from zactors.actors.router import Router
 
 from . import mmi
-from .protocol import (CLIENT, DISCONNECT, FINAL, HEARTBEAT, PARTIAL, READY, WORKER, ProtocolError,
-                       framing as _framing)
+from .protocol import (CLIENT, DISCONNECT, FINAL, HEARTBEAT, IDEMPOTENT, PARTIAL, READY, WORKER, ProtocolError,
+                       error_body, framing as _framing)
 
 __all__ = ["Broker"]
 
@@ -77,7 +79,7 @@ _monotonic = time.monotonic
 
 
 class _Request:
-    __slots__ = ("client", "service", "body", "deadline", "attempts")
+    __slots__ = ("client", "service", "body", "deadline", "attempts", "lost_by")
 
     def __init__(self, client, service, body, deadline):
         self.client = client
@@ -85,15 +87,17 @@ class _Request:
         self.body = body
         self.deadline = deadline
         self.attempts = 0
+        self.lost_by = set()    # identities of the workers that lost it (one may reconnect and lose it again)
 
 
 class _Worker:
-    __slots__ = ("identity", "service", "request")
+    __slots__ = ("identity", "service", "request", "idempotent")
 
-    def __init__(self, identity, service):
+    def __init__(self, identity, service, idempotent):
         self.identity = identity
         self.service = service
         self.request = None
+        self.idempotent = idempotent
 
 
 class _Service:
@@ -248,18 +252,18 @@ class Broker(Actor):
             if worker is not None or mmi.is_mmi(message.service):
                 self._unexpected(identity, worker, command)
             else:
-                self._add_worker(identity, message.service)
+                self._add_worker(identity, message.service, IDEMPOTENT in message.body)
         elif command is DISCONNECT:
             if worker is not None:
                 self.stats["worker_disconnects"] += 1
-                self._remove_worker(worker)
+                self._remove_worker(worker, "it disconnected")
 
     # -- workers --------------------------------------------------------------
-    def _add_worker(self, identity, name):
+    def _add_worker(self, identity, name, idempotent):
         service = self._services.get(name)
         if service is None:
             service = self._services[name] = _Service(name)
-        worker = self._workers[identity] = _Worker(identity, service)
+        worker = self._workers[identity] = _Worker(identity, service, idempotent)
         service.workers += 1
         self._alive.touch(identity)
         if self._alive_timer is None:
@@ -272,8 +276,8 @@ class Broker(Actor):
         else:
             service.idle[identity] = worker
 
-    def _remove_worker(self, worker):
-        """Forget a worker; re-dispatch the request it held."""
+    def _remove_worker(self, worker, reason):
+        """Forget a worker; re-dispatch the request it held (idempotent workers), else answer it with an error."""
         identity = worker.identity
         if self._workers.pop(identity, None) is None:
             return
@@ -285,11 +289,8 @@ class Broker(Actor):
         request, worker.request = worker.request, None
         if request is not None:
             request.attempts += 1
-            if request.attempts >= self.max_attempts:
-                self.stats["poisoned"] += 1
-                log.warning("%s: request for %r lost by %d workers; dropped", self.name, service.name,
-                            request.attempts)
-            else:
+            request.lost_by.add(identity)
+            if worker.idempotent and request.attempts < self.max_attempts:
                 self.stats["redispatched"] += 1
                 request.deadline = _monotonic() + self.request_expiry
                 service.requests.appendleft(request)
@@ -297,7 +298,27 @@ class Broker(Actor):
                 while service.requests and service.idle:
                     self._queued -= 1
                     self._dispatch(service.idle.popitem(last=False)[1], service.requests.popleft())
+            else:
+                self._lost(request, reason, worker.idempotent)
         self._forget_if_unused(service)
+
+    def _lost(self, request, reason, idempotent):
+        """Tell the client its request is not run again: an error reply (an MDP extension)."""
+        name = request.service.decode("ascii", "replace")
+        workers = len(request.lost_by)
+        if idempotent:
+            self.stats["poisoned"] += 1
+            log.warning("%s: request for %r lost %d time(s) by %d worker(s); dropped", self.name, name,
+                        request.attempts, workers)
+            message = ("the request was lost %d time(s), by %d worker(s) of %r (last: %s); it is not tried again"
+                       % (request.attempts, workers, name, reason))
+        else:
+            self.stats["lost"] += 1
+            log.info("%s: worker of %r lost a request (%s); not run again (not idempotent)", self.name, name, reason)
+            message = ("the worker of %r handling the request was lost (%s); a worker that is not idempotent "
+                       "does not get it again" % (name, reason))
+        self._crouter.send(request.client, self.framing.client_reply(True, request.service,
+                                                                     error_body("WorkerLost", message)))
 
     def _forget_if_unused(self, service):
         if not service.workers and not service.requests and self._services.get(service.name) is service:
@@ -309,7 +330,7 @@ class Broker(Actor):
         log.debug("%s: unexpected %s from %r; disconnecting it", self.name, command, identity)
         self._wrouter.send(identity, self.framing.disconnect)
         if worker is not None:
-            self._remove_worker(worker)
+            self._remove_worker(worker, "it sent %s unexpectedly" % command)
 
     def _invalid(self, identity, exc):
         stats = self.stats
@@ -319,13 +340,13 @@ class Broker(Actor):
                         stats["invalid"])
         worker = self._workers.get(identity)
         if worker is not None:
-            self._remove_worker(worker)
+            self._remove_worker(worker, "it sent an invalid message")
 
     def _on_unroutable(self, identity, frames):
         worker = self._workers.get(identity)
         if worker is not None:  # its connection is gone: as good as dead
             self.stats["workers_lost"] += 1
-            self._remove_worker(worker)
+            self._remove_worker(worker, "its connection is gone")
         else:
             self.stats["unroutable"] += 1
 
@@ -333,7 +354,7 @@ class Broker(Actor):
         self.stats["overflow"] += 1
         worker = self._workers.get(identity)
         if worker is not None:  # a worker this far behind is stuck
-            self._remove_worker(worker)
+            self._remove_worker(worker, "it fell too far behind")
 
     def _has_workers(self, name):
         service = self._services.get(name)
@@ -358,7 +379,7 @@ class Broker(Actor):
                 self.stats["workers_expired"] += 1
                 log.info("%s: worker %r silent for %.3gs; forgotten", self.name, identity,
                          self.heartbeat * self.liveness)
-                self._remove_worker(worker)
+                self._remove_worker(worker, "it was silent for %.3gs" % (self.heartbeat * self.liveness))
         self._arm_liveness()
 
     def _expire_requests(self):

@@ -27,11 +27,15 @@
   (a ``ConnectionRefusedError``) within a second or so, from the socket
   monitor, instead of a timeout; ``str()`` says what happened.
 
-Retries can run a request more than once: a worker that got the first
-attempt may still be working and answer late (its reply is dropped), and
-when the broker gives a request to a second worker because the first one
-died, partials may arrive again.  That is MDP's design: make services
-idempotent, or keep ``retries=1`` for requests that must not repeat.
+Errors travel back: when the handler raises (or the worker holding the
+request is lost and its service is not idempotent), the call raises
+:class:`ServiceError` at once, with the remote exception's type and
+message; the request is not sent again.  Retries happen only when no answer
+came within ``timeout``: a worker that got the first attempt may still be
+working and answer late (its reply is dropped), so a request can run twice
+then, and when the broker gives an idempotent worker's request to a second
+worker, partials may arrive again.  Keep ``retries=1`` for requests that
+must never repeat.
 """
 from __future__ import annotations
 
@@ -49,9 +53,9 @@ from zactors.actors.auth import curve_client
 from zactors.actors.monitor import HANDSHAKE, HandshakeFailed, Monitor, describe
 from zactors.actors.sockets import POLLIN, Socket, context
 
-from .protocol import FINAL, ProtocolError, framing as _framing
+from .protocol import FINAL, ProtocolError, framing as _framing, parse_error
 
-__all__ = ["Client", "RequestTimeout", "HandshakeFailed"]
+__all__ = ["Client", "RequestTimeout", "HandshakeFailed", "ServiceError"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +77,20 @@ class RequestTimeout(TimeoutError):
         self.connected = connected
 
 
+class ServiceError(Exception):
+    """The service answered with an error: its handler raised, or the worker holding the request was lost.
+
+    ``service`` (bytes), ``kind`` (the remote exception's type name, or ``WorkerLost``) and ``message``
+    (str) say which; ``str()`` says all three in one line.
+    """
+
+    def __init__(self, service: bytes, kind: str, message: str) -> None:
+        super().__init__("service %r failed: %s: %s" % (service.decode("ascii", "replace"), kind, message))
+        self.service = service
+        self.kind = kind
+        self.message = message
+
+
 def _bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
@@ -84,7 +102,8 @@ class Client:
     >= 1) and ``pool_size`` (sockets, >= 1): see the module docstring.
     ``curve`` is ``(broker_public_key, client_keys)`` (an ``actors.auth``
     Keypair or the secret key) for a CURVE broker.  ``stats`` counts
-    ``requests``, ``retries``, ``failed``, ``invalid`` and ``stale`` replies.
+    ``requests``, ``retries``, ``failed`` (no answer), ``errors`` (error
+    replies), ``invalid`` and ``stale`` replies.
     """
 
     def __init__(self, endpoint: str, *, timeout: float = 2.5, retries: int = 3, pool_size: int = 64,
@@ -100,7 +119,7 @@ class Client:
         self.retries = retries
         self.framing = _framing(framing)
         self.curve = curve
-        self.stats = dict.fromkeys(("requests", "retries", "failed", "invalid", "stale"), 0)
+        self.stats = dict.fromkeys(("requests", "retries", "failed", "errors", "invalid", "stale"), 0)
         self._idle: list[Socket] = []
         self.pool_size = pool_size
         self._slots = BoundedSemaphore(pool_size)
@@ -112,7 +131,7 @@ class Client:
                 retries: int | None = None) -> list[list[bytes]]:
         """Send a request and return every reply: ``[partial, ..., final]``, each a list of frames.
 
-        Blocks the calling greenlet; raises :class:`RequestTimeout` or
+        Blocks the calling greenlet; raises :class:`ServiceError`, :class:`RequestTimeout` or
         :class:`HandshakeFailed`.
         """
         return list(self.stream(service, *frames, timeout=timeout, retries=retries))
@@ -173,6 +192,10 @@ class Client:
                         continue
                     if reply.command is FINAL:
                         done = True
+                        error = parse_error(reply.body)
+                        if error is not None:
+                            stats["errors"] += 1
+                            raise ServiceError(service, *error)
                         yield reply.body
                         return
                     yield reply.body

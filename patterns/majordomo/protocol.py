@@ -6,6 +6,21 @@ majortomo 0.2.0 package, offered for interoperability only: an empty frame
 starts every message, client commands reuse the worker numbering (REQUEST
 0x02, PARTIAL 0x03, FINAL 0x04) and replies to clients carry no service frame.
 
+Two zactors extensions, invisible to a spec-only peer (they are ordinary
+body frames or absent):
+
+- **Error replies.** A FINAL whose body is exactly three frames, the first
+  :data:`ERROR` (``\\x00MDP-ERROR``, which no text reply starts with), then
+  the error's kind and its message (UTF-8, at most :data:`ERROR_TEXT_MAX`
+  bytes each), says the request failed: the handler raised, or the worker
+  holding it was lost.  zactors clients raise it as ``ServiceError``; other
+  clients see a three-frame reply.  Build with :func:`error_body`, read with
+  :func:`parse_error`.
+- **Idempotent workers.** READY may carry a fourth frame, :data:`IDEMPOTENT`:
+  the worker's promise that its service may run a request twice, so the
+  broker may give a request whose worker was lost to another worker.
+  Without it the broker answers such a request with an error reply instead.
+
 Decoders return a :class:`Message` and raise :class:`ProtocolError` (and
 nothing else) for any other input.  Encoders return lists of frames without
 the ROUTER identity.  Pure functions: safe everywhere, no sockets.
@@ -16,6 +31,7 @@ from collections import namedtuple
 __all__ = [
     "CLIENT", "WORKER", "REQUEST", "PARTIAL", "FINAL", "READY", "HEARTBEAT", "DISCONNECT",
     "Message", "ProtocolError", "Framing", "SPEC", "MAJORTOMO", "framing",
+    "ERROR", "ERROR_TEXT_MAX", "IDEMPOTENT", "error_body", "parse_error",
 ]
 
 CLIENT = b"MDPC02"
@@ -33,6 +49,33 @@ REQUEST/PARTIAL/FINAL (else None); ``body`` the list of body frames.
 """
 
 _printable = re.compile(rb"[\x20-\x7e]+\Z").match
+
+#: first body frame of an error reply (a zactors extension: see the module docstring)
+ERROR = b"\x00MDP-ERROR"
+#: most bytes of an error reply's kind and of its message
+ERROR_TEXT_MAX = 1024
+#: READY's optional fourth frame: the worker's service may run a request twice
+IDEMPOTENT = b"idempotent"
+
+
+def _text(value):
+    data = str(value).encode("utf-8", "replace")
+    if len(data) > ERROR_TEXT_MAX:
+        data = data[:ERROR_TEXT_MAX - 3].decode("utf-8", "ignore").encode() + b"..."
+    return data
+
+
+def error_body(kind, message):
+    """The body of an error reply: :data:`ERROR`, ``kind`` and ``message`` (str, cut to ERROR_TEXT_MAX)."""
+    return [ERROR, _text(kind), _text(message)]
+
+
+def parse_error(body):
+    """``(kind, message)`` of an error reply's body, as str; None for any other body."""
+    if len(body) != 3 or body[0] != ERROR:
+        return None
+    return (bytes(body[1][:ERROR_TEXT_MAX]).decode("utf-8", "replace"),
+            bytes(body[2][:ERROR_TEXT_MAX]).decode("utf-8", "replace"))
 
 
 class ProtocolError(ValueError):
@@ -89,9 +132,9 @@ class Framing:
             return head + [service, *body]
         return head + list(body)
 
-    def ready(self, service):
-        """Worker -> broker READY."""
-        return self._w_ready + [service]
+    def ready(self, service, idempotent=False):
+        """Worker -> broker READY (with the :data:`IDEMPOTENT` frame when ``idempotent``)."""
+        return self._w_ready + ([service, IDEMPOTENT] if idempotent else [service])
 
     def worker_request(self, address, body):
         """Broker -> worker REQUEST."""
@@ -135,9 +178,9 @@ class Framing:
                     raise ProtocolError("%s has exactly 2 frames, got %d" % (command, n))
                 return Message(WORKER, command, None, None, ())
             if command == READY:
-                if n != 3:
-                    raise ProtocolError("READY has exactly 3 frames, got %d" % n)
-                return Message(WORKER, READY, _service(frames[2]), None, ())
+                if n != 3 and (n != 4 or frames[3] != IDEMPOTENT):
+                    raise ProtocolError("READY has 3 frames (4 with %r), got %d" % (IDEMPOTENT, n))
+                return Message(WORKER, READY, _service(frames[2]), None, tuple(frames[3:]))
             raise ProtocolError("brokers do not accept worker command %r" % (frames[1][:8],))
         raise ProtocolError("unknown protocol header %r" % (header[:8],))
 

@@ -33,11 +33,19 @@ answered and ``$TERM`` (``destroy()``) ends a stream at once.  A plain
 generator (``yield None`` now and then) or the broker will count the worker
 dead after ``liveness`` x ``heartbeat``.  If ``handle`` raises, or returns
 or yields something that is not a reply (``42``), :meth:`Worker.on_error`
-decides: by default the worker logs it, counts it (``failed`` in
-``$STATS``), drops the request (the client gets no reply from this worker)
-and reconnects (DISCONNECT then READY), so the broker re-dispatches the
-request to another worker (at most its ``max_attempts`` times); the worker
-itself lives on and keeps serving.
+decides, and the worker counts it (``failed`` in ``$STATS``) and lives on.
+By default it logs the error and answers with an error reply (the remote
+exception's type and message: a zactors client raises ``ServiceError`` at
+once; see :mod:`.protocol`), so the request runs once.  An ``on_error`` may
+instead return an ordinary FINAL, or None to give the request back: the
+worker reconnects (DISCONNECT, READY) and the broker gives the request to
+another worker only if this one said it is ``idempotent``, else it answers
+the client with an error reply.
+
+``idempotent=True`` promises that running a request twice is harmless: the
+broker may then give the request of a worker that died or vanished to
+another (READY carries the zactors extension frame; leave it off with a
+broker that is not zactors').
 
 The worker heartbeats every ``heartbeat`` seconds when it has sent nothing
 else, counts the broker lost after ``liveness`` x ``heartbeat`` seconds of
@@ -65,7 +73,7 @@ from zactors.actors.sockets import NOBLOCK, Socket, context
 
 from zactors.actors.auth import Keypair
 
-from .protocol import DISCONNECT, MAJORTOMO, REQUEST, ProtocolError, framing as _framing
+from .protocol import DISCONNECT, MAJORTOMO, REQUEST, ProtocolError, error_body, framing as _framing
 
 __all__ = ["Worker"]
 
@@ -94,18 +102,21 @@ def _frames(reply):
 class Worker(Actor):
     """An MDP/0.2 worker of one service.  Subclass it and implement :meth:`handle`.
 
-    ``service`` may be given here or as a class attribute.  ``curve`` is
-    ``(broker_public_key, worker_keys)`` (an ``actors.auth`` Keypair or the
-    secret key) to connect to a CURVE broker.
+    ``service`` and ``idempotent`` may be given here or as class attributes.
+    ``curve`` is ``(broker_public_key, worker_keys)`` (an ``actors.auth``
+    Keypair or the secret key) to connect to a CURVE broker.
     """
 
     service: bytes | str | None = None
+    idempotent: bool = False
 
     def __init__(self, endpoint: str, service: bytes | str | None = None, *, heartbeat: float = 2.5,
                  liveness: int = 3, reconnect: float = 0.1, reconnect_max: float = 5.0, framing: str = "spec",
                  curve: tuple[bytes | str, Keypair | bytes | str] | None = None, linger: float = 1.0,
-                 name: str | None = None) -> None:
+                 name: str | None = None, idempotent: bool | None = None) -> None:
         self.endpoint = endpoint
+        if idempotent is not None:
+            self.idempotent = idempotent
         service = service or self.service
         if not service:
             raise ValueError("a worker needs a service name")
@@ -126,9 +137,11 @@ class Worker(Actor):
         raise NotImplementedError
 
     def on_error(self, request: list[bytes], exc: BaseException) -> WorkerReply:
-        """``handle`` raised (or gave no valid reply): return a FINAL reply, or None to give the request back."""
+        """``handle`` raised (or gave no valid reply): return the FINAL to send, or None to give the request
+        back.  The default logs the error and returns an error reply naming the exception's type and message
+        (:func:`~zactors.patterns.majordomo.protocol.error_body`)."""
         log.error("%s: handler failed on a %r request: %r", self.name, self.service, exc)
-        return None
+        return error_body(type(exc).__name__, exc)
 
     # -- lifecycle ------------------------------------------------------------
     def setup(self) -> None:
@@ -163,7 +176,7 @@ class Worker(Actor):
         self.add_reader(sock, self._on_frames)
         self._heard = _monotonic()
         self._arm_watchdog(self.heartbeat * self.liveness)
-        self._send(self.framing.ready(self.service))
+        self._send(self.framing.ready(self.service, self.idempotent))
         self.stats["connects"] += 1
         self.emit("CONNECTED")
 

@@ -1,6 +1,6 @@
 """A worker in its own process, for the failure tests.
 
-``python -m tests.patterns.majordomo._worker_process ENDPOINT SERVICE SECONDS``
+``python -m tests.patterns.majordomo._worker_process ENDPOINT SERVICE SECONDS [idempotent]``
 serves SERVICE, taking SECONDS per request (heartbeats flowing), and prints
 ``READY`` once started and ``REQUEST <body>`` when a request arrives.
 """
@@ -27,7 +27,7 @@ class Slow(Worker):
 def main():
     endpoint, service, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])
     Slow.delay = delay
-    worker = Slow(endpoint, service, heartbeat=0.2, liveness=5)
+    worker = Slow(endpoint, service, heartbeat=0.2, liveness=5, idempotent=sys.argv[4:] == ["idempotent"])
     print("READY", flush=True)
     for _ in worker.events():
         pass

@@ -15,9 +15,9 @@ def counters(broker):
     return broker.call("INFO", timeout=5)["counters"]
 
 
-def ready(peers, broker, service=b"echo", identity=None):
+def ready(peers, broker, service=b"echo", identity=None, idempotent=False):
     worker = peers(broker.worker_endpoint, identity)
-    worker.send(b"MDPW02", b"\x01", service)
+    worker.send(b"MDPW02", b"\x01", service, *([b"idempotent"] if idempotent else []))
     wait_for(lambda: broker.call("INFO")["workers"] >= 1, 5, "worker registered")
     return worker
 
@@ -140,8 +140,8 @@ def test_worker_heartbeat_loss_detected_within_liveness_intervals(peers, interva
         assert took >= interval * liveness - 0.05, took
 
 
-def test_worker_disconnect_mid_request_redispatches_once(broker, peers):
-    a = ready(peers, broker, identity=b"A")
+def test_an_idempotent_worker_leaving_mid_request_has_it_redispatched_once(broker, peers):
+    a = ready(peers, broker, identity=b"A", idempotent=True)
     client = peers(broker.endpoint)
     client.send(b"MDPC02", b"\x01", b"echo", b"job")
     held = a.recv()
@@ -157,16 +157,48 @@ def test_worker_disconnect_mid_request_redispatches_once(broker, peers):
     assert counters(broker)["redispatched"] == 1
 
 
-def test_poison_request_dropped_after_max_attempts(peers):
+def test_a_request_whose_worker_is_lost_is_not_run_again_and_the_client_is_told(broker, peers):
+    a = ready(peers, broker, identity=b"A")                     # no idempotent frame: the spec's READY
+    client = peers(broker.endpoint)
+    client.send(b"MDPC02", b"\x01", b"echo", b"job")
+    assert a.recv()[-1] == b"job"
+    b = ready(peers, broker, identity=b"B")
+    wait_for(lambda: broker.call("INFO")["workers"] == 2, 5, "B registered")
+    a.send(b"MDPW02", b"\x06")                                  # A leaves holding the request
+    reply = client.recv()
+    assert reply[:4] == [b"MDPC02", b"\x03", b"echo", b"\x00MDP-ERROR"] and reply[4] == b"WorkerLost"
+    assert b"it disconnected" in reply[5], reply
+    assert b.recv(timeout=0.3) is None                           # B never sees it
+    c = counters(broker)
+    assert c["lost"] == 1 and "redispatched" not in c
+
+
+def test_poison_request_dropped_after_max_attempts_by_distinct_workers(peers):
     with Broker(max_attempts=2) as broker:
         client = peers(broker.endpoint)
         client.send(b"MDPC02", b"\x01", b"echo", b"poison")
         for _ in range(2):
-            w = ready(peers, broker)
+            w = ready(peers, broker, idempotent=True)
             assert w.recv()[-1] == b"poison"
             w.send(b"MDPW02", b"\x06")
             wait_for(lambda: broker.call("INFO")["workers"] == 0, 5, "worker gone")
         assert counters(broker)["poisoned"] == 1 and broker.call("INFO")["queued"] == 0
+        reply = client.recv()
+        assert reply[3:5] == [b"\x00MDP-ERROR", b"WorkerLost"]
+        assert b"lost 2 time(s), by 2 worker(s)" in reply[5], reply
+
+
+def test_lost_by_counts_workers_not_reconnections(peers):
+    with Broker(max_attempts=3) as broker:
+        client = peers(broker.endpoint)
+        client.send(b"MDPC02", b"\x01", b"echo", b"poison")
+        w = peers(broker.worker_endpoint, b"same")
+        for _ in range(3):                                       # one worker, losing it three times
+            w.send(b"MDPW02", b"\x01", b"echo", b"idempotent")
+            assert w.recv()[-1] == b"poison"
+            w.send(b"MDPW02", b"\x06")
+        reply = client.recv()
+        assert b"lost 3 time(s), by 1 worker(s)" in reply[5], reply
 
 
 def test_two_endpoints(workers, peers):

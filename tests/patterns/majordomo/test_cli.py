@@ -97,6 +97,26 @@ def test_request_and_mmi_against_an_in_process_broker(capsys, caplog):
             worker.destroy()
 
 
+class Failing(Worker):
+    service = b"fail"
+
+    def handle(self, request):
+        raise ValueError("bad input %s" % request[0].decode())
+
+
+def test_a_failed_request_is_one_line_on_stderr_and_status_1(capsys):
+    with Broker() as broker:
+        worker = Failing(broker.endpoint)
+        try:
+            wait_for(lambda: broker.call("INFO")["workers"] == 1, 5, "worker")
+            assert main(["-q", "mdp", "request", "fail", "x", "--connect", broker.endpoint, "--timeout", "5"]) == 1
+            out, err = capsys.readouterr()
+            assert out == ""
+            assert err == "zactors mdp request: error: service 'fail' failed: ValueError: bad input x\n"
+        finally:
+            worker.destroy()
+
+
 def test_mmi_tells_no_workers_from_no_broker(caplog):
     with Broker() as broker:
         assert main(["-q", "mdp", "mmi", "nothing", "--connect", broker.endpoint]) == 1

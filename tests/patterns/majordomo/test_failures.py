@@ -27,23 +27,31 @@ class Quick(Slow):
 
 
 @pytest.mark.timeout(60)
-def test_sigkilled_worker_process_every_request_gets_one_final(broker, workers, peers, spawn):
-    proc = spawn(broker.worker_endpoint, "work", "30")
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_sigkilled_worker_process_every_request_gets_one_final(broker, workers, peers, spawn, idempotent):
+    proc = spawn(broker.worker_endpoint, "work", "30", *(["idempotent"] if idempotent else []))
     assert proc.stdout.readline().strip() == b"READY"
     wait_for(lambda: broker.call("INFO")["workers"] == 1, 20, "worker process registered")
     clients = [peers(broker.endpoint) for _ in range(10)]
     for i, client in enumerate(clients):
         client.send(b"MDPC02", b"\x01", b"work", b"%d" % i)
-    assert proc.stdout.readline().startswith(b"REQUEST")      # the process holds a request
+    held = int(proc.stdout.readline().split()[1])                # the process holds this request
     workers(Quick, broker.worker_endpoint, service=b"work")     # the survivor, after the kill is decided
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     for i, client in enumerate(clients):
-        assert client.recv(timeout=20) == [b"MDPC02", b"\x03", b"work", b"done", b"%d" % i]
+        reply = client.recv(timeout=20)
+        if i == held and not idempotent:                         # not run again: the client is told
+            assert reply[:5] == [b"MDPC02", b"\x03", b"work", b"\x00MDP-ERROR", b"WorkerLost"], reply
+        else:
+            assert reply == [b"MDPC02", b"\x03", b"work", b"done", b"%d" % i]
     assert clients[0].recv(timeout=0.3) is None              # exactly one FINAL each: nothing follows
     assert all(client.recv(timeout=0.01) is None for client in clients)
     c = broker.call("INFO")["counters"]
-    assert c["redispatched"] >= 1 and c["replies"] == 10
+    if idempotent:
+        assert c["redispatched"] >= 1 and c["replies"] == 10
+    else:
+        assert c["lost"] == 1 and "redispatched" not in c and c["replies"] == 9
     assert c.get("workers_lost", 0) + c.get("workers_expired", 0) == 1
 
 

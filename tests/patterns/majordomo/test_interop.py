@@ -10,7 +10,7 @@ import pytest
 majortomo = pytest.importorskip("majortomo")
 from majortomo import broker as mbroker  # noqa: E402
 
-from zactors.patterns.majordomo import Broker, Client  # noqa: E402
+from zactors.patterns.majordomo import Broker, Client, ServiceError, Worker  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
 from tests.patterns.majordomo.conftest import Count, Echo  # noqa: E402
 
@@ -101,6 +101,29 @@ def test_zactors_client_and_worker_on_a_majortomo_broker(workers):
             assert client.request("count", "2") == [[b"0"], [b"1"], [b"done"]]
             for i in range(20):
                 assert client.request("echo", b"%d" % i) == [[b"%d" % i]]
+    finally:
+        broker.stop()
+        join(thread, result)
+
+
+class Failing(Worker):
+    def handle(self, request):
+        raise KeyError(request[0].decode())
+
+
+def test_an_error_reply_crosses_a_majortomo_broker_as_an_ordinary_reply(workers):
+    broker = _Broker("tcp://127.0.0.1:*", heartbeat_interval=0.2, heartbeat_timeout=2.0)
+    thread, result = run_thread(broker.run)
+    try:
+        wait_for(lambda: getattr(broker, "endpoint", None), 10, "majortomo broker bound")
+        workers(Failing, broker.endpoint, service=b"fail", framing="majortomo", heartbeat=0.2)
+        # majortomo's own client sees a three-frame reply (the extension is only body frames)
+        replies = join(*run_thread(majortomo_client, broker.endpoint, b"fail", b"k"))
+        assert replies == [[[b"\x00MDP-ERROR", b"KeyError", b"'k'"]]]
+        with Client(broker.endpoint, framing="majortomo", timeout=5, retries=1) as client:
+            with pytest.raises(ServiceError) as raised:
+                client.request("fail", "k2")
+            assert (raised.value.kind, raised.value.message) == ("KeyError", "'k2'")
     finally:
         broker.stop()
         join(thread, result)

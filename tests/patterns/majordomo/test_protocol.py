@@ -160,3 +160,24 @@ def test_byte_soup_gives_typed_errors(fr, frames):
             decode(list(frames))
         except ProtocolError:
             pass
+
+
+# -- zactors extensions: error replies, idempotent READY -------------------------------------------
+def test_error_reply_body_round_trips_and_is_bounded():
+    from zactors.patterns.majordomo.protocol import ERROR_TEXT_MAX, error_body, parse_error
+    assert error_body("KeyError", "'k'") == [b"\x00MDP-ERROR", b"KeyError", b"'k'"]
+    assert parse_error(error_body("KeyError", "'k'")) == ("KeyError", "'k'")
+    long = error_body("E" * 5000, "\u00e9" * 5000)
+    assert all(len(frame) <= ERROR_TEXT_MAX for frame in long)
+    assert parse_error(long)[1].endswith("...")
+    for body in ([b"\x00MDP-ERROR", b"x"], [b"MDP-ERROR", b"a", b"b"], [b"ok"], [], [b"\x00MDP-ERROR", b"a", b"b", b"c"]):
+        assert parse_error(body) is None
+    assert parse_error([b"\x00MDP-ERROR", b"\xff\xfe", b"\xc3"]) == ("\ufffd\ufffd", "\ufffd")
+
+
+@pytest.mark.parametrize("framing", [SPEC, MAJORTOMO])
+def test_ready_may_say_the_worker_is_idempotent(framing):
+    assert framing.decode_for_broker(framing.ready(b"echo", True)).body == (b"idempotent",)
+    assert framing.decode_for_broker(framing.ready(b"echo")).body == ()
+    with pytest.raises(ProtocolError):
+        framing.decode_for_broker(framing.ready(b"echo") + [b"something else"])

@@ -7,7 +7,7 @@ import pytest
 import zmq
 
 from zactors.actors.sockets import Socket, context
-from zactors.patterns.majordomo import Broker, Client, RequestTimeout, Worker
+from zactors.patterns.majordomo import Broker, Client, RequestTimeout, ServiceError, Worker
 from tests.conftest import wait_for
 from tests.patterns.majordomo.conftest import Count, Echo, recv_skipping
 
@@ -216,13 +216,40 @@ def test_reconnect_backs_off_while_the_broker_stays_silent(fake, workers):
 
 class Crashing(Worker):
     service = b"flaky"
+    runs = 0
 
     def handle(self, request):
-        raise RuntimeError("crash")
+        Crashing.runs += 1
+        raise RuntimeError("crash on %s" % request[0].decode())
 
 
-def test_failed_handler_gives_the_request_back(broker, workers):
+def test_a_handler_error_travels_back_at_once_and_the_request_runs_once(broker, workers):
+    Crashing.runs = 0
     workers(Crashing, broker.endpoint)
+    wait_for(lambda: broker.call("INFO")["workers"] == 1, 5, "crashing worker")
+    with Client(broker.endpoint, timeout=5, retries=3) as client:
+        started = time.monotonic()
+        with pytest.raises(ServiceError) as raised:
+            client.request("flaky", "x")
+        assert time.monotonic() - started < 2.5                  # at once, not after timeout x retries
+        assert client.stats["retries"] == 0 and client.stats["errors"] == 1
+    error = raised.value
+    assert (error.service, error.kind, error.message) == (b"flaky", "RuntimeError", "crash on x")
+    assert str(error) == "service 'flaky' failed: RuntimeError: crash on x"
+    assert Crashing.runs == 1
+    c = broker.call("INFO")["counters"]
+    assert c["replies"] == 1 and "redispatched" not in c and "poisoned" not in c
+
+
+class GivesBack(Crashing):
+    idempotent = True
+
+    def on_error(self, request, exc):
+        return None                                              # give the request back
+
+
+def test_an_idempotent_worker_that_gives_a_request_back_has_it_served_by_another(broker, workers):
+    workers(GivesBack, broker.endpoint)
     wait_for(lambda: broker.call("INFO")["workers"] == 1, 5, "crashing worker")
 
     class Steady(Worker):
