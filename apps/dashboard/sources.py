@@ -176,12 +176,17 @@ class Zeps(Source):
         stream = query.get("stream", "")
         if not stream:
             raise ActionError("tail needs ?stream=NAME")
+        from zactors.patterns.zeps.matcher import PatternError, parse
+        try:
+            parse(query.get("key", "").encode())   # refused before anything is asked: 400 with RE2's reason
+        except PatternError as exc:
+            raise ActionError(str(exc)) from None
         # attaching creates a stream: a GET must not, so only streams the broker has open are tailed
         if stream not in self.broker.call("INFO", timeout=CALL_TIMEOUT)["streams"]:
             raise ActionError("no open stream %r" % stream[:100], "404 Not Found")
         if self.tails >= self.max_tails:
             raise ActionError("too many live tails open (%d)" % self.max_tails, "503 Service Unavailable")
-        from zactors.patterns.zeps import PatternError, Subscriber, ZepsError
+        from zactors.patterns.zeps import Subscriber, ZepsError
         pattern = query.get("key", "")
         try:
             sub = Subscriber(self.endpoint, stream, pattern, new=True, window=256 << 10, timeout=3.0,
