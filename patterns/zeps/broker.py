@@ -59,7 +59,9 @@ Commands: ``INFO`` (reply: streams with their sequence range, rate and bytes
 on disk; subscribers with pattern, mode, lag and credit; counters),
 ``RETAIN`` (no reply: apply retention now), and ``$STATS``/``$TERM``.  The handle is an actor handle: safe from many
 greenlets of its thread, not across OS threads.  Tools reach ``INFO`` over
-the network with the QUERY extension command (see :mod:`.protocol`).
+the network with the QUERY extension command (see :mod:`.protocol`); with
+``permissions``, a QUERY shows only the streams the asking key may publish
+or subscribe to (with their subscribers), and not the journal path.
 """
 from __future__ import annotations
 
@@ -234,7 +236,7 @@ class Broker(Actor):
     def _on_keyed_frames(self, frames):
         """With permissions: note the ZAP User-Id of each ATTACH, then as :meth:`_on_frames`."""
         data = [f.bytes for f in frames]
-        if len(data) == 2 and len(data[1]) > 2 and data[1][2] == p.ATTACH:
+        if len(data) == 2 and len(data[1]) > 2 and data[1][2] in (p.ATTACH, p.QUERY):
             if len(self._keys) >= _MAX_PENDING_KEYS:       # ATTACHes the handler has not taken: bounded
                 self._keys.clear()
             try:
@@ -311,7 +313,11 @@ class Broker(Actor):
             self._send(identity, p.DETACH_OK_FRAME)
         elif kind is p.Query:
             self.stats["queries"] += 1
-            self._send(identity, p.query_ok(json.dumps(self.info()).encode()))
+            may_see = None
+            if self.permissions is not None:   # a key sees only the streams it may use
+                key = self._keys.pop(identity, None)
+                may_see = partial(self.permissions.may_attach, key)
+            self._send(identity, p.query_ok(json.dumps(self._info(may_see)).encode()))
         else:
             self._invalid(identity, "a broker does not accept %s" % p.NAMES[message.id])
 
@@ -757,10 +763,15 @@ class Broker(Actor):
 
     @command(reply=True)
     def info(self) -> dict[str, Any]:
-
         """Streams, subscribers and counters (see the module docstring)."""
+        return self._info(None)
+
+    def _info(self, may_see):
+        """:meth:`info`; ``may_see(stream name)`` (None: all) filters the streams, and hides the journal path."""
         streams = {}
         for stream in self._streams.values():
+            if may_see is not None and not may_see(stream.name):
+                continue
             journal = stream.journal
             (t0, s0), (t1, s1) = stream.samples[0], (_monotonic(), journal.last_seq)
             stats = journal.stats()
@@ -780,8 +791,10 @@ class Broker(Actor):
                 "bytes": stats["disk_bytes"],
                 "peers": len(stream.peers), "subscribers": subscribers,
             }
-        info = {"endpoint": self.endpoint, "journal": self.journal_dir, "streams": streams,
-                "peers": len(self._peers), "counters": dict(self.stats)}
+        info = {"endpoint": self.endpoint, "streams": streams, "peers": len(self._peers),
+                "counters": dict(self.stats)}
+        if may_see is None:
+            info["journal"] = self.journal_dir
         if self._multicast is not None:
             info["multicast"] = dict(self._multicast.stats, group="%s:%d" % self._multicast.address)
         return info

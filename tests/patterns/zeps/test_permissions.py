@@ -79,3 +79,38 @@ def test_permissions_need_curve(journal_dir):
     from zactors.patterns.zeps.broker import Broker
     with pytest.raises(ValueError, match="need CURVE"):
         Broker(journal_dir, permissions=Permissions())
+
+
+def test_query_shows_a_key_only_the_streams_it_may_use(journal_dir):
+    """Issue 20, defect 7: a key allowed public.* saw secret.* streams, their subscribers' patterns, the journal."""
+    from zactors.patterns.zeps import query
+    from zactors.patterns.zeps.broker import Broker
+    server, public, admin = (generate_keypair() for _ in range(3))
+    perms = Permissions([(public.public, "publish,subscribe", "public.*"),
+                         (admin.public, "publish,subscribe", "*")])
+    auth = Authenticator(curve="*")
+    broker = Broker(journal_dir, curve=server, permissions=perms, streams=["public.news", "secret.plans"])
+    made = []
+    try:
+        secret_sub = Subscriber(broker.endpoint, "secret.plans", b"re:launch-codes", curve=(server.public, admin))
+        made.append(secret_sub)
+        public_sub = Subscriber(broker.endpoint, "public.news", b"sport", curve=(server.public, public))
+        made.append(public_sub)
+        wait_for(lambda: all(broker.call("INFO")["streams"][s]["subscribers"] for s in ("public.news", "secret.plans")),
+                 what="both subscribers in INFO")
+        seen = query(broker.endpoint, curve=(server.public, public))
+        assert list(seen["streams"]) == ["public.news"]
+        assert seen["streams"]["public.news"]["subscribers"][0]["patterns"] == ["sport"]
+        assert "journal" not in seen
+        text = str(seen)
+        assert "secret" not in text and "launch-codes" not in text and journal_dir not in text
+        everything = query(broker.endpoint, curve=(server.public, admin))
+        assert sorted(everything["streams"]) == ["public.news", "secret.plans"]
+        assert everything["streams"]["secret.plans"]["subscribers"][0]["patterns"] == ["re:launch-codes"]
+        local = broker.call("INFO")          # the owner, in process: everything
+        assert local["journal"] == broker.journal_dir and len(local["streams"]) == 2
+    finally:
+        for thing in made:
+            thing.destroy()
+        broker.destroy()
+        auth.destroy()
