@@ -46,3 +46,50 @@ def test_a_tail_pattern_re2_refuses_is_a_400_with_the_reason(node):
     status, _, body = request(node.url + "api/zeps/tail?stream=orders&key=re:(a)%5C1")   # re:(a)\1
     assert status == 400
     assert "RE2 syntax" in json.loads(body)["error"]
+
+
+def _post_from(source, host, port, path, body, headers):
+    """A real POST over TCP from the loopback address ``source``: ``(status, body)``."""
+    import http.client
+
+    def run():
+        conn = http.client.HTTPConnection(host, port, timeout=10, source_address=(source, 0))
+        try:
+            conn.request("POST", path, json.dumps(body), dict({"Content-Type": "application/json"}, **headers))
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+    return gevent.get_hub().threadpool.apply(run)
+
+
+def test_local_means_the_peer_address_never_the_host_header(node):
+    """Issue 20, defect 8: a token-less dashboard served off loopback took a remote ``Host: 127.0.0.1`` as local.
+
+    Tests stay on loopback, so "remote" is played by another loopback address: this dashboard trusts only
+    127.0.0.1 (``local``), is served on 127.0.0.2, and the caller connects from 127.0.0.3 (its source address,
+    which is what the server sees as the peer) while its Host header says 127.0.0.1.
+    """
+    from gevent.pywsgi import WSGIServer
+
+    from zactors.apps.dashboard import Dashboard, sources
+    dashboard = Dashboard([sources.Clone(node.clone)], local=["127.0.0.1/32"])
+    server = WSGIServer(("127.0.0.2", 0), dashboard, log=None)
+    server.start()
+    try:
+        port = server.address[1]
+        local_host = {"Host": "127.0.0.1:%d" % port}
+        status, body = _post_from("127.0.0.3", "127.0.0.2", port, "/api/clone/set", {"key": "/x", "value": "remote"},
+                                  local_host)
+        assert status == 403 and b"local" in body, body
+        status, body = _post_from("127.0.0.1", "127.0.0.2", port, "/api/clone/set", {"key": "/x", "value": "proxied"},
+                                  dict(local_host, **{"X-Forwarded-For": "198.51.100.7"}))
+        assert status == 403, body                       # through a proxy everyone looks local: not trusted
+        assert node.clone.call("GET", b"/x") is None     # nothing changed the map
+        status, body = _post_from("127.0.0.1", "127.0.0.2", port, "/api/clone/set", {"key": "/x", "value": "local"},
+                                  local_host)
+        assert status == 200, body
+        assert node.clone.call("GET", b"/x") == b"local"
+    finally:
+        server.stop()
+        dashboard.close()
