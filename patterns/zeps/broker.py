@@ -53,7 +53,9 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
 - CURVE (``curve=keys``) through :mod:`zactors.actors.auth`, and per-stream
   permissions (``permissions=``, a :class:`~.permissions.Permissions`): a
   peer's key (the ZAP User-Id) must be allowed to publish or subscribe to the
-  stream, else INVALID (counted as ``refused``).
+  stream, else INVALID saying so (counted as ``refused``, and as
+  ``refused_attach``, ``refused_publish`` or ``refused_subscribe``; logged
+  at most once every 10 s).
 
 Commands: ``INFO`` (reply: streams with their sequence range, rate and bytes
 on disk; subscribers with pattern, mode, lag and credit; counters),
@@ -102,6 +104,8 @@ _unpack_u64 = struct.Struct(">Q").unpack_from
 _LIVE, _REPLAY = "live", "replay"
 #: at most this many client keys noted from ATTACHes not handled yet
 _MAX_PENDING_KEYS = 10000
+#: seconds between two log lines about refusals by the permissions (each one is counted)
+_REFUSE_LOG_PERIOD = 10.0
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
                  "publishes")
@@ -196,6 +200,7 @@ class Broker(Actor):
         self._alive: Liveness[bytes] = Liveness(self.heartbeat, self.expiry)
         self._alive_timer = None
         self._heard: set[bytes] = set()         # identities heard from since the last liveness sweep
+        self._refuse_logged = -_REFUSE_LOG_PERIOD  # when a refusal was last logged
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
                              high=self.transport_high, backlog=self.transport_high * 2,
@@ -537,7 +542,8 @@ class Broker(Actor):
         if self.permissions is not None:
             key = self._keys.pop(identity, None)
             if not self.permissions.may_attach(key, name):
-                self._refuse(identity, "key may not use stream %s" % name.decode())
+                self._refuse(identity, "refused by the broker's permissions: this key may not use stream %s"
+                             % name.decode(), "refused_attach")
                 return
         stream = self._streams.get(name)
         if stream is None:
@@ -659,12 +665,20 @@ class Broker(Actor):
         if action == "publish":
             peer.may_publish = allowed
         if not allowed:
-            self._refuse(peer.identity, "not allowed to %s on stream %s" % (action, peer.stream.name.decode()))
+            self._refuse(peer.identity, "refused by the broker's permissions: this key is not allowed to %s on"
+                         " stream %s" % (action, peer.stream.name.decode()), "refused_" + action)
         return allowed
 
-    def _refuse(self, identity, reason):
-        self.stats["refused"] += 1
-        log.info("%s: refused %r: %s", self.name, identity, reason)
+    def _refuse(self, identity, reason, counter):
+        """INVALID for what the permissions refuse: counted (``refused`` and ``counter``), logged once a period."""
+        stats = self.stats
+        stats["refused"] += 1
+        stats[counter] += 1
+        now = _monotonic()
+        if now >= self._refuse_logged + _REFUSE_LOG_PERIOD:  # 10,000 forged messages are not 10,000 lines
+            self._refuse_logged = now
+            log.warning("%s: refused %r: %s (%d refused so far; logged at most every %gs)", self.name, identity,
+                        reason, stats["refused"], _REFUSE_LOG_PERIOD)
         self._send(identity, p.invalid(reason))
 
     # -- peers ----------------------------------------------------------------------

@@ -114,3 +114,43 @@ def test_query_shows_a_key_only_the_streams_it_may_use(journal_dir):
             thing.destroy()
         broker.destroy()
         auth.destroy()
+
+
+def test_refusals_are_counted_logged_once_and_say_they_are_refusals(journal_dir, caplog):
+    """Issue 20: each refused PUBLISH logged an INFO line (10,000 forged, 10,000 lines), and a subscriber refused
+    by the permissions was told "SUBSCRIBE before ATTACH"."""
+    import logging
+
+    from zactors.patterns.zeps import protocol as p
+    from zactors.patterns.zeps.broker import Broker
+    from zactors.patterns.zeps.client import _dealer
+    server, alice, bob = (generate_keypair() for _ in range(3))
+    perms = Permissions([(alice.public, "publish", "orders.*"), (bob.public, "subscribe", "orders.*")])
+    auth = Authenticator(curve="*")
+    broker = Broker(journal_dir, curve=server, permissions=perms)
+    forger = None
+    try:
+        with pytest.raises(ZepsError, match="refused by the broker's permissions: this key may not use stream secret"):
+            Subscriber(broker.endpoint, "secret", curve=(server.public, alice))
+        with pytest.raises(ZepsError, match="refused by the broker's permissions: .* not allowed to subscribe"):
+            Subscriber(broker.endpoint, "orders.eu", curve=(server.public, alice))
+        caplog.clear()
+        caplog.set_level(logging.INFO, logger="zactors.patterns.zeps.broker")
+        forger = _dealer(broker.endpoint, (server.public, bob))   # may subscribe, not publish
+        forger.send(p.attach(b"orders.eu"))
+        assert forger.wait(1, 5)
+        assert type(p.decode(forger.recv_frames()[0])) is p.AttachOk
+        for i in range(10000):
+            forger.send(p.publish(b"k", b"forged %d" % i))
+        wait_for(lambda: broker.call("$STATS").get("refused_publish", 0) == 10000, timeout=30,
+                 what="10,000 refused publishes counted")
+        counters = broker.call("INFO")["counters"]
+        assert counters["refused_attach"] == 1 and counters["refused_subscribe"] == 1
+        lines = [r for r in caplog.records if "refused" in r.getMessage()]
+        assert len(lines) <= 1, [r.getMessage() for r in lines[:3]]
+        assert broker.call("INFO")["streams"]["orders.eu"]["last_seq"] == 0
+    finally:
+        if forger is not None:
+            forger.close(0)
+        broker.destroy()
+        auth.destroy()
