@@ -93,3 +93,11 @@ def test_local_means_the_peer_address_never_the_host_header(node):
     finally:
         server.stop()
         dashboard.close()
+
+
+def test_openapi_declares_metrics_as_prometheus_text(node):
+    """Issue 20: the OpenAPI document declared /metrics as JSON."""
+    content = get_json(node.url + "api/openapi.json")["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
+    assert list(content) == ["text/plain"]
+    status, headers, _ = request(node.url + "metrics")
+    assert status == 200 and headers["Content-Type"].split(";")[0] == "text/plain"
