@@ -123,6 +123,9 @@ class Zeps(Source):
     max_subscribers = 100
     #: rows a tail update carries at most
     tail_rows = 50
+    #: seconds of quiet before a tail writes a comment: WSGI tells nobody that a page left, so a write
+    #: failing is how its tail learns it (and frees its place among ``max_tails``) within two of these
+    tail_idle = 0.5
 
     def __init__(self, broker, endpoint=None):
         self.broker = broker
@@ -197,14 +200,14 @@ class Zeps(Source):
         return self._tail(sub)
 
     def _tail(self, sub):
-        """SSE: batches of the newest messages, at most 5 updates a second, a comment every 15 s of quiet."""
+        """SSE: batches of the newest messages, at most 5 updates a second, a comment every ``tail_idle`` s of quiet."""
         from zactors.patterns.zeps import ZepsError
         rows = self.tail_rows
         try:
             yield b"retry: 3000\n\n"
             while True:
                 try:
-                    message = sub.get(timeout=15)
+                    message = sub.get(timeout=self.tail_idle)
                 except ZepsError as exc:
                     yield sse("error", {"error": str(exc)})
                     return

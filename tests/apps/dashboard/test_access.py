@@ -7,6 +7,7 @@ import pytest
 
 from zactors.patterns.zeps import Publisher
 
+from ...conftest import wait_for
 from .helpers import EventStream, get_json, request, start
 
 pytestmark = pytest.mark.timeout(60)
@@ -101,3 +102,26 @@ def test_openapi_declares_metrics_as_prometheus_text(node):
     assert list(content) == ["text/plain"]
     status, headers, _ = request(node.url + "metrics")
     assert status == 200 and headers["Content-Type"].split(";")[0] == "text/plain"
+
+
+def test_closed_tails_let_go_at_once_and_never_fill_the_tail_places(node):
+    """Issue 20: a closed tail lingered 15 s, so 8 closed tails made every tail answer 503 for that long."""
+    host, port = node.server.address[:2]
+    with Publisher(node.zeps.endpoint, "quiet") as pub:
+        pub.publish(b"k", b"v")
+        pub.flush()
+    zeps = node.dashboard.by_name["zeps"]
+    for _ in range(2):                    # twice the places, each batch closed before the next opens
+        tails = [EventStream(host, port, "/api/zeps/tail?stream=quiet") for _ in range(zeps.max_tails)]
+        assert [t.status for t in tails] == [200] * zeps.max_tails
+        assert zeps.tails == zeps.max_tails
+        for tail in tails:
+            tail.close()
+        started = time.monotonic()
+        wait_for(lambda: zeps.tails == 0, 5, "the closed tails let go")
+        assert time.monotonic() - started < 3.0
+    tail = EventStream(host, port, "/api/zeps/tail?stream=quiet")
+    try:
+        assert tail.status == 200
+    finally:
+        tail.close()
