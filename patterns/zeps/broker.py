@@ -192,7 +192,7 @@ class Broker(Actor):
 
     # -- setup ----------------------------------------------------------------------
     def setup(self) -> None:
-        os.makedirs(self.journal_dir, exist_ok=True)
+        os.makedirs(self.journal_dir, mode=0o700, exist_ok=True)
         self._streams: dict[bytes, _Stream] = {}
         self._peers: dict[bytes, _Peer] = {}
         self._replaying: dict[bytes, _Peer] = {}        # peers with credit waiting to be replayed (ordered set)
