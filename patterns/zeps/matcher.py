@@ -90,8 +90,8 @@ def compile_regex(source, pattern=None):
         reason = exc.args[0] if exc.args else "refused"
         if isinstance(reason, bytes):
             reason = reason.decode("latin-1")
-        shown = (pattern if pattern is not None else source)[:60]
-        raise PatternError("bad regular expression %r: %s (re: patterns use RE2 syntax: no backreferences"
+        shown = (pattern if pattern is not None else source)[:60].decode("utf-8", "replace")
+        raise PatternError("bad regular expression '%s': %s (re: patterns use RE2 syntax: no backreferences"
                            " or lookaround)" % (shown, reason)) from None
 
 
@@ -186,7 +186,8 @@ def _compile_sets(sources, offset):
         rset.Compile()
     except re2.error:
         if len(sources) == 1:
-            raise PatternError("regular expression %r is over RE2's memory budget" % sources[0][:60]) from None
+            raise PatternError("regular expression '%s' is over RE2's memory budget"
+                               % sources[0][:60].decode("utf-8", "replace")) from None
         half = len(sources) // 2
         return _compile_sets(sources[:half], offset) + _compile_sets(sources[half:], offset + half)
     return [(offset, rset)]
