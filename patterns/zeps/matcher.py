@@ -42,8 +42,9 @@ _GLOB = b"glob:"
 _PREFIX = b"prefix:"
 #: RE2 memory for one expression (its program and DFA): what a subscriber may make us hold per pattern
 MAX_PATTERN_MEMORY = 1 << 20
-#: RE2 memory for one set of expressions
-MAX_SET_MEMORY = 64 << 20
+#: RE2 memory for one set of expressions (its program and DFA cache): this much, and this much more per
+#: expression, up to the most; a set over budget is split in two
+SET_MEMORY, SET_MEMORY_PER_PATTERN, MAX_SET_MEMORY = 8 << 20, 4 << 10, 64 << 20
 _WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
@@ -61,7 +62,6 @@ def _options(max_mem):
 
 
 _PATTERN_OPTIONS = _options(MAX_PATTERN_MEMORY)
-_SET_OPTIONS = _options(MAX_SET_MEMORY)
 
 
 def parse(pattern):
@@ -179,7 +179,7 @@ class PatternSet:
 def _compile_sets(sources, offset):
     if not sources:
         return []
-    rset = re2.Set.MatchSet(_SET_OPTIONS)
+    rset = re2.Set.MatchSet(_options(min(MAX_SET_MEMORY, SET_MEMORY + SET_MEMORY_PER_PATTERN * len(sources))))
     for source in sources:
         rset.Add(source)
     try:
