@@ -154,3 +154,25 @@ def test_refusals_are_counted_logged_once_and_say_they_are_refusals(journal_dir,
             forger.close(0)
         broker.destroy()
         auth.destroy()
+
+
+def test_zeps_streams_prints_what_the_key_may_see(journal_dir, tmp_path, capsys):
+    from zactors.apps.cli import main
+    from zactors.patterns.zeps.broker import Broker
+    create_keypair(str(tmp_path / "keys"), "server")
+    create_keypair(str(tmp_path / "keys"), "me")
+    server = load_keypair(str(tmp_path / "keys" / "server.key_secret"))
+    me = load_keypair(str(tmp_path / "keys" / "me.key")).public
+    auth = Authenticator(curve="*")
+    broker = Broker(journal_dir, curve=server, permissions=Permissions([(me, "subscribe", "public.*")]),
+                    streams=["public.news", "secret.plans"])
+    try:
+        capsys.readouterr()
+        assert main(["-q", "zeps", "streams", "--connect", broker.endpoint,
+                     "--curve", str(tmp_path / "keys" / "me.key_secret"),
+                     "--curve-server", str(tmp_path / "keys" / "server.key")]) == 0
+        out = capsys.readouterr().out
+        assert "journal not shown to this key" in out and "stream public.news" in out and "secret" not in out
+    finally:
+        broker.destroy()
+        auth.destroy()
