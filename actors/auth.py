@@ -38,6 +38,8 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple, TypeVar
 
@@ -79,23 +81,35 @@ def generate_keypair() -> Keypair:
 
 
 def create_keypair(directory: str | os.PathLike[str], name: str) -> tuple[str, str]:
-    """Write ``name.key`` (public) and ``name.key_secret`` (both keys, mode 0600).
+    """Write ``name.key`` (public, mode 0644) and ``name.key_secret`` (both keys, mode 0600).
 
-    Creates ``directory`` if needed; refuses to overwrite existing files
-    (``FileExistsError``).  Returns ``(public_path, secret_path)``.
+    Creates ``directory`` (mode 0700) if needed; refuses to overwrite
+    existing files (``FileExistsError``).  Returns ``(public_path,
+    secret_path)``.  The process-wide umask is left alone (safe with other
+    threads): the files are written in a private (0700) directory made
+    inside ``directory``, given their modes there, then linked into place.
     """
     _require_curve()
-    os.makedirs(directory, exist_ok=True)
+    directory = os.fspath(directory)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
     base = os.path.join(directory, name)
-    for path in (base + ".key", base + ".key_secret"):
+    public_path, secret_path = base + ".key", base + ".key_secret"
+    for path in (public_path, secret_path):
         if os.path.exists(path):
             raise FileExistsError("%s already exists; choose another name or remove it" % path)
-    umask = os.umask(0o077)  # the secret file is never readable by others, not even briefly
+    private = tempfile.mkdtemp(prefix=".keypair-", dir=directory)   # 0700: no one else reads what is in it
     try:
-        public_path, secret_path = zmq.auth.create_certificates(directory, name)
+        made_public, made_secret = zmq.auth.create_certificates(private, name)
+        os.chmod(made_secret, 0o600)
+        os.chmod(made_public, 0o644)
+        os.link(made_public, public_path)        # link: fails rather than replace a file made meanwhile
+        try:
+            os.link(made_secret, secret_path)
+        except BaseException:
+            os.unlink(public_path)
+            raise
     finally:
-        os.umask(umask)
-    os.chmod(public_path, 0o644)
+        shutil.rmtree(private, ignore_errors=True)
     return public_path, secret_path
 
 

@@ -501,8 +501,8 @@ class Journal:
         self._lockfd = None
         self.closed = True
         try:
-            os.makedirs(self.directory, exist_ok=True)
-            self._lockfd = os.open(os.path.join(self.directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)   # message bodies: the owner's only
+            self._lockfd = os.open(os.path.join(self.directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise _oserror("open", self.directory, exc) from None
         try:
@@ -604,7 +604,7 @@ class Journal:
     def _create_segment_file(self, base):
         """Create the segment file of ``base`` (header written and fsynced, directory synced)."""
         path = os.path.join(self.directory, segment_name(base))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         try:
             os.write(fd, _SEG_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, 0, base))
             os.fsync(fd)

@@ -170,7 +170,7 @@ class Up:
             from zactors.patterns.zeps.broker import Broker as ZepsBroker
             journal = os.path.join(cfg["data"], "zeps")
             try:
-                os.makedirs(journal, exist_ok=True)
+                os.makedirs(journal, mode=0o700, exist_ok=True)
             except OSError as exc:
                 raise ConfigError("cannot make the data directory %s: %s" % (journal, exc.strerror)) from None
             endpoint = cfg["zeps"]["bind"]

@@ -1,6 +1,7 @@
 """``zactors up`` (a whole node with its dashboard) and ``zactors status`` (what its dashboard shows)."""
 import json
 import logging
+import os
 import sys
 import time
 import urllib.error
@@ -13,6 +14,8 @@ ORDER = 90
 log = logging.getLogger("zactors.up")
 
 DEFAULT_URL = "http://127.0.0.1:8765/"
+#: the environment variable a dashboard token may come from (argv is readable by every user: /proc/PID/cmdline)
+TOKEN_ENV = "ZACTORS_TOKEN"
 
 
 def register(sub):
@@ -22,7 +25,8 @@ def register(sub):
                     "node and the web dashboard in one process, on 127.0.0.1 unless told otherwise.  Prints "
                     "where each part listens; Ctrl-C or SIGTERM stops it cleanly, the ZEPS journal synced "
                     "(exit status 0).  A config file (TOML, --config) sets the same things; options win.  "
-                    "A dashboard bound off loopback needs a token: --token, or one is generated and printed.")
+                    "A dashboard bound off loopback needs a token: --token-file, $%s, or one is generated "
+                    "and printed." % TOKEN_ENV)
     up.add_argument("--config", metavar="FILE", help="TOML config file (see the README)")
     up.add_argument("--data", metavar="DIR", help="data directory; the ZEPS journal goes to DIR/zeps "
                                                   "(default: ./zactors-data)")
@@ -43,9 +47,8 @@ def register(sub):
     up.add_argument("--group", action="append", metavar="GROUP", help="Harmony: join GROUP (may be repeated)")
     up.add_argument("--web", metavar="HOST:PORT",
                     help="dashboard address (default: 127.0.0.1:8765; port 0 for any free one)")
-    up.add_argument("--token", metavar="TOKEN",
-                    help="dashboard token, at least 16 characters (required off 127.0.0.1/::1/localhost; "
-                         "generated if not given)")
+    _token_options(up, "dashboard token, at least 16 characters (required off 127.0.0.1/::1/localhost; "
+                        "generated if not given)")
     up.add_argument("--demo", action="store_true",
                     help="drive demo traffic through the node (Majordomo echo, ZEPS orders and sensors, "
                          "Clone /demo/ keys) to see the dashboard move")
@@ -58,11 +61,42 @@ def register(sub):
         description="Ask a running `zactors up` (its dashboard) for the state of every part and print it: "
                     "one line per part, then its rates.  Exit status 0; 3 if nothing answers at --url.")
     status.add_argument("--url", default=DEFAULT_URL, metavar="URL", help="dashboard address (default: %(default)s)")
-    status.add_argument("--token", metavar="TOKEN", help="the dashboard's token, if it has one")
+    _token_options(status, "the dashboard's token, if it has one")
     status.add_argument("--json", action="store_true", help="print the API's JSON as it is")
     status.add_argument("--timeout", type=options.positive_float, default=5.0,
                         help="seconds to wait for the answer (default: %(default)s)")
     status.set_defaults(func=run_status)
+
+
+def _token_options(parser, what):
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument("--token-file", metavar="FILE",
+                       help="%s: read from FILE (its first line; keep it mode 0600), or set $%s" % (what, TOKEN_ENV))
+    given.add_argument("--token", metavar="TOKEN",
+                       help="the same on the command line, where every user of the machine can read it "
+                            "(ps, /proc/PID/cmdline): prefer --token-file or $%s" % TOKEN_ENV)
+
+
+def token_from(args):
+    """The token: ``--token-file``, ``--token`` or ``$ZACTORS_TOKEN``, in that order; None if none is given."""
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise options.UsageError("cannot read the token file %s: %s" % (args.token_file, exc)) from None
+        if not token:
+            raise options.UsageError("the token file %s is empty" % args.token_file)
+        return token
+    if args.token is not None:
+        return args.token
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def _warn_argv_token(args):
+    if args.token is not None:
+        log.warning("--token is readable by every user of this machine (ps, /proc/PID/cmdline); "
+                    "use --token-file FILE or $%s", TOKEN_ENV)
 
 
 def _port_or_any(text):
@@ -91,7 +125,7 @@ def config_from(args):
     put("harmony", "endpoints", args.peer)
     put("harmony", "groups", args.group)
     put("dashboard", "bind", args.web)
-    put("dashboard", "token", args.token)
+    put("dashboard", "token", token_from(args))
     for flag, part in (("no_mdp", "majordomo"), ("no_zeps", "zeps"), ("no_clone", "clone"),
                        ("no_harmony", "harmony"), ("no_web", "dashboard")):
         if getattr(args, flag):
@@ -108,6 +142,7 @@ def run_up(args):
     token = config["dashboard"]["token"]
     if token is not None and len(token) < 16:
         raise ConfigError("a dashboard token is at least 16 characters")
+    _warn_argv_token(args)
     node = Up(config).start()
     started = time.monotonic()
     demo = None
@@ -137,8 +172,9 @@ def fetch_status(url, token=None, timeout=5.0):
 
 
 def run_status(args):
+    _warn_argv_token(args)
     try:
-        snapshot = fetch_status(args.url, args.token, args.timeout)
+        snapshot = fetch_status(args.url, token_from(args), args.timeout)
     except urllib.error.HTTPError as exc:
         try:
             reason = json.load(exc).get("error", exc.reason)

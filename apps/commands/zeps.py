@@ -308,7 +308,8 @@ def run_streams(args):
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return exitstatus.OK
-    print("broker %s, journal %s, %d peer(s)" % (info["endpoint"], info["journal"], info["peers"]))
+    journal = info.get("journal", "not shown to this key")   # a broker with permissions hides it
+    print("broker %s, journal %s, %d peer(s)" % (info["endpoint"], journal, info["peers"]))
     for name, s in sorted(info["streams"].items()):
         print("stream %-20s seq %d..%d  written %d  synced %d  %.0f msg/s  %s on disk" % (
             name, s["first_seq"], s["last_seq"], s["written_seq"], s["synced_seq"], s["rate"], _human(s["bytes"])))

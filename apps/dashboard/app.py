@@ -34,7 +34,7 @@ import gevent
 from zactors.actors.errors import ActorError
 
 from . import openapi
-from .guard import HEADERS, Guard
+from .guard import HEADERS, LOOPBACK, Guard
 from .metrics import CONTENT_TYPE, Metrics
 from .sampler import Sampler
 from .sources import ActionError
@@ -52,18 +52,20 @@ MAX_BODY = 64 << 10
 class Dashboard:
     """A WSGI app over ``sources``; ``close()`` stops its sampler and the sources' helpers.
 
-    ``token``: required on every request when given (see :mod:`.guard`).
+    ``token``: required on every request when given (see :mod:`.guard`);
+    ``local``: without one, the networks whose peer addresses may call (loopback).
     ``interval``: seconds between samples; ``history``: points per chart.
     ``max_clients``: Server-Sent-Events clients at once (then 503);
     ``queue``: snapshots a slow client may have pending before it loses some.
     """
 
-    def __init__(self, sources, *, token=None, interval=1.0, history=180, max_clients=1000, queue=4):
+    def __init__(self, sources, *, token=None, local=LOOPBACK, interval=1.0, history=180, max_clients=1000,
+                 queue=4):
         self.sources = list(sources)
         self.by_name = {s.name: s for s in self.sources}
         if len(self.by_name) != len(self.sources):
             raise ValueError("two sources share a name")
-        self.guard = Guard(token)
+        self.guard = Guard(token, local)
         self.max_clients = max_clients
         self.queue = queue
         self.clients = 0

@@ -7,8 +7,13 @@ Rules (:meth:`Guard.check`):
   Bearer TOKEN``, the ``zactors_token`` cookie, or, to open the page from
   the printed link, ``?token=TOKEN`` (answered by a redirect that sets the
   cookie, ``HttpOnly; SameSite=Strict``).
-* Without one, the ``Host`` header must name a loopback host, which keeps
-  DNS-rebinding pages out.
+* Without one, only a *local* caller may use it: the peer address of the
+  connection (the server's ``REMOTE_ADDR``, never a header) is in ``local``
+  (by default the loopback addresses, 127.0.0.0/8 and ::1), the request came
+  through no proxy (no ``Forwarded``, ``X-Forwarded-For`` or ``X-Real-IP``
+  header: behind a proxy every caller looks local, so set a token there),
+  and the ``Host`` header names a loopback host, which keeps DNS-rebinding
+  pages out.  The Host header alone decides nothing.
 * Browsers' cross-site requests are refused (``Sec-Fetch-Site`` other than
   ``same-origin``/``none``, or an ``Origin`` that is not this host), except
   a plain navigation to a page.  There are no CORS headers at all.
@@ -20,10 +25,13 @@ import ipaddress
 from http.cookies import SimpleCookie
 from urllib.parse import urlsplit
 
-__all__ = ["Guard", "is_loopback_bind", "HEADERS"]
+__all__ = ["Guard", "is_loopback_bind", "HEADERS", "LOOPBACK"]
 
 COOKIE = "zactors_token"
 LOOPBACK_NAMES = ("127.0.0.1", "::1", "localhost")
+#: the peer addresses trusted without a token, by default
+LOOPBACK = ("127.0.0.0/8", "::1/128")
+_PROXY_HEADERS = ("HTTP_FORWARDED", "HTTP_X_FORWARDED_FOR", "HTTP_X_REAL_IP")
 
 #: sent with every response
 HEADERS = [
@@ -42,14 +50,30 @@ def is_loopback_bind(host):
 
 
 class Guard:
-    """Checks requests; ``token=None`` trusts loopback callers (the dashboard must then listen on loopback)."""
+    """Checks requests; ``token=None`` trusts callers whose peer address is in ``local`` (networks).
 
-    __slots__ = ("token",)
+    Plain object; its methods only read it: safe from any greenlet or thread.
+    """
 
-    def __init__(self, token=None):
+    __slots__ = ("token", "local")
+
+    def __init__(self, token=None, local=LOOPBACK):
         if token is not None and len(token) < 16:
             raise ValueError("a dashboard token is at least 16 characters")
         self.token = token
+        self.local = tuple(ipaddress.ip_network(n, strict=False) for n in local)
+
+    def is_local(self, environ):
+        """True if the connection's peer address (``REMOTE_ADDR``) is local and no proxy is in between."""
+        if any(environ.get(h) for h in _PROXY_HEADERS):
+            return False
+        try:
+            address = ipaddress.ip_address(environ.get("REMOTE_ADDR", "").split("%", 1)[0])
+        except ValueError:      # absent, or not an IP address (a Unix socket): not known to be local
+            return False
+        if address.version == 6 and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in network for network in self.local)
 
     def check(self, environ, page):
         """None if the request may go on, else ``(status, message)``; ``page``: a navigation target."""
@@ -61,6 +85,8 @@ class Guard:
         if origin is not None and not navigation and not self._same_origin(origin, environ):
             return "403 Forbidden", "cross-origin requests are refused"
         if self.token is None:
+            if not self.is_local(environ):
+                return "403 Forbidden", "only local callers may use a dashboard without a token"
             host = _hostname(environ.get("HTTP_HOST", ""))
             if host is not None and not _loopback(host):
                 return "403 Forbidden", "the Host header must name a loopback address (no token is set)"

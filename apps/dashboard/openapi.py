@@ -8,9 +8,9 @@ _SHOWN = {"type": "object", "description": "bytes made safe to show: text if pri
                          "truncated": {"type": "boolean"}}}
 
 
-def _get(summary, schema=None, params=(), stream=False):
+def _get(summary, schema=None, params=(), stream=False, media="application/json"):
     content = {"text/event-stream": {"schema": {"type": "string"}}} if stream else \
-        {"application/json": {"schema": schema or {"type": "object"}}}
+        {media: {"schema": schema or {"type": "object"}}}
     return {"get": {"summary": summary, "parameters": [_param(*p) for p in params],
                     "responses": {"200": {"description": "OK", "content": content}, "4XX": _ERROR,
                                   "503": _ERROR}}}
@@ -37,14 +37,15 @@ def describe(sources):
                             {"$ref": "#/components/schemas/Snapshot"}),
         "/api/history": _get("Charted series (rates per second, or levels), oldest first, with their times"),
         "/api/events": _get("Server-Sent Events: one `snapshot` event (a Snapshot) per sampler tick", stream=True),
-        "/metrics": _get("Prometheus text format: counters, gauges, zactors_up", {"type": "string"}),
+        "/metrics": _get("Prometheus text exposition format 0.0.4 (text/plain; version=0.0.4): counters, gauges,"
+                         " zactors_up", {"type": "string"}, media="text/plain"),
     }
     for name in names:
         paths["/api/%s" % name] = _get("The %s part of the last snapshot" % name)
     if "zeps" in names:
         paths["/api/zeps/tail"] = _get("Live tail of a stream: `messages` events with the newest messages",
                                        params=[("stream", "stream name", True),
-                                               ("key", "key pattern: a prefix, re:REGEX or glob:GLOB")],
+                                               ("key", "key pattern: a prefix, re:REGEX (RE2 syntax) or glob:GLOB")],
                                        stream=True)
     if "clone" in names:
         paths["/api/clone/keys"] = _get("Keys directly under a prefix (value preview, ttl left), and the subtrees "
@@ -58,8 +59,9 @@ def describe(sources):
     return {
         "openapi": "3.1.0",
         "info": {"title": "zactors dashboard", "version": "1",
-                 "description": "Live state of a zactors node.  Off loopback every request needs the token "
-                                "(Authorization: Bearer TOKEN); cross-site requests are refused."},
+                 "description": "Live state of a zactors node.  With a token every request needs it "
+                                "(Authorization: Bearer TOKEN); without one only local callers (by the "
+                                "connection's peer address) are served; cross-site requests are refused."},
         "paths": paths,
         "components": {
             "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},

@@ -123,6 +123,9 @@ class Zeps(Source):
     max_subscribers = 100
     #: rows a tail update carries at most
     tail_rows = 50
+    #: seconds of quiet before a tail writes a comment: WSGI tells nobody that a page left, so a write
+    #: failing is how its tail learns it (and frees its place among ``max_tails``) within two of these
+    tail_idle = 0.5
 
     def __init__(self, broker, endpoint=None):
         self.broker = broker
@@ -176,12 +179,17 @@ class Zeps(Source):
         stream = query.get("stream", "")
         if not stream:
             raise ActionError("tail needs ?stream=NAME")
+        from zactors.patterns.zeps.matcher import PatternError, parse
+        try:
+            parse(query.get("key", "").encode())   # refused before anything is asked: 400 with RE2's reason
+        except PatternError as exc:
+            raise ActionError(str(exc)) from None
         # attaching creates a stream: a GET must not, so only streams the broker has open are tailed
         if stream not in self.broker.call("INFO", timeout=CALL_TIMEOUT)["streams"]:
             raise ActionError("no open stream %r" % stream[:100], "404 Not Found")
         if self.tails >= self.max_tails:
             raise ActionError("too many live tails open (%d)" % self.max_tails, "503 Service Unavailable")
-        from zactors.patterns.zeps import PatternError, Subscriber, ZepsError
+        from zactors.patterns.zeps import Subscriber, ZepsError
         pattern = query.get("key", "")
         try:
             sub = Subscriber(self.endpoint, stream, pattern, new=True, window=256 << 10, timeout=3.0,
@@ -192,14 +200,14 @@ class Zeps(Source):
         return self._tail(sub)
 
     def _tail(self, sub):
-        """SSE: batches of the newest messages, at most 5 updates a second, a comment every 15 s of quiet."""
+        """SSE: batches of the newest messages, at most 5 updates a second, a comment every ``tail_idle`` s of quiet."""
         from zactors.patterns.zeps import ZepsError
         rows = self.tail_rows
         try:
             yield b"retry: 3000\n\n"
             while True:
                 try:
-                    message = sub.get(timeout=15)
+                    message = sub.get(timeout=self.tail_idle)
                 except ZepsError as exc:
                     yield sse("error", {"error": str(exc)})
                     return

@@ -53,13 +53,17 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
 - CURVE (``curve=keys``) through :mod:`zactors.actors.auth`, and per-stream
   permissions (``permissions=``, a :class:`~.permissions.Permissions`): a
   peer's key (the ZAP User-Id) must be allowed to publish or subscribe to the
-  stream, else INVALID (counted as ``refused``).
+  stream, else INVALID saying so (counted as ``refused``, and as
+  ``refused_attach``, ``refused_publish`` or ``refused_subscribe``; logged
+  at most once every 10 s).
 
 Commands: ``INFO`` (reply: streams with their sequence range, rate and bytes
 on disk; subscribers with pattern, mode, lag and credit; counters),
 ``RETAIN`` (no reply: apply retention now), and ``$STATS``/``$TERM``.  The handle is an actor handle: safe from many
 greenlets of its thread, not across OS threads.  Tools reach ``INFO`` over
-the network with the QUERY extension command (see :mod:`.protocol`).
+the network with the QUERY extension command (see :mod:`.protocol`); with
+``permissions``, a QUERY shows only the streams the asking key may publish
+or subscribe to (with their subscribers), and not the journal path.
 """
 from __future__ import annotations
 
@@ -100,6 +104,8 @@ _unpack_u64 = struct.Struct(">Q").unpack_from
 _LIVE, _REPLAY = "live", "replay"
 #: at most this many client keys noted from ATTACHes not handled yet
 _MAX_PENDING_KEYS = 10000
+#: seconds between two log lines about refusals by the permissions (each one is counted)
+_REFUSE_LOG_PERIOD = 10.0
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
                  "publishes")
@@ -186,7 +192,7 @@ class Broker(Actor):
 
     # -- setup ----------------------------------------------------------------------
     def setup(self) -> None:
-        os.makedirs(self.journal_dir, exist_ok=True)
+        os.makedirs(self.journal_dir, mode=0o700, exist_ok=True)
         self._streams: dict[bytes, _Stream] = {}
         self._peers: dict[bytes, _Peer] = {}
         self._replaying: dict[bytes, _Peer] = {}        # peers with credit waiting to be replayed (ordered set)
@@ -194,6 +200,7 @@ class Broker(Actor):
         self._alive: Liveness[bytes] = Liveness(self.heartbeat, self.expiry)
         self._alive_timer = None
         self._heard: set[bytes] = set()         # identities heard from since the last liveness sweep
+        self._refuse_logged = -_REFUSE_LOG_PERIOD  # when a refusal was last logged
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
                              high=self.transport_high, backlog=self.transport_high * 2,
@@ -234,7 +241,7 @@ class Broker(Actor):
     def _on_keyed_frames(self, frames):
         """With permissions: note the ZAP User-Id of each ATTACH, then as :meth:`_on_frames`."""
         data = [f.bytes for f in frames]
-        if len(data) == 2 and len(data[1]) > 2 and data[1][2] == p.ATTACH:
+        if len(data) == 2 and len(data[1]) > 2 and data[1][2] in (p.ATTACH, p.QUERY):
             if len(self._keys) >= _MAX_PENDING_KEYS:       # ATTACHes the handler has not taken: bounded
                 self._keys.clear()
             try:
@@ -311,7 +318,11 @@ class Broker(Actor):
             self._send(identity, p.DETACH_OK_FRAME)
         elif kind is p.Query:
             self.stats["queries"] += 1
-            self._send(identity, p.query_ok(json.dumps(self.info()).encode()))
+            may_see = None
+            if self.permissions is not None:   # a key sees only the streams it may use
+                key = self._keys.pop(identity, None)
+                may_see = partial(self.permissions.may_attach, key)
+            self._send(identity, p.query_ok(json.dumps(self._info(may_see)).encode()))
         else:
             self._invalid(identity, "a broker does not accept %s" % p.NAMES[message.id])
 
@@ -531,7 +542,8 @@ class Broker(Actor):
         if self.permissions is not None:
             key = self._keys.pop(identity, None)
             if not self.permissions.may_attach(key, name):
-                self._refuse(identity, "key may not use stream %s" % name.decode())
+                self._refuse(identity, "refused by the broker's permissions: this key may not use stream %s"
+                             % name.decode(), "refused_attach")
                 return
         stream = self._streams.get(name)
         if stream is None:
@@ -653,12 +665,20 @@ class Broker(Actor):
         if action == "publish":
             peer.may_publish = allowed
         if not allowed:
-            self._refuse(peer.identity, "not allowed to %s on stream %s" % (action, peer.stream.name.decode()))
+            self._refuse(peer.identity, "refused by the broker's permissions: this key is not allowed to %s on"
+                         " stream %s" % (action, peer.stream.name.decode()), "refused_" + action)
         return allowed
 
-    def _refuse(self, identity, reason):
-        self.stats["refused"] += 1
-        log.info("%s: refused %r: %s", self.name, identity, reason)
+    def _refuse(self, identity, reason, counter):
+        """INVALID for what the permissions refuse: counted (``refused`` and ``counter``), logged once a period."""
+        stats = self.stats
+        stats["refused"] += 1
+        stats[counter] += 1
+        now = _monotonic()
+        if now >= self._refuse_logged + _REFUSE_LOG_PERIOD:  # 10,000 forged messages are not 10,000 lines
+            self._refuse_logged = now
+            log.warning("%s: refused %r: %s (%d refused so far; logged at most every %gs)", self.name, identity,
+                        reason, stats["refused"], _REFUSE_LOG_PERIOD)
         self._send(identity, p.invalid(reason))
 
     # -- peers ----------------------------------------------------------------------
@@ -757,10 +777,15 @@ class Broker(Actor):
 
     @command(reply=True)
     def info(self) -> dict[str, Any]:
-
         """Streams, subscribers and counters (see the module docstring)."""
+        return self._info(None)
+
+    def _info(self, may_see):
+        """:meth:`info`; ``may_see(stream name)`` (None: all) filters the streams, and hides the journal path."""
         streams = {}
         for stream in self._streams.values():
+            if may_see is not None and not may_see(stream.name):
+                continue
             journal = stream.journal
             (t0, s0), (t1, s1) = stream.samples[0], (_monotonic(), journal.last_seq)
             stats = journal.stats()
@@ -780,8 +805,10 @@ class Broker(Actor):
                 "bytes": stats["disk_bytes"],
                 "peers": len(stream.peers), "subscribers": subscribers,
             }
-        info = {"endpoint": self.endpoint, "journal": self.journal_dir, "streams": streams,
-                "peers": len(self._peers), "counters": dict(self.stats)}
+        info = {"endpoint": self.endpoint, "streams": streams, "peers": len(self._peers),
+                "counters": dict(self.stats)}
+        if may_see is None:
+            info["journal"] = self.journal_dir
         if self._multicast is not None:
             info["multicast"] = dict(self._multicast.stats, group="%s:%d" % self._multicast.address)
         return info

@@ -508,8 +508,8 @@ class Subscriber(Actor):
         elif kind is p.Invalid:
             self._stats["invalid"] += 1
             log.warning("%s: broker says: %s", self.name, message.reason)
-            if not self._attached or self._subscribed < len(self.patterns):
-                self._error = ZepsError(message.reason)
+            if (not self._attached or self._subscribed < len(self.patterns)) and self._error is None:
+                self._error = ZepsError(message.reason)  # the first says why (a refused ATTACH), not its echoes
                 self._ready.set()
 
     def _callback(self, item, size):

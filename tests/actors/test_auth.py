@@ -168,3 +168,39 @@ def test_malformed_zap_requests_are_answered_and_counted(auth, sockets):
 def test_one_authenticator_per_context(auth):
     with pytest.raises(RuntimeError, match="another authenticator"):
         Authenticator()
+
+
+def _umask_now():
+    with open("/proc/self/status") as f:   # read without setting it (os.umask can only swap)
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    pytest.skip("no Umask line in /proc/self/status")
+
+
+def test_create_keypair_leaves_the_process_umask_alone(tmp_path):
+    """Issue 20: create_keypair set the umask of the whole process to 077 while it wrote (racing other threads)."""
+    import threading
+    old = os.umask(0o022)
+    seen = set()
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            seen.add(_umask_now())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for i in range(30):
+            create_keypair(str(tmp_path / "keys"), "k%d" % i)
+    finally:
+        done.set()
+        watcher.join()
+        os.umask(old)
+    assert seen == {0o022}
+    keys = tmp_path / "keys"
+    assert stat.S_IMODE(os.stat(keys).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(keys / "k3.key_secret").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(keys / "k3.key").st_mode) == 0o644
+    assert sorted(os.listdir(keys)) == sorted("k%d.key%s" % (i, tail) for i in range(30) for tail in ("", "_secret"))

@@ -1,10 +1,11 @@
 """Prefix (trie-like), regex and glob subscriptions."""
+import fnmatch
 import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from zactors.patterns.zeps.matcher import Filter, Matcher, PatternError
+from zactors.patterns.zeps.matcher import Filter, Matcher, PatternError, parse
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -107,3 +108,97 @@ def test_prefix_index_agrees_with_brute_force(patterns, keys):
     for key in keys:
         assert set(m.match(key)) == {f.owner for f in filters if f(key)} == {
             i for i, pattern in enumerate(patterns) if key.startswith(pattern)}
+
+
+# -- linear time (issue 20, defect 1) --------------------------------------------------------------------------
+
+EVIL = b"re:(a|a)*$"
+EVIL_KEY = b"a" * 30 + b"!"     # 31 bytes: minutes of backtracking for Python's re
+
+
+def test_a_catastrophic_backtracking_pattern_matches_in_linear_time():
+    m = Matcher()
+    m.add(flt("evil", EVIL))
+    m.add(flt("good", b"re:a+!$"))
+    started = time.perf_counter()
+    assert m.match(EVIL_KEY) == ("good",)
+    assert m.match(b"a" * 100000 + b"!") == ("good",)  # a long key too: linear in its length
+    assert flt(None, EVIL)(EVIL_KEY) is False           # a Filter alone (the replay path) as well
+    assert time.perf_counter() - started < 1.0
+    assert m.match(b"aaaa") == ("evil",)
+
+
+@pytest.mark.parametrize("pattern", [rb"re:(a)\1", rb"re:a(?=b)", rb"re:(?<!x)a", rb"re:(?>a+)", rb"re:a\Z",
+                                     rb"re:((a{100}){100}){100}"])
+def test_patterns_re2_cannot_run_in_linear_time_are_refused_with_the_reason(pattern):
+    with pytest.raises(PatternError, match="RE2 syntax"):
+        Filter().add(pattern)
+    with pytest.raises(PatternError):
+        parse(pattern)
+
+
+def test_regex_semantics_on_bytes():
+    f = flt(None, rb"re:a.c", rb"re:\xff+$", rb"re:[[:digit:]]+\z")
+    assert f(b"a\nc") and f(b"abcd")            # '.' takes a newline, and a match needs only a prefix
+    assert f(b"\xff\xff") and not f(b"\xff\xfe")  # bytes, not UTF-8
+    assert f(b"123") and not f(b"123x")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="ab*?[]!-\\.", max_size=8), st.lists(st.text(alphabet="ab-]![\\.\n", max_size=6), max_size=8))
+def test_globs_match_as_fnmatch_does(glob, keys):
+    f = flt(None, b"glob:" + glob.encode())
+    for key in keys:
+        assert f(key.encode()) == fnmatch.fnmatchcase(key, glob), (glob, key)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 11), st.sampled_from(
+    [b"re:a", b"re:ab$", b"re:.*b", b"glob:*a", b"glob:b?", b"re:(a|b)+$", b"a", b""])), max_size=60),
+    st.lists(st.sampled_from([b"", b"a", b"ab", b"ba", b"bb", b"aab", b"b"]), min_size=1, max_size=6))
+def test_regex_index_agrees_with_brute_force_through_adds_and_removes(steps, keys):
+    m = Matcher(delta=3)    # a small delta: the sets are rebuilt often
+    filters = {}
+    for add, owner, pattern in steps:
+        if add:
+            f = filters.setdefault(owner, Filter(owner))
+            f.add(pattern)
+            m.add(f)
+        elif owner in filters:
+            m.remove(filters.pop(owner))
+        for key in keys:
+            assert set(m.match(key)) == {f.owner for f in filters.values() if f(key)}
+
+
+def test_an_over_budget_set_is_split_not_lost(monkeypatch):
+    from zactors.patterns.zeps import matcher
+    monkeypatch.setattr(matcher, "SET_MEMORY", 1 << 20)             # a budget these 300 do not fit in
+    monkeypatch.setattr(matcher, "SET_MEMORY_PER_PATTERN", 0)
+    sources = [rb"k%d\.[a-z]{1,40}x{1,30}$" % i for i in range(300)]
+    assert len(matcher._compile_sets(sources, 0)) > 1
+    m = Matcher(delta=1000)
+    for i, source in enumerate(sources):
+        m.add(flt(i, b"re:" + source))
+    assert m.match(b"k7.abcxx") == (7,)
+    assert m.match(b"k299.zx") == (299,)
+
+
+def test_cost_does_not_grow_with_regex_subscribers():
+    """10,000 re: subscribers cost a cache miss about what 10 do: the expressions are matched as a set."""
+    def per_lookup(n):
+        m = Matcher(cache_size=1)  # defeat the cache
+        for i in range(n):
+            m.add(flt(i, rb"re:sym\.%06d\.(trade|quote)$" % i))
+        keys = [b"sym.%06d.trade" % (i * 7 % n) for i in range(2000)]
+        assert m.match(keys[1]) == (7 % n,)
+        best = float("inf")
+        for _ in range(5):
+            started = time.perf_counter()
+            for key in keys:
+                m.match(key)
+            best = min(best, time.perf_counter() - started)
+        return best / len(keys)
+
+    small, large = per_lookup(10), per_lookup(10000)
+    print("re: per lookup: 10 subscribers %.2f us, 10000 subscribers %.2f us" % (small * 1e6, large * 1e6))
+    assert large < small * 10, (small, large)   # a loose bound on a shared machine: one by one it was ~1700x

@@ -79,3 +79,100 @@ def test_permissions_need_curve(journal_dir):
     from zactors.patterns.zeps.broker import Broker
     with pytest.raises(ValueError, match="need CURVE"):
         Broker(journal_dir, permissions=Permissions())
+
+
+def test_query_shows_a_key_only_the_streams_it_may_use(journal_dir):
+    """Issue 20, defect 7: a key allowed public.* saw secret.* streams, their subscribers' patterns, the journal."""
+    from zactors.patterns.zeps import query
+    from zactors.patterns.zeps.broker import Broker
+    server, public, admin = (generate_keypair() for _ in range(3))
+    perms = Permissions([(public.public, "publish,subscribe", "public.*"),
+                         (admin.public, "publish,subscribe", "*")])
+    auth = Authenticator(curve="*")
+    broker = Broker(journal_dir, curve=server, permissions=perms, streams=["public.news", "secret.plans"])
+    made = []
+    try:
+        secret_sub = Subscriber(broker.endpoint, "secret.plans", b"re:launch-codes", curve=(server.public, admin))
+        made.append(secret_sub)
+        public_sub = Subscriber(broker.endpoint, "public.news", b"sport", curve=(server.public, public))
+        made.append(public_sub)
+        wait_for(lambda: all(broker.call("INFO")["streams"][s]["subscribers"] for s in ("public.news", "secret.plans")),
+                 what="both subscribers in INFO")
+        seen = query(broker.endpoint, curve=(server.public, public))
+        assert list(seen["streams"]) == ["public.news"]
+        assert seen["streams"]["public.news"]["subscribers"][0]["patterns"] == ["sport"]
+        assert "journal" not in seen
+        text = str(seen)
+        assert "secret" not in text and "launch-codes" not in text and journal_dir not in text
+        everything = query(broker.endpoint, curve=(server.public, admin))
+        assert sorted(everything["streams"]) == ["public.news", "secret.plans"]
+        assert everything["streams"]["secret.plans"]["subscribers"][0]["patterns"] == ["re:launch-codes"]
+        local = broker.call("INFO")          # the owner, in process: everything
+        assert local["journal"] == broker.journal_dir and len(local["streams"]) == 2
+    finally:
+        for thing in made:
+            thing.destroy()
+        broker.destroy()
+        auth.destroy()
+
+
+def test_refusals_are_counted_logged_once_and_say_they_are_refusals(journal_dir, caplog):
+    """Issue 20: each refused PUBLISH logged an INFO line (10,000 forged, 10,000 lines), and a subscriber refused
+    by the permissions was told "SUBSCRIBE before ATTACH"."""
+    import logging
+
+    from zactors.patterns.zeps import protocol as p
+    from zactors.patterns.zeps.broker import Broker
+    from zactors.patterns.zeps.client import _dealer
+    server, alice, bob = (generate_keypair() for _ in range(3))
+    perms = Permissions([(alice.public, "publish", "orders.*"), (bob.public, "subscribe", "orders.*")])
+    auth = Authenticator(curve="*")
+    broker = Broker(journal_dir, curve=server, permissions=perms)
+    forger = None
+    try:
+        with pytest.raises(ZepsError, match="refused by the broker's permissions: this key may not use stream secret"):
+            Subscriber(broker.endpoint, "secret", curve=(server.public, alice))
+        with pytest.raises(ZepsError, match="refused by the broker's permissions: .* not allowed to subscribe"):
+            Subscriber(broker.endpoint, "orders.eu", curve=(server.public, alice))
+        caplog.clear()
+        caplog.set_level(logging.INFO, logger="zactors.patterns.zeps.broker")
+        forger = _dealer(broker.endpoint, (server.public, bob))   # may subscribe, not publish
+        forger.send(p.attach(b"orders.eu"))
+        assert forger.wait(1, 5)
+        assert type(p.decode(forger.recv_frames()[0])) is p.AttachOk
+        for i in range(10000):
+            forger.send(p.publish(b"k", b"forged %d" % i))
+        wait_for(lambda: broker.call("$STATS").get("refused_publish", 0) == 10000, timeout=30,
+                 what="10,000 refused publishes counted")
+        counters = broker.call("INFO")["counters"]
+        assert counters["refused_attach"] == 1 and counters["refused_subscribe"] == 1
+        lines = [r for r in caplog.records if "refused" in r.getMessage()]
+        assert len(lines) <= 1, [r.getMessage() for r in lines[:3]]
+        assert broker.call("INFO")["streams"]["orders.eu"]["last_seq"] == 0
+    finally:
+        if forger is not None:
+            forger.close(0)
+        broker.destroy()
+        auth.destroy()
+
+
+def test_zeps_streams_prints_what_the_key_may_see(journal_dir, tmp_path, capsys):
+    from zactors.apps.cli import main
+    from zactors.patterns.zeps.broker import Broker
+    create_keypair(str(tmp_path / "keys"), "server")
+    create_keypair(str(tmp_path / "keys"), "me")
+    server = load_keypair(str(tmp_path / "keys" / "server.key_secret"))
+    me = load_keypair(str(tmp_path / "keys" / "me.key")).public
+    auth = Authenticator(curve="*")
+    broker = Broker(journal_dir, curve=server, permissions=Permissions([(me, "subscribe", "public.*")]),
+                    streams=["public.news", "secret.plans"])
+    try:
+        capsys.readouterr()
+        assert main(["-q", "zeps", "streams", "--connect", broker.endpoint,
+                     "--curve", str(tmp_path / "keys" / "me.key_secret"),
+                     "--curve-server", str(tmp_path / "keys" / "server.key")]) == 0
+        out = capsys.readouterr().out
+        assert "journal not shown to this key" in out and "stream public.news" in out and "secret" not in out
+    finally:
+        broker.destroy()
+        auth.destroy()
