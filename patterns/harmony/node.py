@@ -16,6 +16,7 @@ import gevent
 
 from zactors.actors.errors import ActorError
 from zactors.actors.heartbeat import Liveness
+from zactors.actors.values import to_bytes
 
 from . import commands as verbs
 from .endpoints import peer_endpoint
@@ -126,11 +127,11 @@ class Node:
 
     def whisper(self, peer: str | _uuid.UUID, *frames: bytes | str) -> None:
         """Send ``frames`` (bytes or str) to one peer (its id, or a ``uuid.UUID``)."""
-        self._send(verbs.WHISPER, _peer_id(peer), [_frame(f) for f in frames])
+        self._send(verbs.WHISPER, _peer_id(peer), [to_bytes(f, "a frame") for f in frames])
 
     def shout(self, group: str, *frames: bytes | str) -> None:
         """Send ``frames`` to every peer in ``group``."""
-        self._send(verbs.SHOUT, group, [_frame(f) for f in frames])
+        self._send(verbs.SHOUT, group, [to_bytes(f, "a frame") for f in frames])
 
     def connect(self, endpoint: str) -> None:
         """Say HELLO to the node at ``endpoint``, ``tcp://host:port`` (discovery without broadcast)."""
@@ -237,5 +238,3 @@ def _peer_id(peer):
     return str(peer).replace("-", "").upper()
 
 
-def _frame(value):
-    return value.encode() if isinstance(value, str) else bytes(value)

@@ -52,6 +52,7 @@ from zactors.actors.auth import Keypair
 from zactors.actors.auth import curve_client
 from zactors.actors.monitor import HANDSHAKE, HandshakeFailed, Monitor, describe
 from zactors.actors.sockets import POLLIN, Socket, context
+from zactors.actors.values import to_bytes
 
 from .protocol import FINAL, ProtocolError, framing as _framing, parse_error
 
@@ -89,10 +90,6 @@ class ServiceError(Exception):
         self.service = service
         self.kind = kind
         self.message = message
-
-
-def _bytes(value: bytes | str) -> bytes:
-    return value.encode() if isinstance(value, str) else bytes(value)
 
 
 class Client:
@@ -141,10 +138,10 @@ class Client:
         """Send a request and yield each reply (a list of frames) as it arrives; the FINAL comes last."""
         if self._closed:
             raise RuntimeError("client is closed")
-        service = _bytes(service)
+        service = to_bytes(service, "service")
         if not service:
             raise ValueError("a service name cannot be empty")
-        body = [_bytes(f) for f in frames]
+        body = [to_bytes(f, "a request frame") for f in frames]
         if not body:
             raise ValueError("a request needs at least one body frame")
         timeout = self.timeout if timeout is None else timeout

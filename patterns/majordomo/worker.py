@@ -70,6 +70,7 @@ import zmq
 from zactors.actors.actor import Actor
 from zactors.actors.auth import curve_client
 from zactors.actors.sockets import NOBLOCK, Socket, context
+from zactors.actors.values import to_bytes
 
 from zactors.actors.auth import Keypair
 
@@ -92,8 +93,7 @@ def _frames(reply):
     if isinstance(reply, (bytes, str)):
         reply = [reply]
     try:
-        frames = [f if type(f) is bytes else f.encode() if isinstance(f, str) else bytes(memoryview(f))
-                  for f in reply]
+        frames = [to_bytes(f, "a reply frame") for f in reply]
     except TypeError:
         raise TypeError("a reply is bytes, str or a list of them, not %.200r" % (reply,)) from None
     return frames or [b""]

@@ -1,0 +1,29 @@
+"""One value model: bytes-like as is, str as UTF-8, anything else refused naming the argument."""
+import pytest
+
+from zactors.actors.values import to_bytes
+from zactors.patterns.majordomo import Broker, Client
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.mark.parametrize("value,expected", [
+    (b"raw", b"raw"), (bytearray(b"ba"), b"ba"), (memoryview(b"mv"), b"mv"), ("h\u00e9", b"h\xc3\xa9"), ("", b""),
+])
+def test_bytes_like_and_str_are_taken(value, expected):
+    assert to_bytes(value) == expected and type(to_bytes(value)) is bytes
+
+
+@pytest.mark.parametrize("value", [5, 0, None, 1.5, {"a": 1}, [b"x"], object()])
+def test_anything_else_is_refused_naming_the_argument(value):
+    with pytest.raises(TypeError) as raised:
+        to_bytes(value, "body")
+    assert str(raised.value) == "body must be bytes or str, not %s" % type(value).__name__
+
+
+def test_majordomo_client_follows_the_rule():
+    with Broker() as broker, Client(broker.endpoint, timeout=0.2, retries=1) as client:
+        with pytest.raises(TypeError, match="^a request frame must be bytes or str, not int$"):
+            client.request("echo", 5)
+        with pytest.raises(TypeError, match="^service must be bytes or str, not NoneType$"):
+            client.request(None, b"x")
