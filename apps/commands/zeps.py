@@ -36,6 +36,10 @@ def register(sub):
     broker.add_argument("--fsync", default="100ms", metavar="POLICY", type=_fsync,
                         help="'never', 'batch' (after every write) or a period such as 100ms or 1s "
                              "(default: %(default)s)")
+    broker.add_argument("--ack", choices=("written", "synced"), default="written",
+                        help="acknowledge a message (PING-OK, so a publisher's flush; and deliver it) once it is "
+                             "written (survives a crash of the broker) or synced (fsynced: survives a power "
+                             "loss; fsync after every write round, group commit) (default: %(default)s)")
     broker.add_argument("--retain", action="append", default=[], metavar="LIMIT", type=_limit,
                         help="keep at most this much per stream: a size (500M, 10G) or an age (30m, 12h, 7d); "
                              "may be given twice (default: keep everything)")
@@ -213,7 +217,9 @@ def run_broker(args):
         from zactors.actors.auth import Authenticator
         auth = Authenticator(curve=args.curve_clients or "*")
     try:
-        broker = Broker(args.journal, args.bind, fsync=args.fsync, heartbeat=args.heartbeat, expiry=args.expiry,
+        if args.ack == "synced" and args.fsync == "never":
+            raise options.UsageError("--ack synced needs fsync: not --fsync never")
+        broker = Broker(args.journal, args.bind, fsync=args.fsync, ack=args.ack, heartbeat=args.heartbeat, expiry=args.expiry,
                         max_message=args.max_message, retain_bytes=limits.get("size"),
                         retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions)
     except BaseException as exc:
@@ -222,7 +228,8 @@ def run_broker(args):
         if isinstance(exc, zmq.ZMQError):
             raise options.bind_error(args.bind, exc) from None
         raise
-    log.info("broker on %s, journal %s (fsync %s%s%s); Ctrl-C stops", broker.endpoint, broker.journal_dir,
+    log.info("broker on %s, journal %s (ack %s, fsync %s%s%s); Ctrl-C stops", broker.endpoint, broker.journal_dir,
+             args.ack, "after every write" if args.ack == "synced" else
              args.fsync if isinstance(args.fsync, str) else "every %gs" % args.fsync,
              "" if args.curve is None else ", CURVE, public key %s" % args.curve.public.decode(),
              "" if args.permissions is None else ", %d grants" % len(args.permissions.grants))
@@ -308,7 +315,8 @@ def run_streams(args):
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return exitstatus.OK
-    print("broker %s, journal %s, %d peer(s)" % (info["endpoint"], info["journal"], info["peers"]))
+    print("broker %s, journal %s, ack %s, %d peer(s)" % (info["endpoint"], info["journal"], info.get("ack", "?"),
+                                                         info["peers"]))
     for name, s in sorted(info["streams"].items()):
         print("stream %-20s seq %d..%d  written %d  synced %d  %.0f msg/s  %s on disk" % (
             name, s["first_seq"], s["last_seq"], s["written_seq"], s["synced_seq"], s["rate"], _human(s["bytes"])))

@@ -27,9 +27,15 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   write), always on the hub's threadpool.  A failed write is retried every
   0.1 s.  A publisher is never refused for speed.  A journal that
   refuses an append (disk full, I/O error) answers that PUBLISH with INVALID.
-- A PING is answered with PING-OK only once every PUBLISH received before it
-  on that peering is written to the journal (it survives ``kill -9`` of the
-  broker): ``Client.flush`` is built on that.
+- Acknowledgement level, ``ack``: ``"written"`` (default) or ``"synced"``.
+  A PING is answered with PING-OK, and a message is delivered live (or
+  replayed), only once every PUBLISH received before it on that peering is at
+  that level: ``"written"`` means handed to the OS (it survives ``kill -9`` of
+  the broker, not a power loss); ``"synced"`` means an fsync covered it (it
+  survives a power loss).  ``Publisher.flush`` is built on the PING-OK.  With
+  ``"synced"`` the journal is fsynced after every write round (group commit:
+  one fsync covers every message written while the previous one ran, on the
+  threadpool), whatever ``fsync`` says; ``fsync="never"`` is refused.
 - Credit flow, as the spec says: a subscriber whose credit covers a message
   (its DELIVER frame size) gets it straight from the publish path, with no
   disk read.  One whose credit does not is switched to replay at that
@@ -90,7 +96,10 @@ from .names import stream_directory, stream_name
 if TYPE_CHECKING:
     from .permissions import Permissions
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "ACK_LEVELS"]
+
+#: what a PING-OK (and a delivery) waits for: the OS has the message, or an fsync covered it
+ACK_LEVELS = ("written", "synced")
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +111,7 @@ _LIVE, _REPLAY = "live", "replay"
 _MAX_PENDING_KEYS = 10000
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
-                 "publishes")
+                 "publishes", "pings")
 
     def __init__(self, name, journal, commit):
         self.name = name
@@ -114,6 +123,7 @@ class _Stream:
         self.delivered_seq = journal.last_seq  # the publish path delivered up to here
         self.samples = []         # (monotonic, last_seq) for the rate
         self.publishes = 0
+        self.pings = {}           # ack="synced": token -> identity of a PING waiting for its fsync
 
 
 class _Peer:
@@ -147,7 +157,7 @@ class Broker(Actor):
     sndhwm = 100000
 
     def __init__(self, journal_dir: str | os.PathLike[str], endpoint: str = "tcp://127.0.0.1:*", *,
-                 fsync: str | float = 0.1, heartbeat: float = 1.0, expiry: float = 5.0,
+                 fsync: str | float = 0.1, ack: str = "written", heartbeat: float = 1.0, expiry: float = 5.0,
                  max_message: int = 1 << 20, max_streams: int = 1024, max_peers: int = 100000,
                  max_patterns: int = 64, max_stream_name: int = 80, max_credit: int = 64 << 20,
                  segment_bytes: int = 64 << 20, retain_bytes: int | None = None,
@@ -157,11 +167,16 @@ class Broker(Actor):
                  multicast_ttl: int = 1, streams: Iterable[bytes | str] = (), name: str | None = None) -> None:
         if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
             raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
+        if ack not in ACK_LEVELS:
+            raise ValueError("ack must be one of %s, got %r" % (", ".join(ACK_LEVELS), ack))
+        if ack == "synced" and fsync == "never":
+            raise ValueError("ack='synced' needs fsync: it cannot be 'never'")
         if not 0 < heartbeat <= expiry:
             raise ValueError("need 0 < heartbeat <= expiry")
         self.journal_dir = os.path.abspath(journal_dir)
         self.endpoint = endpoint
         self.fsync = fsync
+        self.ack = ack
         self.heartbeat = heartbeat
         self.expiry = expiry
         self.max_message = max_message
@@ -191,6 +206,7 @@ class Broker(Actor):
         self._peers: dict[bytes, _Peer] = {}
         self._replaying: dict[bytes, _Peer] = {}        # peers with credit waiting to be replayed (ordered set)
         self._pumping = False
+        self._ping_tokens = 0     # ack="synced": numbers the PINGs waiting for an fsync
         self._alive: Liveness[bytes] = Liveness(self.heartbeat, self.expiry)
         self._alive_timer = None
         self._heard: set[bytes] = set()         # identities heard from since the last liveness sweep
@@ -334,15 +350,24 @@ class Broker(Actor):
         stream.fresh.append(record)
         stream.commit.kick()
 
-    def _written(self, stream, written_seq):
-        """``stream``'s GroupCommit wrote its journal: deliver the fresh messages to live subscribers.
+    def _written(self, stream, seq):
+        """``stream``'s GroupCommit wrote (``ack="written"``) or fsynced (``"synced"``) its journal up
+        to ``seq``: deliver the fresh messages up to there to live subscribers.
 
-        Written first: a subscriber never holds a message that a crash of the
-        broker could take back (its sequence would be given to another).
+        At the level first: a subscriber never holds a message that a crash
+        (of the broker, or of the machine with ``"synced"``) could take back:
+        its sequence would be given to another.
         """
-        if not stream.fresh:
+        fresh = stream.fresh
+        if not fresh:
             return
-        fresh, stream.fresh = stream.fresh, []
+        n = seq - fresh[0][0] + 1  # fresh holds consecutive sequences; with "synced" some may be past seq
+        if n <= 0:
+            return
+        if n >= len(fresh):
+            stream.fresh = []
+        else:
+            fresh, stream.fresh = fresh[:n], fresh[n:]
         stream.publishes += len(fresh)
         stream.delivered_seq = fresh[-1][0]
         if self._multicast is not None:
@@ -493,7 +518,16 @@ class Broker(Actor):
 
     # -- the journal ----------------------------------------------------------------
     def _write_failed(self, stream, exc):
-        """GroupCommit's ``on_error``: once per failing streak of writes, or a failed fsync."""
+        """GroupCommit's ``on_error``: once per failing streak of writes, or a failed fsync.
+
+        With ``ack="synced"`` the PINGs waiting for an fsync are answered
+        INVALID "PING: ..." now (as ``when_written``'s ``on_error`` does for
+        ``"written"``): not synced, and maybe never.
+        """
+        if stream.pings:
+            pings, stream.pings = stream.pings, {}
+            for identity in pings.values():
+                self._invalid(identity, "PING: stream %s cannot write its journal: %s" % (stream.name.decode(), exc))
         if stream.journal.broken:  # a failed fsync: final, the journal refuses until reopened
             self.stats["journal_sync_errors"] += 1
             log.error("%s: stream %s: fsync failed: %s", self.name, stream.name.decode("ascii", "replace"), exc)
@@ -572,9 +606,13 @@ class Broker(Actor):
         policy = self.fsync if isinstance(self.fsync, str) else "interval"
         interval = self.fsync if policy == "interval" else 0.1
         stream = _Stream(name, journal, None)
-        stream.commit = GroupCommit(self, journal, fsync=policy, interval=interval, retry=0.1,
-                                    on_written=partial(self._written, stream),
-                                    on_error=partial(self._write_failed, stream))
+        deliver = partial(self._written, stream)
+        if self.ack == "synced":  # an fsync after every write round: group commit, off the hub
+            stream.commit = GroupCommit(self, journal, fsync="batch", retry=0.1, on_synced=deliver,
+                                        on_error=partial(self._write_failed, stream))
+        else:
+            stream.commit = GroupCommit(self, journal, fsync=policy, interval=interval, retry=0.1,
+                                        on_written=deliver, on_error=partial(self._write_failed, stream))
         stream.commit.start()
         self._streams[name] = stream
         stream.samples.append((_monotonic(), journal.last_seq))
@@ -642,7 +680,17 @@ class Broker(Actor):
             # client waiting for the PING-OK knows this INVALID is the answer (the write is retried).
             self._invalid(identity, "PING: stream %s cannot write its journal: %s" % (stream.name.decode(), exc))
 
-        stream.commit.when_written(written, peer.published, failed)
+        if self.ack == "written":
+            stream.commit.when_written(written, peer.published, failed)
+            return
+        token = self._ping_tokens = self._ping_tokens + 1
+        stream.pings[token] = identity
+
+        def synced(_):
+            if stream.pings.pop(token, None) is not None:  # else answered already by _write_failed
+                self._send(identity, p.PING_OK_FRAME)
+
+        stream.commit.when_synced(synced, peer.published)
 
     def _allowed(self, peer, action):
         if self.permissions is None:
@@ -780,7 +828,7 @@ class Broker(Actor):
                 "bytes": stats["disk_bytes"],
                 "peers": len(stream.peers), "subscribers": subscribers,
             }
-        info = {"endpoint": self.endpoint, "journal": self.journal_dir, "streams": streams,
+        info = {"endpoint": self.endpoint, "journal": self.journal_dir, "ack": self.ack, "streams": streams,
                 "peers": len(self._peers), "counters": dict(self.stats)}
         if self._multicast is not None:
             info["multicast"] = dict(self._multicast.stats, group="%s:%d" % self._multicast.address)

@@ -31,7 +31,7 @@ def _endpoint(broker):
 def test_publish_subscribe_streams_and_dump(run, capsys, tmp_path, monkeypatch):
     journal = str(tmp_path / "j")
     broker = run("zeps", "broker", "--journal", journal, "--bind", "tcp://127.0.0.1:*", "--fsync", "batch",
-                 "--retain", "1G", "--retain", "7d")
+                 "--retain", "1G", "--retain", "7d", "--ack", "synced")
     endpoint = _endpoint(broker)
     c = ["--connect", endpoint]
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"one\ntwo\nthree\n")))
@@ -46,7 +46,7 @@ def test_publish_subscribe_streams_and_dump(run, capsys, tmp_path, monkeypatch):
     assert len(capsys.readouterr().out.splitlines()) == 4
     assert main(["-q", "zeps", "streams", *c]) == 0
     out = capsys.readouterr().out
-    assert "stream orders" in out and "seq 1..4" in out
+    assert "stream orders" in out and "seq 1..4" in out and "ack synced" in out
     broker.send_signal(signal.SIGINT)
     assert broker.wait(10) == 0
     assert main(["-q", "zeps", "dump", journal]) == 0
@@ -60,6 +60,7 @@ def test_publish_subscribe_streams_and_dump(run, capsys, tmp_path, monkeypatch):
     (["broker", "--journal", "j", "--fsync", "sometimes"], "say never, batch, or a period"),
     (["broker", "--journal", "j", "--retain", "lots"], "neither a size (500M, 10G) nor an age"),
     (["broker", "--journal", "j", "--permissions", "/nonexistent/p"], "cannot read /nonexistent/p"),
+    (["broker", "--journal", "j", "--ack", "synced", "--fsync", "never"], "--ack synced needs fsync"),
     (["broker", "--journal", "j", "--heartbeat", "9"], "must not be longer than --expiry"),
     (["broker", "--journal", "j", "--bind", "127.0.0.1:5570"], "has no transport"),
     (["subscribe", "s", "--since", "yesterday"], "is not a time"),
