@@ -60,7 +60,9 @@ def register(sub):
     publish = cmds.add_parser("publish", help="publish BODY, or each line of stdin, under KEY",
                               description="Publish to STREAM under routing KEY: BODY if given, else one message "
                                           "per line of standard input.  Returns once the broker has written all "
-                                          "(exit status 0), 1 if it refused any, 3 if no broker answers.")
+                                          "(exit status 0), 1 if it refused any or lost the peering before "
+                                          "confirming some (the lines that may be lost are named), 3 if no "
+                                          "broker answers.")
     publish.add_argument("stream", help="stream name")
     publish.add_argument("key", help="routing key")
     publish.add_argument("body", nargs="?", help="message body (default: lines from stdin)")
@@ -252,10 +254,12 @@ def _describe(info):
 
 def run_publish(args):
     from zactors.patterns.zeps import Publisher
+    from zactors.patterns.zeps import MessagesLost
 
     pub = _answered(Publisher, args.connect, args.stream, curve=options.client_curve(args), timeout=args.timeout)
     count = 0
     flushed = False
+    lost = []           # (first, last) input numbers (lines) the broker may have lost
     try:
         if args.body is not None:
             pub.publish(args.key, args.body.encode())
@@ -266,13 +270,35 @@ def run_publish(args):
                 count += 1
                 if count % 1000 == 0:
                     gevent.sleep(0)
-        pub.flush(timeout=max(args.timeout, 10.0))
-        flushed = True
+        for _ in range(10):  # a loss is said once; flush again for a verdict on the rest
+            try:
+                pub.flush(timeout=max(args.timeout, 10.0))
+                flushed = True
+                break
+            except MessagesLost as exc:
+                lost += exc.ranges
     finally:
         pub.close()
-        print("published %d message(s) to %s%s" % (count, args.stream, ", written by the broker" if flushed else
-                                                   "; not confirmed written"), file=sys.stderr)
+        what = "line" if args.body is None else "message"
+        parts = ["published %d message(s) to %s" % (count, args.stream)]
+        if lost:
+            parts.append("%s %s (%d message(s)) may be lost: the broker lost the peering before confirming them"
+                         % (what + "s" if sum(b - a + 1 for a, b in lost) > 1 else what, _ranges(lost),
+                            sum(b - a + 1 for a, b in lost)))
+        confirmed = pub.confirmed
+        if flushed:
+            parts.append("everything else written by the broker" if lost else "written by the broker")
+        elif confirmed < count:
+            parts.append("%ss %d-%d not confirmed written" % (what, confirmed + 1, count) if confirmed + 1 < count
+                         else "%s %d not confirmed written" % (what, count))
+        print("; ".join(parts), file=sys.stderr)
+    if lost:
+        return exitstatus.FAILED
     return exitstatus.OK
+
+
+def _ranges(ranges):
+    return ", ".join("%d" % a if a == b else "%d-%d" % (a, b) for a, b in ranges)
 
 
 def run_subscribe(args):

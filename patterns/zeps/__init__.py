@@ -13,12 +13,12 @@ import importlib
 _EXPORTS = {
     "Broker": ".broker",
     "Message": ".client", "Publisher": ".client", "Subscriber": ".client", "ZepsError": ".client",
-    "query": ".client",
+    "MessagesLost": ".client", "query": ".client",
     "Filter": ".matcher", "Matcher": ".matcher", "PatternError": ".matcher",
     "NEW": ".protocol", "ProtocolError": ".protocol",
 }
 
-__all__ = ["Broker", "Publisher", "Subscriber", "Message", "ZepsError", "query", "Filter", "Matcher",
+__all__ = ["Broker", "Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "query", "Filter", "Matcher",
            "PatternError", "ProtocolError", "NEW"]
 
 

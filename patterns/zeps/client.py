@@ -14,10 +14,17 @@ Each is one peering (one DEALER).  Both keep the peering alive with PING
 (every ``heartbeat`` seconds of quiet) and take a broker silent for
 ``expiry`` seconds, or a DETACH from it, as lost: they connect again and
 ATTACH again.  A subscriber then subscribes from the last sequence it
-received, so it sees no gap and no duplicate across the loss.  Messages a
-publisher sent after its last successful :meth:`Publisher.flush` may be lost
-with a broker that dies: ``flush`` is the durability point (the broker has
-written them; they survive ``kill -9`` of the broker).
+received, so it sees no gap and no duplicate across the loss.
+
+``flush`` is the publisher's durability point: when it returns, every message
+published before it is in the journal at the broker's acknowledgement level
+(``written``: survives ``kill -9`` of the broker; ``synced``: a power loss).
+The publisher counts the messages the broker has not confirmed yet (a PING-OK,
+to ``flush``, to a heartbeat or to the PING sent after every 4096 publishes,
+confirms everything published before its PING); if the peering is lost before they are confirmed (the broker died, or
+dropped us), the next ``flush`` raises :class:`MessagesLost` saying how many,
+and which (numbered by their ``publish`` call, from 1), may be lost.  They may
+also be in the journal: the broker died before it could say.
 
 :class:`Publisher` may be used from many greenlets at once (a gevent WSGI
 handler, say): a publish never yields unless the broker is at its
@@ -49,7 +56,7 @@ from zactors.actors.speedups import events as _events, recv_singles, send_messag
 
 from . import deliver as _deliver, protocol as p
 
-__all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "query"]
+__all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "query"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,7 @@ _PUBLISH_HEAD = struct.Struct(">2sBB").pack
 _u32 = struct.Struct(">I").pack
 
 _BATCH = 256                 # DELIVERs taken from the socket per C call
+_CONFIRM_EVERY = 4095        # a publisher PINGs after every 4096 publishes (mask): the broker confirms as it goes
 class Message(NamedTuple):
     """One delivered message: its stream sequence, routing key and body (bytes)."""
 
@@ -75,6 +83,23 @@ _parse = _deliver.parse      # DELIVER frames to Messages, a batch per call
 
 class ZepsError(Exception):
     """The broker refused something (its INVALID reason is the message), or did not answer."""
+
+
+class MessagesLost(ZepsError):
+    """The peering was lost before the broker confirmed ``count`` published messages: they may be lost.
+
+    ``ranges`` lists them as ``(first, last)`` publish numbers (the n-th call
+    of :meth:`Publisher.publish` is number n), oldest first.
+    """
+
+    def __init__(self, ranges: list[tuple[int, int]]) -> None:
+        self.ranges = ranges
+        self.count = sum(last - first + 1 for first, last in ranges)
+        super().__init__("%d message(s) may be lost (publish number%s %s): the broker lost the peering (did it "
+                         "restart?) before confirming them" % (
+                             self.count, "" if self.count == 1 else "s",
+                             ", ".join("%d" % a if a == b else "%d-%d" % (a, b) for a, b in ranges[:10])
+                             + (", ..." if len(ranges) > 10 else "")))
 
 
 def _bytes(value: bytes | str) -> bytes:
@@ -120,7 +145,7 @@ class Publisher:
         self.curve = curve
         self.heartbeat = heartbeat
         self.expiry = expiry
-        self.stats = dict.fromkeys(("published", "flushes", "reattached", "invalid"), 0)
+        self.stats = dict.fromkeys(("published", "flushes", "reattached", "invalid", "lost"), 0)
         self._errors: list[str] = []
         self._lock = Semaphore()  # held by whoever reads the socket (flush, heartbeats)
         self._closed = False
@@ -134,6 +159,10 @@ class Publisher:
         self._pings = 0           # PINGs sent on this peering; the broker answers each, in order,
         self._answers = 0         # with PING-OK, or INVALID "PING: ..." when it cannot write
         self._refused: list[tuple[int, str]] = []        # (answer number, reason) of the INVALID "PING:" answers
+        self._marks: deque[int] = deque()  # per PING not yet answered: the publish count when it was sent
+        self._confirmed = 0       # publish count the broker has confirmed (or that was given up as lost)
+        self._lost: list[tuple[int, int]] = []  # publish numbers unconfirmed when a peering was lost
+        self._attaching = False   # an ATTACH was sent again: the old peering's DETACHes are stale
         self._keepalive = gevent.spawn(self._keep_alive)
 
     def publish(self, key: bytes | str, body: bytes) -> None:
@@ -157,11 +186,20 @@ class Publisher:
                 sock.send_multipart([frame])
         stats = self.stats
         n = stats["published"] = stats["published"] + 1
-        if not n & 63 and _events(sock, sock.handle) & POLLIN and self._lock.acquire(blocking=False):
+        if not n & 63 and (not n & _CONFIRM_EVERY or _events(sock, sock.handle) & POLLIN) \
+                and self._lock.acquire(blocking=False):
             try:  # a DETACH (the broker restarted) must be seen before many more publishes
                 self._service()
+                if not n & _CONFIRM_EVERY and len(self._marks) < 64:
+                    self._ping(block=False)  # confirmations keep coming: a loss names fewer messages
             finally:
                 self._lock.release()
+
+    @property
+    def confirmed(self) -> int:
+        """How many of the messages published so far (counted from the first) the broker has confirmed
+        written, or reported lost (:class:`MessagesLost`)."""
+        return self._confirmed
 
     def flush(self, timeout: float = 10.0) -> None:
         """Wait until the broker has written every message published so far.
@@ -171,8 +209,7 @@ class Publisher:
         """
         with self._lock:
             self._service()
-            self._sock.send(p.PING_FRAME)
-            self._pings += 1
+            self._ping()
             target = self._pings      # ours is answered after every PING sent before it
             deadline = _monotonic() + timeout
             while self._answers < target:
@@ -181,8 +218,9 @@ class Publisher:
                     raise ZepsError("the broker did not confirm within %ss" % timeout)
                 # Short waits: another greenlet's send may take the socket's FD edge.
                 self._sock.wait(POLLIN, min(remaining, 0.01))
-                if self._service():  # the peering was lost: those messages may be gone
-                    raise ZepsError("the broker lost this peering; messages since the last flush may be lost")
+                self._service()  # a lost peering answers our PING by giving it up (and counts the lost)
+            if self._lost:  # published, then the peering was lost before the broker confirmed them
+                raise self._take_lost()
             refused = [reason for number, reason in self._refused if number >= target]
             self._refused = []
             if refused:  # our PING (or a later one) was refused: not written
@@ -192,6 +230,19 @@ class Publisher:
             errors, self._errors = self._errors, []
         if errors:
             raise ZepsError("; ".join(errors[:5]) + (" (and %d more)" % (len(errors) - 5) if len(errors) > 5 else ""))
+
+    def _ping(self, block=True):
+        """Send a PING (the lock held): its PING-OK will confirm everything published so far."""
+        try:
+            self._sock.send(p.PING_FRAME, 0 if block else zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        self._pings += 1
+        self._marks.append(self.stats["published"])
+
+    def _take_lost(self):
+        lost, self._lost = self._lost, []
+        return MessagesLost(lost)
 
     def _service(self):
         """Read what the broker sent (the lock held); True if the peering was lost (and attached again)."""
@@ -211,21 +262,42 @@ class Publisher:
             kind = type(message)
             if kind is p.PingOk:
                 self._answers += 1
+                if self._marks:
+                    self._confirmed = max(self._confirmed, self._marks.popleft())
+            elif kind is p.AttachOk:
+                self._attaching = False
             elif kind is p.Ping:
                 sock.send(p.PING_OK_FRAME)
             elif kind is p.Invalid:
                 self.stats["invalid"] += 1
                 if message.reason.startswith("PING:"):  # the broker's answer to a PING: not written
                     self._answers += 1
+                    if self._marks:
+                        self._marks.popleft()
                     self._refused.append((self._answers, message.reason[5:].strip()))
                     del self._refused[:-10]
+                elif message.reason.endswith("(no peering: attach first)"):
+                    pass  # sent on a lost peering: the DETACH behind it counts it in what may be lost
                 elif len(self._errors) < 100:
                     self._errors.append(message.reason)
             elif kind is p.Detach:
+                if self._attaching:
+                    continue  # the lost peering's answers to what we sent before attaching again
                 lost = True
                 self._reattach()
 
     def _reattach(self, new_socket=False):
+        """Attach again (the lock held); what the broker had not confirmed counts as maybe lost."""
+        published = self.stats["published"]
+        if published > self._confirmed:
+            self._lost.append((self._confirmed + 1, published))
+            del self._lost[:-1000]
+            self.stats["lost"] += published - self._confirmed
+            self._confirmed = published
+            log.warning("publisher: peering on %s lost with publish numbers %d-%d unconfirmed: they may be lost",
+                        self.stream.decode(), self._lost[-1][0], published)
+        self._marks.clear()
+        self._attaching = True
         self.stats["reattached"] += 1
         log.info("publisher: peering on %s lost; attaching again", self.stream.decode())
         if new_socket:
@@ -246,8 +318,7 @@ class Publisher:
                 if quiet > self.expiry:
                     self._reattach(new_socket=True)
                 elif quiet > self.heartbeat:
-                    self._sock.send(p.PING_FRAME)
-                    self._pings += 1
+                    self._ping()
 
     def close(self) -> None:
         """Detach and close (unflushed messages still queued are dropped: flush first)."""
