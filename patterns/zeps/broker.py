@@ -128,7 +128,7 @@ class _Stream:
 
 class _Peer:
     __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
-                 "key", "may_publish", "delivered", "held")
+                 "key", "may_publish", "delivered", "held", "gaps")
 
     def __init__(self, identity, stream, key):
         self.identity = identity
@@ -143,6 +143,7 @@ class _Peer:
         self.may_publish = None   # permission, decided on the first PUBLISH
         self.delivered = 0
         self.held = False         # its transport backlog is full: no more sends until drained
+        self.gaps = False         # it asked (FEATURES "gaps") to be told of retention gaps with GAP
 
 
 class Broker(Actor):
@@ -325,6 +326,9 @@ class Broker(Actor):
                 self.stats["detached"] += 1
                 self._drop(peer)
             self._send(identity, p.DETACH_OK_FRAME)
+        elif kind is p.Features:
+            if peer is not None:  # (before ATTACH: ignored, as the extension says)
+                peer.gaps = b"gaps" in message.features.split()
         elif kind is p.Query:
             self.stats["queries"] += 1
             self._send(identity, p.query_ok(json.dumps(self.info()).encode()))
@@ -461,16 +465,17 @@ class Broker(Actor):
             self._go_live(peer)
             return False
         try:
-            records = stream.journal.read(peer.next, max_records=self.replay_batch, max_bytes=4 << 20)
+            records = self._read(stream.journal, peer.next)
         except SequenceGone as gone:
             self.stats["replay_skipped_retention"] += 1
             log.info("%s: %r asked for %d, retention kept from %d", self.name, peer.identity, peer.next,
                      gone.first_seq)
+            if peer.gaps:  # asked to be told; others see the jump in the sequences
+                self._send(peer.identity, p.gap(peer.next, gone.first_seq - 1))
             peer.next = gone.first_seq
             return True
         except JournalError as exc:
-            log.error("%s: replay of %s failed: %s", self.name, stream.name, exc)
-            self.stats["replay_errors"] += 1
+            self._unreadable(peer, exc)
             return False
         # the whole batch matched and encoded in one call, and sent in one while libzmq takes it
         frames, credit, consumed, short = _frames(records, 0, limit, peer.credit, matcher_of(peer.filter))
@@ -505,11 +510,36 @@ class Broker(Actor):
             self._go_live(peer)
             return False
         if not records:
-            self.stats["replay_errors"] += 1
-            log.error("%s: stream %s: journal returned nothing at %d (written up to %d)", self.name,
-                      stream.name, peer.next, limit)
+            self._unreadable(peer, "the journal returned nothing (written up to %d)" % limit)
             return False
         return True
+
+    def _read(self, journal, seq):
+        """Up to a batch of records from ``seq``.  A batch that cannot be read is tried in halves, so
+        that the records before a corrupt one are still delivered and the error names its sequence."""
+        batch = self.replay_batch
+        while True:
+            try:
+                return journal.read(seq, max_records=batch, max_bytes=4 << 20)
+            except SequenceGone:
+                raise
+            except JournalError:
+                if batch == 1:
+                    raise
+                batch >>= 1
+
+    def _unreadable(self, peer, error):
+        """Replay cannot read message ``peer.next``: say so to the peer (INVALID "REPLAY: ..."), never skip it.
+
+        The peer stays where it is; its next CREDIT tries again (a journal
+        repaired meanwhile serves it).
+        """
+        stream = peer.stream
+        self.stats["replay_errors"] += 1
+        log.error("%s: stream %s: replay cannot read sequence %d: %s", self.name,
+                  stream.name.decode("ascii", "replace"), peer.next, error)
+        self._send(peer.identity, p.invalid("REPLAY: stream %s: sequence %d cannot be read: %s"
+                                            % (stream.name.decode("ascii", "replace"), peer.next, error)))
 
     def _go_live(self, peer):
         peer.mode = _LIVE
@@ -648,6 +678,15 @@ class Broker(Actor):
             self._invalid(identity, str(exc))
             return
         journal = peer.stream.journal
+        if type(message) is p.Subscribe and message.latest != p.NEW and message.latest > journal.last_seq:
+            self.stats["rollbacks"] += 1
+            reason = ("ROLLBACK: stream %s ends at sequence %d, before the %d you resume after: the journal lost "
+                      "messages and sequences from %d on are new ones; subscribe again from sequence %d or earlier"
+                      % (peer.stream.name.decode(), journal.last_seq, message.latest, journal.last_seq + 1,
+                         journal.last_seq + 1))
+            log.warning("%s: %r: %s", self.name, identity, reason)
+            self._send(identity, p.invalid(reason))
+            return
         if type(message) is p.SubscribeSince:
             start = journal.seq_at_time(message.since / 1e6)
         elif message.latest == p.NEW:

@@ -38,6 +38,7 @@ batch), or through a ``callback`` run in the subscriber's own greenlet.  Neither
 from __future__ import annotations
 
 import logging
+import re
 import struct
 import time
 from collections import deque
@@ -56,7 +57,8 @@ from zactors.actors.speedups import events as _events, recv_singles, send_messag
 
 from . import deliver as _deliver, protocol as p
 
-__all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "query"]
+__all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "ReplayError", "StreamRolledBack",
+           "query"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,39 @@ _parse = _deliver.parse      # DELIVER frames to Messages, a batch per call
 
 class ZepsError(Exception):
     """The broker refused something (its INVALID reason is the message), or did not answer."""
+
+
+class ReplayError(ZepsError):
+    """The broker cannot read message ``seq`` of ``stream`` from its journal (a corrupt record).
+
+    Nothing past it is delivered on this subscription: the broker does not skip data.
+    """
+
+    def __init__(self, reason: str, stream: bytes, seq: int | None) -> None:
+        super().__init__(reason)
+        self.stream = stream
+        self.seq = seq
+
+
+class StreamRolledBack(ZepsError):
+    """The stream ends at ``last_seq``, before the ``held`` this subscriber resumed after.
+
+    The broker's journal lost messages (a power loss with ``ack="written"``,
+    a cut corrupt tail): sequences ``last_seq + 1 ..`` will be new messages,
+    not the ones this subscriber holds.  Subscribe again (``from_seq`` at most
+    ``last_seq + 1``) knowing that.
+    """
+
+    def __init__(self, reason: str, stream: bytes, last_seq: int | None, held: int | None) -> None:
+        super().__init__(reason)
+        self.stream = stream
+        self.last_seq = last_seq
+        self.held = held
+
+
+def _number_after(text, prefix):
+    match = re.search(re.escape(prefix) + r"(\d+)", text)
+    return int(match.group(1)) if match else None
 
 
 class MessagesLost(ZepsError):
@@ -350,12 +385,28 @@ class Subscriber(Actor):
     open (at least the largest message).  ``callback(message)``, if given,
     runs in the subscriber's greenlet for each message instead of the queue.
 
+    Retention gaps: when the broker's retention removed messages this
+    subscriber was due (it asked for sequence 1 and the journal starts at
+    4,429), the broker says so (the GAP extension): the range is appended to
+    :attr:`gaps` (``(first, last)`` sequences, the last 100), counted in
+    ``stats["gaps"]`` and ``stats["gap_sequences"]``, logged as a warning,
+    and passed to ``on_gap(first, last)`` if given (in the subscriber's
+    greenlet).  Delivery goes on at ``last + 1``.
+
+    Errors end the subscription: :meth:`get` (and iteration) raise them once
+    the messages received before are taken, and :attr:`error` holds them:
+    :class:`ReplayError` when the broker cannot read a message from its
+    journal (a corrupt record; nothing is skipped), :class:`StreamRolledBack`
+    when the stream restarted below what this subscriber holds (the journal
+    lost messages), :class:`ZepsError` when the subscription is refused.
+
     Commands: ``INFO`` (reply: stream, last sequence, counters).
     """
 
     def __init__(self, endpoint: str, stream: bytes | str, *patterns: bytes | str, from_seq: int | None = None,
                  since: float | None = None, new: bool = False, window: int = 8 << 20,
-                 callback: Callable[[Message], object] | None = None, curve: Curve | None = None,
+                 callback: Callable[[Message], object] | None = None,
+                 on_gap: Callable[[int, int], object] | None = None, curve: Curve | None = None,
                  heartbeat: float = 1.0, expiry: float = 5.0, timeout: float = 5.0, name: str | None = None) -> None:
         if sum(x is not None and x is not False for x in (from_seq, since, new or None)) > 1:
             raise ValueError("give at most one of from_seq, since and new")
@@ -370,6 +421,8 @@ class Subscriber(Actor):
         self.window = window
         self._quarter = window >> 2   # credit goes back in quarters of the window
         self.callback = callback
+        self.on_gap = on_gap
+        self.gaps: list[tuple[int, int]] = []  # (first, last) sequences retention removed before delivery
         self.curve = curve
         self.heartbeat = heartbeat
         self.expiry = expiry
@@ -441,6 +494,11 @@ class Subscriber(Actor):
             self.post(self._give_credit)
 
     @property
+    def error(self) -> ZepsError | None:
+        """The error that ended this subscription (see the class docstring), or None."""
+        return self._error
+
+    @property
     def pending(self) -> int:
         """Messages received and not yet taken."""
         return len(self._queue)
@@ -489,6 +547,7 @@ class Subscriber(Actor):
         self._subscribed = 0
         self._credit_given = 0
         sock.send(p.attach(self.stream))
+        sock.send(p.features(b"gaps"))  # the GAP extension, before the SUBSCRIBE that may need it
         if self.last_seq is not None:
             first = p.subscribe(self.patterns[0], self.last_seq)
         elif self.since is not None:
@@ -576,12 +635,35 @@ class Subscriber(Actor):
             self._stats["reattached"] += 1
             log.info("%s: the broker closed the peering; attaching again from %s", self.name, self.last_seq)
             self._reconnect()
+        elif kind is p.Gap:
+            self._gap(message.first, message.last)
         elif kind is p.Invalid:
             self._stats["invalid"] += 1
-            log.warning("%s: broker says: %s", self.name, message.reason)
-            if not self._attached or self._subscribed < len(self.patterns):
-                self._error = ZepsError(message.reason)
-                self._ready.set()
+            reason = message.reason
+            log.warning("%s: broker says: %s", self.name, reason)
+            if reason.startswith("REPLAY:"):
+                self._fail(ReplayError(reason, self.stream, _number_after(reason, "sequence ")))
+            elif reason.startswith("ROLLBACK:"):
+                self._fail(StreamRolledBack(reason, self.stream, _number_after(reason, "ends at sequence "),
+                                            _number_after(reason, "before the ")))
+            elif not self._attached or self._subscribed < len(self.patterns):
+                self._fail(ZepsError(reason))
+
+    def _fail(self, error):
+        if self._error is None:
+            self._error = error
+        self._ready.set()
+
+    def _gap(self, first, last):
+        self.gaps.append((first, last))
+        del self.gaps[:-100]
+        stats = self._stats
+        stats["gaps"] += 1
+        stats["gap_sequences"] += last - first + 1
+        log.warning("%s: stream %s: sequences %d..%d are gone (retention removed them before they were "
+                    "delivered); going on at %d", self.name, self.stream.decode(), first, last, last + 1)
+        if self.on_gap is not None:
+            self.on_gap(first, last)
 
     def _callback(self, item, size):
         try:
