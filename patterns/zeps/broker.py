@@ -50,6 +50,12 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   ``max_credit`` bytes (what may be in flight to it), libzmq's send queue
   (``sndhwm``) and the kernel outbox behind it; at most ``max_peers``
   attached peers.
+- Idempotent publishing (the PUBLISH-ID extension, :mod:`.protocol`): a
+  message a producer already published on the stream is dropped as a
+  duplicate, by (producer id, producer sequence), remembered in memory for
+  at most ``max_producers`` producers per stream (least recently heard from
+  evicted, counted ``producers_evicted``).  In memory only: after a broker
+  restart a resend may be journaled twice.
 - Invalid or out-of-order commands are answered with INVALID (a readable
   reason) and counted (``invalid``); nothing a peer sends stops the broker
   or another peer's flow.
@@ -74,6 +80,7 @@ import logging
 import os
 import struct
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -111,7 +118,7 @@ _LIVE, _REPLAY = "live", "replay"
 _MAX_PENDING_KEYS = 10000
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
-                 "publishes", "pings")
+                 "publishes", "pings", "producers")
 
     def __init__(self, name, journal, commit):
         self.name = name
@@ -124,6 +131,7 @@ class _Stream:
         self.samples = []         # (monotonic, last_seq) for the rate
         self.publishes = 0
         self.pings = {}           # ack="synced": token -> identity of a PING waiting for its fsync
+        self.producers = OrderedDict()  # PUBLISH-ID: producer -> (its last sequence, our sequence), LRU order
 
 
 class _Peer:
@@ -160,7 +168,7 @@ class Broker(Actor):
     def __init__(self, journal_dir: str | os.PathLike[str], endpoint: str = "tcp://127.0.0.1:*", *,
                  fsync: str | float = 0.1, ack: str = "written", heartbeat: float = 1.0, expiry: float = 5.0,
                  max_message: int = 1 << 20, max_streams: int = 1024, max_peers: int = 100000,
-                 max_patterns: int = 64, max_stream_name: int = 80, max_credit: int = 64 << 20,
+                 max_patterns: int = 64, max_producers: int = 10000, max_stream_name: int = 80, max_credit: int = 64 << 20,
                  segment_bytes: int = 64 << 20, retain_bytes: int | None = None,
                  retain_seconds: float | None = None, curve: Keypair | bytes | str | None = None,
                  curve_domain: str | None = None, permissions: Permissions | None = None,
@@ -184,6 +192,7 @@ class Broker(Actor):
         self.max_streams = max_streams
         self.max_peers = max_peers
         self.max_patterns = max_patterns
+        self.max_producers = max_producers
         self.max_stream_name = max_stream_name
         self.max_credit = max_credit
         self.journal_options = dict(segment_bytes=segment_bytes, retain_bytes=retain_bytes,
@@ -308,6 +317,11 @@ class Broker(Actor):
                 self._unattached(identity, "PUBLISH")
             else:
                 self._publish(peer, message.key, message.body)
+        elif kind is p.PublishId:
+            if peer is None:
+                self._unattached(identity, "PUBLISH")
+            else:
+                self._publish(peer, message.key, message.body, message.producer, message.sequence)
         elif kind is p.Credit:
             if peer is None:
                 self._unattached(identity, "CREDIT")
@@ -335,7 +349,7 @@ class Broker(Actor):
         else:
             self._invalid(identity, "a broker does not accept %s" % p.NAMES[message.id])
 
-    def _publish(self, peer, key, body):
+    def _publish(self, peer, key, body, producer=None, sequence=0):
         stream = peer.stream
         if len(key) + len(body) > self.max_message:
             self._invalid(peer.identity, "message of %d bytes is over the limit of %d"
@@ -344,12 +358,26 @@ class Broker(Actor):
         if peer.may_publish is not True:
             if not self._allowed(peer, "publish"):
                 return
+        producers = stream.producers
+        if producer is not None:
+            seen = producers.get(producer)
+            if seen is not None:
+                producers.move_to_end(producer)
+                if sequence <= seen[0]:  # journaled already (a resend): its PING waits for that one
+                    self.stats["duplicates_dropped"] += 1
+                    peer.published = max(peer.published, seen[1])
+                    return
         try:
             record = stream.journal.append_record(key, body)
         except JournalError as exc:
             self.stats["journal_refused"] += 1
             self._invalid(peer.identity, "stream %s refused the message: %s" % (stream.name.decode(), exc))
             return
+        if producer is not None:
+            producers[producer] = (sequence, record[0])
+            if len(producers) > self.max_producers:  # a budget: the least recently heard from goes
+                producers.popitem(last=False)
+                self.stats["producers_evicted"] += 1
         peer.published = record[0]
         stream.fresh.append(record)
         stream.commit.kick()
@@ -865,7 +893,7 @@ class Broker(Actor):
                 "written_seq": journal.written_seq, "synced_seq": journal.synced_seq,
                 "rate": round((s1 - s0) / (t1 - t0), 1) if t1 > t0 else 0.0,
                 "bytes": stats["disk_bytes"],
-                "peers": len(stream.peers), "subscribers": subscribers,
+                "peers": len(stream.peers), "subscribers": subscribers, "producers": len(stream.producers),
             }
         info = {"endpoint": self.endpoint, "journal": self.journal_dir, "ack": self.ack, "streams": streams,
                 "peers": len(self._peers), "counters": dict(self.stats)}

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import struct
 import time
 from collections import deque
@@ -65,7 +66,9 @@ log = logging.getLogger(__name__)
 _monotonic = time.monotonic
 
 _PUBLISH_HEAD = struct.Struct(">2sBB").pack
+_PUBLISH_ID_HEAD = struct.Struct(">2sBQQ").pack   # signature, 20, producer, sequence
 _u32 = struct.Struct(">I").pack
+_u8 = struct.Struct(">B").pack
 
 _BATCH = 256                 # DELIVERs taken from the socket per C call
 _CONFIRM_EVERY = 4095        # a publisher PINGs after every 4096 publishes (mask): the broker confirms as it goes
@@ -141,9 +144,11 @@ def _bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
-def _dealer(endpoint, curve):
+def _dealer(endpoint, curve, sndhwm=None):
     sock = context().socket(zmq.DEALER, socket_class=Socket)
     sock.linger = 0
+    if sndhwm is not None:
+        sock.sndhwm = sndhwm
     if curve:
         curve_client(sock, curve[1], curve[0])
     sock.connect(endpoint)
@@ -171,20 +176,44 @@ class Publisher:
     ``curve`` is ``(broker_public_key, client_keys)`` for a CURVE broker.
     Construction waits (up to ``timeout``) for ATTACH-OK and raises
     :class:`ZepsError` if the broker refuses the stream.
+
+    ``idempotent=True`` (the PUBLISH-ID extension): the publisher keeps
+    every message until the broker confirms it (at most ``max_unconfirmed``
+    messages and ``max_unconfirmed_bytes``; past that, :meth:`publish`
+    waits for confirmation as :meth:`flush` does, and raises like it), and
+    after a lost peering it sends them again; the broker drops the ones it
+    has already journaled, by (producer id, producer sequence).  So
+    :meth:`flush` never raises :class:`MessagesLost`: while the broker lives,
+    every message is journaled exactly once; across a broker *restart* at
+    least once (the broker's table of producers is in memory: it may journal
+    a resent message twice; ``stats["resent"]`` bounds how many).  Publishes
+    from several greenlets are serialised while one of them is parked.
     """
 
     def __init__(self, endpoint: str, stream: bytes | str, *, curve: Curve | None = None, heartbeat: float = 1.0,
-                 expiry: float = 5.0, timeout: float = 5.0) -> None:
+                 expiry: float = 5.0, timeout: float = 5.0, idempotent: bool = False,
+                 max_unconfirmed: int = 100000, max_unconfirmed_bytes: int = 64 << 20) -> None:
         self.endpoint = endpoint
+        self.timeout = timeout
+        self.idempotent = idempotent
+        self.max_unconfirmed = max_unconfirmed
+        self.max_unconfirmed_bytes = max_unconfirmed_bytes
+        self._producer = secrets.randbits(63) | 1     # PUBLISH-ID: this publisher's id
+        self._unconfirmed: deque[tuple[int, bytes]] = deque()  # idempotent: (publish number, frame)
+        self._unconfirmed_bytes = 0
         self.stream = _bytes(stream)
         self.curve = curve
         self.heartbeat = heartbeat
         self.expiry = expiry
-        self.stats = dict.fromkeys(("published", "flushes", "reattached", "invalid", "lost"), 0)
+        self.stats = dict.fromkeys(("published", "flushes", "reattached", "invalid", "lost", "resent"), 0)
         self._errors: list[str] = []
         self._lock = Semaphore()  # held by whoever reads the socket (flush, heartbeats)
         self._closed = False
-        self._sock = _dealer(endpoint, curve)
+        # idempotent: what is unconfirmed is bounded by max_unconfirmed, so the socket's queue needs no
+        # other bound, and a send never parks (publish numbers go out in order; a resend never blocks)
+        self._sndhwm = 0 if idempotent else None
+        self._parked = False      # idempotent: a publish is parked in a send; the others queue behind it
+        self._sock = _dealer(endpoint, curve, self._sndhwm)
         try:
             _attach(self._sock, self.stream, timeout)
         except Exception:
@@ -211,16 +240,21 @@ class Publisher:
             key = _bytes(key)
             if len(key) > 255:
                 raise ValueError("key is %d bytes; a ZEPS string holds at most 255" % len(key))
-        frame = b"".join((_PUBLISH_HEAD(p.SIGNATURE, p.PUBLISH, len(key)), key, _u32(len(body)), body))
-        sock = self._sock
-        try:
-            send_message(sock, sock.handle, (frame,))
-        except zmq.Again:
-            with self._lock:  # parks this greenlet until the broker takes it; no reattach meanwhile
-                sock = self._sock
-                sock.send_multipart([frame])
-        stats = self.stats
-        n = stats["published"] = stats["published"] + 1
+        if self.idempotent:
+            self._publish_id(b"".join((_u8(len(key)), key, _u32(len(body)), body)))
+            n = self.stats["published"]
+            sock = self._sock
+        else:
+            frame = b"".join((_PUBLISH_HEAD(p.SIGNATURE, p.PUBLISH, len(key)), key, _u32(len(body)), body))
+            sock = self._sock
+            try:
+                send_message(sock, sock.handle, (frame,))
+            except zmq.Again:
+                with self._lock:  # parks this greenlet until the broker takes it; no reattach meanwhile
+                    sock = self._sock
+                    sock.send_multipart([frame])
+            stats = self.stats
+            n = stats["published"] = stats["published"] + 1
         if not n & 63 and (not n & _CONFIRM_EVERY or _events(sock, sock.handle) & POLLIN) \
                 and self._lock.acquire(blocking=False):
             try:  # a DETACH (the broker restarted) must be seen before many more publishes
@@ -229,6 +263,41 @@ class Publisher:
                     self._ping(block=False)  # confirmations keep coming: a loss names fewer messages
             finally:
                 self._lock.release()
+
+        if self.idempotent and (len(self._unconfirmed) >= self.max_unconfirmed or
+                                self._unconfirmed_bytes >= self.max_unconfirmed_bytes):
+            self.flush(self.timeout)  # backpressure: wait for the broker to confirm what it holds
+
+    def _publish_id(self, tail):
+        """Send PUBLISH-ID with the next publish number.  The number is taken right before its send, and
+        no publish overtakes one parked in its send (the socket has no high-water mark, so none should),
+        so they go in order: the broker drops a number below one it has seen, so a later one sent first
+        would lose the earlier."""
+        if not self._parked:
+            n = self.stats["published"] + 1
+            frame = _PUBLISH_ID_HEAD(p.SIGNATURE, p.PUBLISH_ID, self._producer, n) + tail
+            sock = self._sock
+            try:
+                send_message(sock, sock.handle, (frame,))
+            except zmq.Again:
+                pass
+            else:
+                self._keep(n, frame)
+                return
+        with self._lock:  # parks this greenlet until the broker takes it; publishes behind it wait
+            self._parked = True
+            try:
+                n = self.stats["published"] + 1
+                frame = _PUBLISH_ID_HEAD(p.SIGNATURE, p.PUBLISH_ID, self._producer, n) + tail
+                self._sock.send_multipart([frame])
+                self._keep(n, frame)
+            finally:
+                self._parked = False
+
+    def _keep(self, n, frame):
+        self.stats["published"] = n
+        self._unconfirmed.append((n, frame))
+        self._unconfirmed_bytes += len(frame)
 
     @property
     def confirmed(self) -> int:
@@ -243,17 +312,23 @@ class Publisher:
         message since the last flush, or if it did not answer within ``timeout``.
         """
         with self._lock:
-            self._service()
-            self._ping()
-            target = self._pings      # ours is answered after every PING sent before it
             deadline = _monotonic() + timeout
-            while self._answers < target:
-                remaining = deadline - _monotonic()
-                if remaining <= 0:
-                    raise ZepsError("the broker did not confirm within %ss" % timeout)
-                # Short waits: another greenlet's send may take the socket's FD edge.
-                self._sock.wait(POLLIN, min(remaining, 0.01))
-                self._service()  # a lost peering answers our PING by giving it up (and counts the lost)
+            self._service()
+            while True:
+                reattached = self.stats["reattached"]
+                self._ping()
+                target = self._pings      # ours is answered after every PING sent before it
+                while self._answers < target:
+                    remaining = deadline - _monotonic()
+                    if remaining <= 0:
+                        raise ZepsError("the broker did not confirm within %ss" % timeout)
+                    # Short waits: another greenlet's send may take the socket's FD edge.
+                    self._sock.wait(POLLIN, min(remaining, 0.01))
+                    self._service()  # a lost peering answers our PING by giving it up (and counts the lost)
+                if not self.idempotent or self.stats["reattached"] == reattached:
+                    break
+                # idempotent: the peering was replaced while we waited and the unconfirmed were sent
+                # again on the new one; a PING behind them says when they are journaled
             if self._lost:  # published, then the peering was lost before the broker confirmed them
                 raise self._take_lost()
             refused = [reason for number, reason in self._refused if number >= target]
@@ -298,7 +373,10 @@ class Publisher:
             if kind is p.PingOk:
                 self._answers += 1
                 if self._marks:
-                    self._confirmed = max(self._confirmed, self._marks.popleft())
+                    confirmed = self._confirmed = max(self._confirmed, self._marks.popleft())
+                    kept = self._unconfirmed
+                    while kept and kept[0][0] <= confirmed:
+                        self._unconfirmed_bytes -= len(kept.popleft()[1])
             elif kind is p.AttachOk:
                 self._attaching = False
             elif kind is p.Ping:
@@ -324,7 +402,7 @@ class Publisher:
     def _reattach(self, new_socket=False):
         """Attach again (the lock held); what the broker had not confirmed counts as maybe lost."""
         published = self.stats["published"]
-        if published > self._confirmed:
+        if published > self._confirmed and not self.idempotent:
             self._lost.append((self._confirmed + 1, published))
             del self._lost[:-1000]
             self.stats["lost"] += published - self._confirmed
@@ -337,8 +415,12 @@ class Publisher:
         log.info("publisher: peering on %s lost; attaching again", self.stream.decode())
         if new_socket:
             self._sock.close(0)
-            self._sock = _dealer(self.endpoint, self.curve)
+            self._sock = _dealer(self.endpoint, self.curve, self._sndhwm)
         self._sock.send(p.attach(self.stream))  # pipelined: publishes queue behind it
+        if self._unconfirmed:  # idempotent: again, in order; the broker drops what it journaled already
+            self.stats["resent"] += len(self._unconfirmed)
+            for _, frame in self._unconfirmed:
+                self._sock.send(frame)
         self._answers = self._pings  # PINGs of the lost peering get no answer now
         self._heard = _monotonic()
 
@@ -522,8 +604,8 @@ class Subscriber(Actor):
             if remaining <= 0 or not self._sock.wait(POLLIN, remaining):
                 raise ZepsError("no answer to ATTACH/SUBSCRIBE from %s within %ss" % (self.endpoint, self.timeout))
             self._on_frames(self._sock.recv_frames())
-            if self._error is not None:
-                raise self._error
+            if self._error is not None and not (self._attached and self._subscribed == len(self.patterns)):
+                raise self._error  # refused; an error after the subscription (REPLAY:) waits for get()
         self.add_reader(self._sock, self._on_frames)
         self.call_every(self.heartbeat / 2, self._keep_alive)
 

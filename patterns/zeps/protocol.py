@@ -58,6 +58,17 @@ it never sees them.  Names: ``gaps`` asks for **GAP** (id 19, S) =
 never be delivered to this peering, retention removed them before it read
 them; delivery goes on at ``last + 1``.
 
+zactors extension for idempotent publishing: **PUBLISH-ID** (id 20, C) =
+``signature %d20 producer sequence key body`` (producer and sequence
+number-8, then PUBLISH's fields): ``producer`` is a random id the publisher
+chose, ``sequence`` counts its messages from 1.  The broker journals it like
+a PUBLISH unless it has already journaled that producer's ``sequence`` (or
+a later one) on the stream since it started: then it drops it as a
+duplicate (a publisher resends what was not confirmed after a lost
+peering).  The table is in the broker's memory (``max_producers`` per
+stream, least recently used evicted): a broker restart forgets it, so a
+resend after a restart may journal a message twice.
+
 Errors every client gets, as INVALID with a reason prefix (like ``PING:``):
 
 * ``REPLAY:`` the journal cannot give a replaying subscriber a message
@@ -85,13 +96,13 @@ __all__ = [
     "SIGNATURE", "VERSION", "PROTOCOL", "NEW", "MAX_STRING", "MAX_CHUNK",
     "ATTACH", "ATTACH_OK", "SUBSCRIBE", "SUBSCRIBE_OK", "CREDIT", "PUBLISH", "DELIVER",
     "PING", "PING_OK", "DETACH", "DETACH_OK", "INVALID", "SUBSCRIBE_SINCE", "QUERY", "QUERY_OK",
-    "MC_DELIVER", "MC_HEAD", "FEATURES", "GAP", "NAMES",
+    "MC_DELIVER", "MC_HEAD", "FEATURES", "GAP", "PUBLISH_ID", "NAMES",
     "Attach", "AttachOk", "Subscribe", "SubscribeOk", "Credit", "Publish", "Deliver",
     "Ping", "PingOk", "Detach", "DetachOk", "Invalid", "SubscribeSince", "Query", "QueryOk", "McDeliver",
-    "McHead", "Features", "Gap",
+    "McHead", "Features", "Gap", "PublishId",
     "ProtocolError", "decode", "encode", "deliver_cost",
     "attach", "subscribe", "subscribe_since", "credit", "publish", "deliver", "invalid", "query_ok", "mc_deliver",
-    "mc_head", "stream_field", "features", "gap",
+    "mc_head", "stream_field", "features", "gap", "publish_id",
     "ATTACH_OK_FRAME", "SUBSCRIBE_OK_FRAME", "PING_FRAME", "PING_OK_FRAME", "DETACH_FRAME",
     "DETACH_OK_FRAME", "QUERY_FRAME",
 ]
@@ -108,13 +119,13 @@ MAX_CHUNK = 2 ** 32 - 1
 ATTACH, ATTACH_OK, SUBSCRIBE, SUBSCRIBE_OK, CREDIT, PUBLISH, DELIVER = 1, 2, 3, 4, 5, 6, 7
 PING, PING_OK, DETACH, DETACH_OK, INVALID, SUBSCRIBE_SINCE, QUERY, QUERY_OK = 8, 9, 10, 11, 12, 13, 14, 15
 MC_DELIVER, MC_HEAD = 16, 17
-FEATURES, GAP = 18, 19
+FEATURES, GAP, PUBLISH_ID = 18, 19, 20
 
 NAMES = {ATTACH: "ATTACH", ATTACH_OK: "ATTACH-OK", SUBSCRIBE: "SUBSCRIBE", SUBSCRIBE_OK: "SUBSCRIBE-OK",
          CREDIT: "CREDIT", PUBLISH: "PUBLISH", DELIVER: "DELIVER", PING: "PING", PING_OK: "PING-OK",
          DETACH: "DETACH", DETACH_OK: "DETACH-OK", INVALID: "INVALID", SUBSCRIBE_SINCE: "SUBSCRIBE-SINCE",
          QUERY: "QUERY", QUERY_OK: "QUERY-OK", MC_DELIVER: "MC-DELIVER", MC_HEAD: "MC-HEAD",
-         FEATURES: "FEATURES", GAP: "GAP"}
+         FEATURES: "FEATURES", GAP: "GAP", PUBLISH_ID: "PUBLISH-ID"}
 
 Attach = namedtuple("Attach", "stream version")
 AttachOk = namedtuple("AttachOk", "")
@@ -135,12 +146,13 @@ McDeliver = namedtuple("McDeliver", "stream sequence key body")
 McHead = namedtuple("McHead", "stream sequence")
 Features = namedtuple("Features", "features")
 Gap = namedtuple("Gap", "first last")
+PublishId = namedtuple("PublishId", "producer sequence key body")
 
 for _cls, _id in ((Attach, ATTACH), (AttachOk, ATTACH_OK), (Subscribe, SUBSCRIBE), (SubscribeOk, SUBSCRIBE_OK),
                   (Credit, CREDIT), (Publish, PUBLISH), (Deliver, DELIVER), (Ping, PING), (PingOk, PING_OK),
                   (Detach, DETACH), (DetachOk, DETACH_OK), (Invalid, INVALID), (SubscribeSince, SUBSCRIBE_SINCE),
                   (Query, QUERY), (QueryOk, QUERY_OK), (McDeliver, MC_DELIVER), (McHead, MC_HEAD),
-                  (Features, FEATURES), (Gap, GAP)):
+                  (Features, FEATURES), (Gap, GAP), (PublishId, PUBLISH_ID)):
     _cls.id = _id
     _cls.__doc__ = "ZEPS %s (command %d)." % (NAMES[_id], _id)
 
@@ -257,6 +269,12 @@ def features(names):
     return _HEAD(SIGNATURE, FEATURES) + _string(names, "features")
 
 
+def publish_id(producer, sequence, key, body):
+    """C: PUBLISH-ID (zactors extension): PUBLISH ``body`` under ``key`` as message ``sequence`` of ``producer``."""
+    return _HEAD(SIGNATURE, PUBLISH_ID) + _u64(_number(producer, "producer", 64)) + \
+        _u64(_number(sequence, "sequence", 64)) + publish(key, body)[3:]
+
+
 def gap(first, last):
     """S: GAP (zactors extension): sequences ``first..last`` will never be delivered (retention)."""
     return _HEAD(SIGNATURE, GAP) + _u64(_number(first, "first", 64)) + _u64(_number(last, "last", 64))
@@ -305,6 +323,8 @@ def encode(message):
         return features(message.features)
     if kind is Gap:
         return gap(message.first, message.last)
+    if kind is PublishId:
+        return publish_id(message.producer, message.sequence, message.key, message.body)
     raise TypeError("not a ZEPS message: %r" % (message,))
 
 
@@ -412,6 +432,14 @@ def decode(frame):
         names, at = _read_string(frame, 3, "FEATURES features")
         _end(frame, at, "FEATURES")
         return Features(_text(names, "FEATURES features"))
+    if command == PUBLISH_ID:
+        producer, at = _read_number(_unpack_u64, 8, frame, 3, "PUBLISH-ID producer")
+        sequence, at = _read_number(_unpack_u64, 8, frame, at, "PUBLISH-ID sequence")
+        key, at = _read_string(frame, at, "PUBLISH-ID key")
+        size, at = _read_number(_unpack_u32, 4, frame, at, "PUBLISH-ID body length")
+        if at + size != len(frame):
+            raise ProtocolError("PUBLISH-ID body: length %d but %d byte(s) follow" % (size, len(frame) - at))
+        return PublishId(producer, sequence, key, frame[at:])
     if command == GAP:
         first, at = _read_number(_unpack_u64, 8, frame, 3, "GAP first")
         last, at = _read_number(_unpack_u64, 8, frame, at, "GAP last")
