@@ -78,6 +78,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import struct
 import time
 from collections import OrderedDict
@@ -118,7 +119,7 @@ _LIVE, _REPLAY = "live", "replay"
 _MAX_PENDING_KEYS = 10000
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
-                 "publishes", "pings", "producers")
+                 "publishes", "pings", "producers", "floor")
 
     def __init__(self, name, journal, commit):
         self.name = name
@@ -128,6 +129,7 @@ class _Stream:
         self.peers = {}           # identity -> _Peer attached here
         self.fresh = []           # journal Records appended this round: written, then delivered live
         self.delivered_seq = journal.last_seq  # the publish path delivered up to here
+        self.floor = journal.last_seq  # its last sequence when this run of the broker opened it (EPOCH)
         self.samples = []         # (monotonic, last_seq) for the rate
         self.publishes = 0
         self.pings = {}           # ack="synced": token -> identity of a PING waiting for its fsync
@@ -217,6 +219,7 @@ class Broker(Actor):
         self._replaying: dict[bytes, _Peer] = {}        # peers with credit waiting to be replayed (ordered set)
         self._pumping = False
         self._ping_tokens = 0     # ack="synced": numbers the PINGs waiting for an fsync
+        self._incarnation = secrets.randbits(64)  # names this run (EPOCH): a client resuming across a restart knows
         self._alive: Liveness[bytes] = Liveness(self.heartbeat, self.expiry)
         self._alive_timer = None
         self._heard: set[bytes] = set()         # identities heard from since the last liveness sweep
@@ -342,7 +345,10 @@ class Broker(Actor):
             self._send(identity, p.DETACH_OK_FRAME)
         elif kind is p.Features:
             if peer is not None:  # (before ATTACH: ignored, as the extension says)
-                peer.gaps = b"gaps" in message.features.split()
+                names = message.features.split()
+                peer.gaps = b"gaps" in names
+                if b"epochs" in names:
+                    self._send(identity, p.epoch(self._incarnation, peer.stream.floor))
         elif kind is p.Query:
             self.stats["queries"] += 1
             self._send(identity, p.query_ok(json.dumps(self.info()).encode()))

@@ -480,7 +480,9 @@ class Subscriber(Actor):
     :class:`ReplayError` when the broker cannot read a message from its
     journal (a corrupt record; nothing is skipped), :class:`StreamRolledBack`
     when the stream restarted below what this subscriber holds (the journal
-    lost messages), :class:`ZepsError` when the subscription is refused.
+    lost messages: seen on resuming, from the broker run's EPOCH, even if new
+    messages have since taken the stream past it; nothing is delivered after
+    it), :class:`ZepsError` when the subscription is refused.
 
     Commands: ``INFO`` (reply: stream, last sequence, counters).
     """
@@ -510,6 +512,7 @@ class Subscriber(Actor):
         self.expiry = expiry
         self.timeout = timeout
         self.last_seq = None        # the last sequence received
+        self._incarnation = None    # the broker run (EPOCH) that last_seq came from
         self._queue: deque[Message] = deque()
         self._ready = Event()
         self._queued_bytes = 0
@@ -629,7 +632,7 @@ class Subscriber(Actor):
         self._subscribed = 0
         self._credit_given = 0
         sock.send(p.attach(self.stream))
-        sock.send(p.features(b"gaps"))  # the GAP extension, before the SUBSCRIBE that may need it
+        sock.send(p.features(b"gaps epochs"))  # GAP and EPOCH, before the SUBSCRIBE that may need them
         if self.last_seq is not None:
             first = p.subscribe(self.patterns[0], self.last_seq)
         elif self.since is not None:
@@ -719,6 +722,8 @@ class Subscriber(Actor):
             self._reconnect()
         elif kind is p.Gap:
             self._gap(message.first, message.last)
+        elif kind is p.Epoch:
+            self._epoch(message.incarnation, message.floor)
         elif kind is p.Invalid:
             self._stats["invalid"] += 1
             reason = message.reason
@@ -730,6 +735,27 @@ class Subscriber(Actor):
                                             _number_after(reason, "before the ")))
             elif not self._attached or self._subscribed < len(self.patterns):
                 self._fail(ZepsError(reason))
+
+    def _epoch(self, incarnation, floor):
+        """EPOCH, before the SUBSCRIBE-OK: a broker run that reopened the stream below what we hold lost
+        those messages, and the sequences since are other messages: stop here (StreamRolledBack)."""
+        held = self.last_seq
+        if self._incarnation is not None and incarnation != self._incarnation and held is not None \
+                and held > floor:
+            self._stats["rollbacks"] += 1
+            reason = ("ROLLBACK: stream %s restarted at sequence %d, below the %d this subscriber holds: the "
+                      "journal lost messages, and sequences from %d on are other messages"
+                      % (self.stream.decode(), floor, held, floor + 1))
+            log.warning("%s: %s", self.name, reason)
+            self._fail(StreamRolledBack(reason, self.stream, floor, held))
+            try:
+                self._sock.send(p.DETACH_FRAME, zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+            self.close_socket(self._sock)  # nothing more from this peering: no message past the rollback
+            self._sock = None
+            return
+        self._incarnation = incarnation
 
     def _fail(self, error):
         if self._error is None:
@@ -762,6 +788,8 @@ class Subscriber(Actor):
             self.add_reader(self._sock, self._on_frames)
 
     def _keep_alive(self):
+        if self._sock is None:  # stopped by a rollback
+            return
         quiet = _monotonic() - self._heard
         if quiet > self.expiry:
             self._stats["reattached"] += 1

@@ -56,7 +56,13 @@ extension commands the names ask for.  A spec-only client never sends it, so
 it never sees them.  Names: ``gaps`` asks for **GAP** (id 19, S) =
 ``signature %d19 first last`` (two number-8): sequences ``first..last`` will
 never be delivered to this peering, retention removed them before it read
-them; delivery goes on at ``last + 1``.
+them; delivery goes on at ``last + 1``.  ``epochs`` asks for **EPOCH**
+(id 21, S, the answer to that FEATURES) = ``signature %d21 incarnation
+floor`` (two number-8): ``incarnation`` names this run of the broker (random
+at each start), ``floor`` is the stream's last sequence when this run opened
+it.  A client that holds sequence N from another incarnation and sees
+``floor < N`` knows that the journal lost N's tail across the restart (the
+ROLLBACK below, even when new messages have since taken the stream past N).
 
 zactors extension for idempotent publishing: **PUBLISH-ID** (id 20, C) =
 ``signature %d20 producer sequence key body`` (producer and sequence
@@ -96,13 +102,13 @@ __all__ = [
     "SIGNATURE", "VERSION", "PROTOCOL", "NEW", "MAX_STRING", "MAX_CHUNK",
     "ATTACH", "ATTACH_OK", "SUBSCRIBE", "SUBSCRIBE_OK", "CREDIT", "PUBLISH", "DELIVER",
     "PING", "PING_OK", "DETACH", "DETACH_OK", "INVALID", "SUBSCRIBE_SINCE", "QUERY", "QUERY_OK",
-    "MC_DELIVER", "MC_HEAD", "FEATURES", "GAP", "PUBLISH_ID", "NAMES",
+    "MC_DELIVER", "MC_HEAD", "FEATURES", "GAP", "PUBLISH_ID", "EPOCH", "NAMES",
     "Attach", "AttachOk", "Subscribe", "SubscribeOk", "Credit", "Publish", "Deliver",
     "Ping", "PingOk", "Detach", "DetachOk", "Invalid", "SubscribeSince", "Query", "QueryOk", "McDeliver",
-    "McHead", "Features", "Gap", "PublishId",
+    "McHead", "Features", "Gap", "PublishId", "Epoch",
     "ProtocolError", "decode", "encode", "deliver_cost",
     "attach", "subscribe", "subscribe_since", "credit", "publish", "deliver", "invalid", "query_ok", "mc_deliver",
-    "mc_head", "stream_field", "features", "gap", "publish_id",
+    "mc_head", "stream_field", "features", "gap", "publish_id", "epoch",
     "ATTACH_OK_FRAME", "SUBSCRIBE_OK_FRAME", "PING_FRAME", "PING_OK_FRAME", "DETACH_FRAME",
     "DETACH_OK_FRAME", "QUERY_FRAME",
 ]
@@ -119,13 +125,13 @@ MAX_CHUNK = 2 ** 32 - 1
 ATTACH, ATTACH_OK, SUBSCRIBE, SUBSCRIBE_OK, CREDIT, PUBLISH, DELIVER = 1, 2, 3, 4, 5, 6, 7
 PING, PING_OK, DETACH, DETACH_OK, INVALID, SUBSCRIBE_SINCE, QUERY, QUERY_OK = 8, 9, 10, 11, 12, 13, 14, 15
 MC_DELIVER, MC_HEAD = 16, 17
-FEATURES, GAP, PUBLISH_ID = 18, 19, 20
+FEATURES, GAP, PUBLISH_ID, EPOCH = 18, 19, 20, 21
 
 NAMES = {ATTACH: "ATTACH", ATTACH_OK: "ATTACH-OK", SUBSCRIBE: "SUBSCRIBE", SUBSCRIBE_OK: "SUBSCRIBE-OK",
          CREDIT: "CREDIT", PUBLISH: "PUBLISH", DELIVER: "DELIVER", PING: "PING", PING_OK: "PING-OK",
          DETACH: "DETACH", DETACH_OK: "DETACH-OK", INVALID: "INVALID", SUBSCRIBE_SINCE: "SUBSCRIBE-SINCE",
          QUERY: "QUERY", QUERY_OK: "QUERY-OK", MC_DELIVER: "MC-DELIVER", MC_HEAD: "MC-HEAD",
-         FEATURES: "FEATURES", GAP: "GAP", PUBLISH_ID: "PUBLISH-ID"}
+         FEATURES: "FEATURES", GAP: "GAP", PUBLISH_ID: "PUBLISH-ID", EPOCH: "EPOCH"}
 
 Attach = namedtuple("Attach", "stream version")
 AttachOk = namedtuple("AttachOk", "")
@@ -147,12 +153,14 @@ McHead = namedtuple("McHead", "stream sequence")
 Features = namedtuple("Features", "features")
 Gap = namedtuple("Gap", "first last")
 PublishId = namedtuple("PublishId", "producer sequence key body")
+Epoch = namedtuple("Epoch", "incarnation floor")
 
 for _cls, _id in ((Attach, ATTACH), (AttachOk, ATTACH_OK), (Subscribe, SUBSCRIBE), (SubscribeOk, SUBSCRIBE_OK),
                   (Credit, CREDIT), (Publish, PUBLISH), (Deliver, DELIVER), (Ping, PING), (PingOk, PING_OK),
                   (Detach, DETACH), (DetachOk, DETACH_OK), (Invalid, INVALID), (SubscribeSince, SUBSCRIBE_SINCE),
                   (Query, QUERY), (QueryOk, QUERY_OK), (McDeliver, MC_DELIVER), (McHead, MC_HEAD),
-                  (Features, FEATURES), (Gap, GAP), (PublishId, PUBLISH_ID)):
+                  (Features, FEATURES), (Gap, GAP), (PublishId, PUBLISH_ID),
+                  (Epoch, EPOCH)):
     _cls.id = _id
     _cls.__doc__ = "ZEPS %s (command %d)." % (NAMES[_id], _id)
 
@@ -275,6 +283,11 @@ def publish_id(producer, sequence, key, body):
         _u64(_number(sequence, "sequence", 64)) + publish(key, body)[3:]
 
 
+def epoch(incarnation, floor):
+    """S: EPOCH (zactors extension): this broker run's ``incarnation`` and the stream's ``floor``."""
+    return _HEAD(SIGNATURE, EPOCH) + _u64(_number(incarnation, "incarnation", 64)) + _u64(_number(floor, "floor", 64))
+
+
 def gap(first, last):
     """S: GAP (zactors extension): sequences ``first..last`` will never be delivered (retention)."""
     return _HEAD(SIGNATURE, GAP) + _u64(_number(first, "first", 64)) + _u64(_number(last, "last", 64))
@@ -323,6 +336,8 @@ def encode(message):
         return features(message.features)
     if kind is Gap:
         return gap(message.first, message.last)
+    if kind is Epoch:
+        return epoch(message.incarnation, message.floor)
     if kind is PublishId:
         return publish_id(message.producer, message.sequence, message.key, message.body)
     raise TypeError("not a ZEPS message: %r" % (message,))
@@ -440,6 +455,11 @@ def decode(frame):
         if at + size != len(frame):
             raise ProtocolError("PUBLISH-ID body: length %d but %d byte(s) follow" % (size, len(frame) - at))
         return PublishId(producer, sequence, key, frame[at:])
+    if command == EPOCH:
+        incarnation, at = _read_number(_unpack_u64, 8, frame, 3, "EPOCH incarnation")
+        floor, at = _read_number(_unpack_u64, 8, frame, at, "EPOCH floor")
+        _end(frame, at, "EPOCH")
+        return Epoch(incarnation, floor)
     if command == GAP:
         first, at = _read_number(_unpack_u64, 8, frame, 3, "GAP first")
         last, at = _read_number(_unpack_u64, 8, frame, at, "GAP last")

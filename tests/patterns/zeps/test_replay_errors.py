@@ -9,6 +9,7 @@ from zactors.patterns.zeps.client import ReplayError, StreamRolledBack
 
 from ...conftest import wait_for
 from .test_clients import _rebind
+from .test_publisher_loss import broker_process  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -89,7 +90,7 @@ def test_a_retention_gap_is_reported(journal_dir, pattern):
             sub.destroy()
 
 
-def test_a_subscriber_resuming_past_a_journal_cut_shorter_is_told_of_the_rollback(journal_dir):
+def test_a_subscriber_resuming_past_a_journal_cut_shorter_is_told_of_the_rollback(journal_dir, raw):
     from zactors.patterns.zeps.broker import Broker
     broker = Broker(journal_dir, heartbeat=0.2, expiry=1.0)
     endpoint = broker.endpoint
@@ -107,7 +108,14 @@ def test_a_subscriber_resuming_past_a_journal_cut_shorter_is_told_of_the_rollbac
         with pytest.raises(StreamRolledBack) as rolled:
             sub.get(timeout=20)  # before: None, and the new messages last+1..500 dropped as duplicates
         assert (rolled.value.last_seq, rolled.value.held, rolled.value.stream) == (last, 500, b"s")
-        assert "ends at sequence %d" % last in str(rolled.value)
+        assert str(rolled.value).startswith("ROLLBACK: stream s") and "sequence %d" % last in str(rolled.value)
+        # a spec-only client resuming there: its SUBSCRIBE is answered INVALID "ROLLBACK: ..."
+        peer = raw(endpoint)
+        peer.send(p.attach(b"s"))
+        peer.expect(p.AttachOk)
+        peer.send(p.subscribe(b"", 500))
+        assert peer.expect(p.Invalid).reason.startswith(
+            "ROLLBACK: stream s ends at sequence %d, before the 500 you resume after" % last)
         assert broker.call("$STATS")["rollbacks"] >= 1
         _fill(endpoint, 10)  # the stream goes on from the cut: a new subscriber from there gets the new ones
         with Subscriber(endpoint, "s", from_seq=last + 1) as fresh:
@@ -115,3 +123,34 @@ def test_a_subscriber_resuming_past_a_journal_cut_shorter_is_told_of_the_rollbac
     finally:
         sub.destroy()
         broker.destroy()
+
+
+def test_a_rollback_is_seen_even_when_new_messages_took_the_stream_past_what_the_subscriber_holds(
+        broker_process, journal_dir):  # noqa: F811
+    """The race the ROLLBACK check alone misses: publishers refill the stream past N before the subscriber
+    resumes after N; the broker run's EPOCH (its floor is below N) still tells."""
+    import signal
+
+    from zactors.patterns.zeps import query
+    proc, endpoint = broker_process()
+    sub = Subscriber(endpoint, "s", heartbeat=5.0, expiry=30.0)  # slow to notice the restart
+    try:
+        _fill(endpoint, 500)
+        assert [sub.get(timeout=20).seq for _ in range(500)][-1] == 500
+        proc.send_signal(signal.SIGKILL)  # no DETACH: the subscriber does not know yet
+        proc.wait()
+        active = _segments(journal_dir)[-1]
+        os.truncate(active, os.path.getsize(active) * 2 // 3)
+        broker_process(endpoint)
+        floor = query(endpoint)["streams"]["s"]["last_seq"]
+        _fill(endpoint, 600)  # other messages now hold floor+1..500, and the stream goes past 500
+        assert query(endpoint)["streams"]["s"]["last_seq"] == floor + 600 > 500
+        assert sub.stats["reattached"] == 0, "the subscriber came back too early for this test"
+        with pytest.raises(StreamRolledBack) as rolled:
+            sub.get(timeout=30)  # before: 501.. delivered as if nothing happened, floor+1..500 never seen
+        assert (rolled.value.last_seq, rolled.value.held) == (floor, 500)
+        assert sub.stats["rollbacks"] == 1
+        with pytest.raises(StreamRolledBack):  # and nothing past the rollback is handed out
+            sub.get(timeout=0.5)
+    finally:
+        sub.destroy()
