@@ -66,6 +66,10 @@ def register(sub):
     publish.add_argument("stream", help="stream name")
     publish.add_argument("key", help="routing key")
     publish.add_argument("body", nargs="?", help="message body (default: lines from stdin)")
+    publish.add_argument("--resend", action="store_true",
+                         help="idempotent publishing: keep what the broker has not confirmed and send it again "
+                              "if the peering is lost (the broker drops what it has already; after a broker "
+                              "restart a resent line may be journaled twice), instead of naming what may be lost")
     _connect(publish)
     publish.set_defaults(func=run_publish)
 
@@ -256,7 +260,8 @@ def run_publish(args):
     from zactors.patterns.zeps import Publisher
     from zactors.patterns.zeps import MessagesLost
 
-    pub = _answered(Publisher, args.connect, args.stream, curve=options.client_curve(args), timeout=args.timeout)
+    pub = _answered(Publisher, args.connect, args.stream, curve=options.client_curve(args), timeout=args.timeout,
+                    idempotent=args.resend)
     count = 0
     flushed = False
     lost = []           # (first, last) input numbers (lines) the broker may have lost
@@ -288,6 +293,9 @@ def run_publish(args):
         confirmed = pub.confirmed
         if flushed:
             parts.append("everything else written by the broker" if lost else "written by the broker")
+            if pub.stats["resent"]:
+                parts.append("%d sent again after the broker lost the peering (if it restarted, those it had "
+                             "written may be journaled twice)" % pub.stats["resent"])
         elif confirmed < count:
             parts.append("%ss %d-%d not confirmed written" % (what, confirmed + 1, count) if confirmed + 1 < count
                          else "%s %d not confirmed written" % (what, count))

@@ -170,3 +170,41 @@ def test_publish_from_stdin_under_a_broker_kill_names_the_lines_that_may_be_lost
     assert len(kept) == len(bodies)                       # no line twice
     assert set(range(1, n + 1)) - kept <= named           # whatever is missing was named
     assert set(range(1, n + 1)) - named <= kept           # and whatever was not named is there
+
+
+def test_publish_with_resend_under_a_broker_kill_journals_every_line(run, tmp_path):
+    """``--resend``: the lines the broker had not confirmed are sent again; all are journaled (at least once)."""
+    from zactors.actors.journal import JournalReader
+
+    from ...conftest import wait_for
+    journal = str(tmp_path / "j")
+    broker = run("zeps", "broker", "--journal", journal, "--bind", "tcp://127.0.0.1:*")
+    endpoint = _endpoint(broker)
+    pub = run("zeps", "publish", "s", "k", "--resend", "--connect", endpoint, stdin=gevent.subprocess.PIPE)
+    n = 40000
+
+    def journaled():
+        try:
+            with JournalReader(os.path.join(journal, "s")) as reader:
+                return reader.last_seq
+        except Exception:  # not created yet
+            return 0
+    pub.stdin.write(b"".join(b"line %d\n" % i for i in range(1, n // 2 + 1)))
+    pub.stdin.flush()
+    wait_for(lambda: journaled() > 0, timeout=30, what="the first lines journaled")
+    broker.kill()
+    broker.wait()
+    broker = run("zeps", "broker", "--journal", journal, "--bind", endpoint)
+    _endpoint(broker)
+    pub.stdin.write(b"".join(b"line %d\n" % i for i in range(n // 2 + 1, n + 1)))
+    pub.stdin.close()
+    assert pub.wait(60) == 0
+    said = pub.stderr.read().decode().strip().splitlines()[-1]
+    assert said.startswith("published %d message(s) to s; written by the broker; " % n), said
+    resent = int(re.search(r"; (\d+) sent again after the broker lost the peering", said).group(1))
+    broker.send_signal(signal.SIGINT)
+    assert broker.wait(10) == 0
+    with JournalReader(os.path.join(journal, "s")) as reader:
+        bodies = [r.body for r in reader.records()]
+    assert {int(b.split()[1]) for b in bodies} == set(range(1, n + 1))  # every line
+    assert len(bodies) - n <= resent                                     # twice at most those resent
