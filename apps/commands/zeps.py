@@ -217,16 +217,16 @@ def run_broker(args):
     if args.heartbeat > args.expiry:
         raise options.UsageError("--heartbeat (%gs) must not be longer than --expiry (%gs)"
                                  % (args.heartbeat, args.expiry))
+    if args.ack == "synced" and args.fsync == "never":
+        raise options.UsageError("--ack synced needs fsync: not --fsync never")
     limits = dict(args.retain)
     auth = None
     if args.curve:
         from zactors.actors.auth import Authenticator
         auth = Authenticator(curve=args.curve_clients or "*")
     try:
-        if args.ack == "synced" and args.fsync == "never":
-            raise options.UsageError("--ack synced needs fsync: not --fsync never")
-        broker = Broker(args.journal, args.bind, fsync=args.fsync, ack=args.ack, heartbeat=args.heartbeat, expiry=args.expiry,
-                        max_message=args.max_message, retain_bytes=limits.get("size"),
+        broker = Broker(args.journal, args.bind, fsync=args.fsync, ack=args.ack, heartbeat=args.heartbeat,
+                        expiry=args.expiry, max_message=args.max_message, retain_bytes=limits.get("size"),
                         retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions)
     except BaseException as exc:
         if auth is not None:

@@ -19,12 +19,14 @@ received, so it sees no gap and no duplicate across the loss.
 ``flush`` is the publisher's durability point: when it returns, every message
 published before it is in the journal at the broker's acknowledgement level
 (``written``: survives ``kill -9`` of the broker; ``synced``: a power loss).
-The publisher counts the messages the broker has not confirmed yet (a PING-OK,
-to ``flush``, to a heartbeat or to the PING sent after every 4096 publishes,
-confirms everything published before its PING); if the peering is lost before they are confirmed (the broker died, or
-dropped us), the next ``flush`` raises :class:`MessagesLost` saying how many,
-and which (numbered by their ``publish`` call, from 1), may be lost.  They may
-also be in the journal: the broker died before it could say.
+The publisher counts the messages the broker has not confirmed yet (a
+PING-OK, to ``flush``, to a heartbeat or to the PING sent after every 4096
+publishes, confirms everything published before its PING); if the peering is
+lost before they are confirmed (the broker died, or dropped us), the next
+``flush`` raises :class:`MessagesLost` saying how many, and which (numbered
+by their ``publish`` call, from 1), may be lost.  They may also be in the
+journal: the broker died before it could say.  ``Publisher(idempotent=True)``
+sends them again instead (see :class:`Publisher`).
 
 :class:`Publisher` may be used from many greenlets at once (a gevent WSGI
 handler, say): a publish never yields unless the broker is at its
