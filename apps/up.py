@@ -22,6 +22,7 @@ Config file (TOML), every key optional::
     [zeps]
     bind = "tcp://127.0.0.1:5570"
     fsync = "100ms"            # "never", "batch" or a period
+    ack = "written"            # PING-OK and delivery once "written" (survives a crash) or "synced" (power loss)
     [clone]
     host = "127.0.0.1"
     port = 5556                # "*" or 0: any free ports
@@ -50,7 +51,7 @@ from gevent.pywsgi import WSGIServer
 
 from zactors.apps.options import UsageError
 
-__all__ = ["Up", "DEFAULTS", "load_config", "merge", "parse_period"]
+__all__ = ["Up", "DEFAULTS", "load_config", "merge", "parse_period", "parse_ack"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ PARTS = ("majordomo", "zeps", "clone", "harmony", "dashboard")
 DEFAULTS = {
     "data": "./zactors-data",
     "majordomo": {"enabled": True, "bind": "tcp://127.0.0.1:5555"},
-    "zeps": {"enabled": True, "bind": "tcp://127.0.0.1:5570", "fsync": "100ms"},
+    "zeps": {"enabled": True, "bind": "tcp://127.0.0.1:5570", "fsync": "100ms", "ack": "written"},
     "clone": {"enabled": True, "host": "127.0.0.1", "port": 5556},
     "harmony": {"enabled": True, "name": None, "beacon": False, "interface": None, "endpoints": [], "groups": [],
                 "host": "127.0.0.1"},
@@ -126,6 +127,13 @@ def parse_period(text):
     return seconds
 
 
+def parse_ack(text):
+    """ZEPS acknowledgement level: "written" or "synced"."""
+    if text not in ("written", "synced"):
+        raise ConfigError("ack is 'written' or 'synced', not %r" % (text,))
+    return text
+
+
 def split_host_port(text):
     """``HOST:PORT`` (``[v6]:PORT``) -> (host, port); port 0 is any free one."""
     host, sep, port = str(text).rpartition(":")
@@ -175,7 +183,8 @@ class Up:
                 raise ConfigError("cannot make the data directory %s: %s" % (journal, exc.strerror)) from None
             endpoint = cfg["zeps"]["bind"]
             try:
-                self.zeps = ZepsBroker(journal, endpoint, fsync=parse_period(cfg["zeps"]["fsync"]), name="zeps")
+                self.zeps = ZepsBroker(journal, endpoint, fsync=parse_period(cfg["zeps"]["fsync"]),
+                                       ack=parse_ack(cfg["zeps"]["ack"]), name="zeps")
             except zmq.ZMQError as exc:
                 raise options.bind_error(endpoint, exc) from None
         if cfg["clone"]["enabled"]:

@@ -35,6 +35,9 @@ def register(sub):
     up.add_argument("--zeps", type=options.bind_endpoint, metavar="ENDPOINT",
                     help="ZEPS endpoint (default: tcp://127.0.0.1:5570)")
     up.add_argument("--fsync", metavar="POLICY", help="ZEPS journal: 'never', 'batch' or a period such as 100ms")
+    up.add_argument("--ack", choices=("written", "synced"),
+                    help="ZEPS: acknowledge (PING-OK, delivery) once a message is written (survives a crash; "
+                         "default) or synced (fsynced: survives a power loss)")
     up.add_argument("--clone-port", metavar="PORT", type=_port_or_any,
                     help="Clone base port P: snapshot P, publisher P+1, collector P+2; 0 for any free ones "
                          "(default: 5556)")
@@ -117,6 +120,7 @@ def config_from(args):
     put("majordomo", "bind", args.mdp)
     put("zeps", "bind", args.zeps)
     put("zeps", "fsync", args.fsync)
+    put("zeps", "ack", args.ack)
     put("clone", "port", args.clone_port)
     put("clone", "host", args.clone_host)
     put("harmony", "name", args.name)
@@ -134,9 +138,10 @@ def config_from(args):
 
 
 def run_up(args):
-    from zactors.apps.up import ConfigError, Up, parse_period, split_host_port
+    from zactors.apps.up import ConfigError, Up, parse_ack, parse_period, split_host_port
     config = config_from(args)
     parse_period(config["zeps"]["fsync"])  # wrong settings fail before anything starts
+    parse_ack(config["zeps"]["ack"])
     if config["dashboard"]["enabled"]:
         split_host_port(config["dashboard"]["bind"])
     token = config["dashboard"]["token"]

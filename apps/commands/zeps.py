@@ -36,6 +36,10 @@ def register(sub):
     broker.add_argument("--fsync", default="100ms", metavar="POLICY", type=_fsync,
                         help="'never', 'batch' (after every write) or a period such as 100ms or 1s "
                              "(default: %(default)s)")
+    broker.add_argument("--ack", choices=("written", "synced"), default="written",
+                        help="acknowledge a message (PING-OK, so a publisher's flush; and deliver it) once it is "
+                             "written (survives a crash of the broker) or synced (fsynced: survives a power "
+                             "loss; fsync after every write round, group commit) (default: %(default)s)")
     broker.add_argument("--retain", action="append", default=[], metavar="LIMIT", type=_limit,
                         help="keep at most this much per stream: a size (500M, 10G) or an age (30m, 12h, 7d); "
                              "may be given twice (default: keep everything)")
@@ -56,10 +60,16 @@ def register(sub):
     publish = cmds.add_parser("publish", help="publish BODY, or each line of stdin, under KEY",
                               description="Publish to STREAM under routing KEY: BODY if given, else one message "
                                           "per line of standard input.  Returns once the broker has written all "
-                                          "(exit status 0), 1 if it refused any, 3 if no broker answers.")
+                                          "(exit status 0), 1 if it refused any or lost the peering before "
+                                          "confirming some (the lines that may be lost are named), 3 if no "
+                                          "broker answers.")
     publish.add_argument("stream", help="stream name")
     publish.add_argument("key", help="routing key")
     publish.add_argument("body", nargs="?", help="message body (default: lines from stdin)")
+    publish.add_argument("--resend", action="store_true",
+                         help="idempotent publishing: keep what the broker has not confirmed and send it again "
+                              "if the peering is lost (the broker drops what it has already; after a broker "
+                              "restart a resent line may be journaled twice), instead of naming what may be lost")
     _connect(publish)
     publish.set_defaults(func=run_publish)
 
@@ -207,14 +217,16 @@ def run_broker(args):
     if args.heartbeat > args.expiry:
         raise options.UsageError("--heartbeat (%gs) must not be longer than --expiry (%gs)"
                                  % (args.heartbeat, args.expiry))
+    if args.ack == "synced" and args.fsync == "never":
+        raise options.UsageError("--ack synced needs fsync: not --fsync never")
     limits = dict(args.retain)
     auth = None
     if args.curve:
         from zactors.actors.auth import Authenticator
         auth = Authenticator(curve=args.curve_clients or "*")
     try:
-        broker = Broker(args.journal, args.bind, fsync=args.fsync, heartbeat=args.heartbeat, expiry=args.expiry,
-                        max_message=args.max_message, retain_bytes=limits.get("size"),
+        broker = Broker(args.journal, args.bind, fsync=args.fsync, ack=args.ack, heartbeat=args.heartbeat,
+                        expiry=args.expiry, max_message=args.max_message, retain_bytes=limits.get("size"),
                         retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions)
     except BaseException as exc:
         if auth is not None:
@@ -222,7 +234,8 @@ def run_broker(args):
         if isinstance(exc, zmq.ZMQError):
             raise options.bind_error(args.bind, exc) from None
         raise
-    log.info("broker on %s, journal %s (fsync %s%s%s); Ctrl-C stops", broker.endpoint, broker.journal_dir,
+    log.info("broker on %s, journal %s (ack %s, fsync %s%s%s); Ctrl-C stops", broker.endpoint, broker.journal_dir,
+             args.ack, "after every write" if args.ack == "synced" else
              args.fsync if isinstance(args.fsync, str) else "every %gs" % args.fsync,
              "" if args.curve is None else ", CURVE, public key %s" % args.curve.public.decode(),
              "" if args.permissions is None else ", %d grants" % len(args.permissions.grants))
@@ -245,10 +258,13 @@ def _describe(info):
 
 def run_publish(args):
     from zactors.patterns.zeps import Publisher
+    from zactors.patterns.zeps import MessagesLost
 
-    pub = _answered(Publisher, args.connect, args.stream, curve=options.client_curve(args), timeout=args.timeout)
+    pub = _answered(Publisher, args.connect, args.stream, curve=options.client_curve(args), timeout=args.timeout,
+                    idempotent=args.resend)
     count = 0
     flushed = False
+    lost = []           # (first, last) input numbers (lines) the broker may have lost
     try:
         if args.body is not None:
             pub.publish(args.key, args.body.encode())
@@ -259,13 +275,38 @@ def run_publish(args):
                 count += 1
                 if count % 1000 == 0:
                     gevent.sleep(0)
-        pub.flush(timeout=max(args.timeout, 10.0))
-        flushed = True
+        for _ in range(10):  # a loss is said once; flush again for a verdict on the rest
+            try:
+                pub.flush(timeout=max(args.timeout, 10.0))
+                flushed = True
+                break
+            except MessagesLost as exc:
+                lost += exc.ranges
     finally:
         pub.close()
-        print("published %d message(s) to %s%s" % (count, args.stream, ", written by the broker" if flushed else
-                                                   "; not confirmed written"), file=sys.stderr)
+        what = "line" if args.body is None else "message"
+        parts = ["published %d message(s) to %s" % (count, args.stream)]
+        if lost:
+            parts.append("%s %s (%d message(s)) may be lost: the broker lost the peering before confirming them"
+                         % (what + "s" if sum(b - a + 1 for a, b in lost) > 1 else what, _ranges(lost),
+                            sum(b - a + 1 for a, b in lost)))
+        confirmed = pub.confirmed
+        if flushed:
+            parts.append("everything else written by the broker" if lost else "written by the broker")
+            if pub.stats["resent"]:
+                parts.append("%d sent again after the broker lost the peering (if it restarted, those it had "
+                             "written may be journaled twice)" % pub.stats["resent"])
+        elif confirmed < count:
+            parts.append("%ss %d-%d not confirmed written" % (what, confirmed + 1, count) if confirmed + 1 < count
+                         else "%s %d not confirmed written" % (what, count))
+        print("; ".join(parts), file=sys.stderr)
+    if lost:
+        return exitstatus.FAILED
     return exitstatus.OK
+
+
+def _ranges(ranges):
+    return ", ".join("%d" % a if a == b else "%d-%d" % (a, b) for a, b in ranges)
 
 
 def run_subscribe(args):
@@ -309,7 +350,8 @@ def run_streams(args):
         print(json.dumps(info, indent=2, sort_keys=True))
         return exitstatus.OK
     journal = info.get("journal", "not shown to this key")   # a broker with permissions hides it
-    print("broker %s, journal %s, %d peer(s)" % (info["endpoint"], journal, info["peers"]))
+    print("broker %s, journal %s, ack %s, %d peer(s)" % (info["endpoint"], journal, info.get("ack", "?"),
+                                                         info["peers"]))
     for name, s in sorted(info["streams"].items()):
         print("stream %-20s seq %d..%d  written %d  synced %d  %.0f msg/s  %s on disk" % (
             name, s["first_seq"], s["last_seq"], s["written_seq"], s["synced_seq"], s["rate"], _human(s["bytes"])))

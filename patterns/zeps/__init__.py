@@ -13,12 +13,13 @@ import importlib
 _EXPORTS = {
     "Broker": ".broker",
     "Message": ".client", "Publisher": ".client", "Subscriber": ".client", "ZepsError": ".client",
-    "query": ".client",
+    "MessagesLost": ".client", "ReplayError": ".client", "StreamRolledBack": ".client", "query": ".client",
     "Filter": ".matcher", "Matcher": ".matcher", "PatternError": ".matcher",
     "NEW": ".protocol", "ProtocolError": ".protocol",
 }
 
-__all__ = ["Broker", "Publisher", "Subscriber", "Message", "ZepsError", "query", "Filter", "Matcher",
+__all__ = ["Broker", "Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "ReplayError",
+           "StreamRolledBack", "query", "Filter", "Matcher",
            "PatternError", "ProtocolError", "NEW"]
 
 

@@ -27,9 +27,15 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   write), always on the hub's threadpool.  A failed write is retried every
   0.1 s.  A publisher is never refused for speed.  A journal that
   refuses an append (disk full, I/O error) answers that PUBLISH with INVALID.
-- A PING is answered with PING-OK only once every PUBLISH received before it
-  on that peering is written to the journal (it survives ``kill -9`` of the
-  broker): ``Client.flush`` is built on that.
+- Acknowledgement level, ``ack``: ``"written"`` (default) or ``"synced"``.
+  A PING is answered with PING-OK, and a message is delivered live (or
+  replayed), only once every PUBLISH received before it on that peering is at
+  that level: ``"written"`` means handed to the OS (it survives ``kill -9`` of
+  the broker, not a power loss); ``"synced"`` means an fsync covered it (it
+  survives a power loss).  ``Publisher.flush`` is built on the PING-OK.  With
+  ``"synced"`` the journal is fsynced after every write round (group commit:
+  one fsync covers every message written while the previous one ran, on the
+  threadpool), whatever ``fsync`` says; ``fsync="never"`` is refused.
 - Credit flow, as the spec says: a subscriber whose credit covers a message
   (its DELIVER frame size) gets it straight from the publish path, with no
   disk read.  One whose credit does not is switched to replay at that
@@ -44,6 +50,12 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   ``max_credit`` bytes (what may be in flight to it), libzmq's send queue
   (``sndhwm``) and the kernel outbox behind it; at most ``max_peers``
   attached peers.
+- Idempotent publishing (the PUBLISH-ID extension, :mod:`.protocol`): a
+  message a producer already published on the stream is dropped as a
+  duplicate, by (producer id, producer sequence), remembered in memory for
+  at most ``max_producers`` producers per stream (least recently heard from
+  evicted, counted ``producers_evicted``).  In memory only: after a broker
+  restart a resend may be journaled twice.
 - Invalid or out-of-order commands are answered with INVALID (a readable
   reason) and counted (``invalid``); nothing a peer sends stops the broker
   or another peer's flow.
@@ -70,8 +82,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import struct
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -94,7 +108,10 @@ from .names import stream_directory, stream_name
 if TYPE_CHECKING:
     from .permissions import Permissions
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "ACK_LEVELS"]
+
+#: what a PING-OK (and a delivery) waits for: the OS has the message, or an fsync covered it
+ACK_LEVELS = ("written", "synced")
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +125,7 @@ _MAX_PENDING_KEYS = 10000
 _REFUSE_LOG_PERIOD = 10.0
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
-                 "publishes")
+                 "publishes", "pings", "producers", "floor")
 
     def __init__(self, name, journal, commit):
         self.name = name
@@ -118,13 +135,16 @@ class _Stream:
         self.peers = {}           # identity -> _Peer attached here
         self.fresh = []           # journal Records appended this round: written, then delivered live
         self.delivered_seq = journal.last_seq  # the publish path delivered up to here
+        self.floor = journal.last_seq  # its last sequence when this run of the broker opened it (EPOCH)
         self.samples = []         # (monotonic, last_seq) for the rate
         self.publishes = 0
+        self.pings = {}           # ack="synced": token -> identity of a PING waiting for its fsync
+        self.producers = OrderedDict()  # PUBLISH-ID: producer -> (its last sequence, our sequence), LRU order
 
 
 class _Peer:
     __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
-                 "key", "may_publish", "delivered", "held")
+                 "key", "may_publish", "delivered", "held", "gaps")
 
     def __init__(self, identity, stream, key):
         self.identity = identity
@@ -139,6 +159,7 @@ class _Peer:
         self.may_publish = None   # permission, decided on the first PUBLISH
         self.delivered = 0
         self.held = False         # its transport backlog is full: no more sends until drained
+        self.gaps = False         # it asked (FEATURES "gaps") to be told of retention gaps with GAP
 
 
 class Broker(Actor):
@@ -153,9 +174,10 @@ class Broker(Actor):
     sndhwm = 100000
 
     def __init__(self, journal_dir: str | os.PathLike[str], endpoint: str = "tcp://127.0.0.1:*", *,
-                 fsync: str | float = 0.1, heartbeat: float = 1.0, expiry: float = 5.0,
+                 fsync: str | float = 0.1, ack: str = "written", heartbeat: float = 1.0, expiry: float = 5.0,
                  max_message: int = 1 << 20, max_streams: int = 1024, max_peers: int = 100000,
-                 max_patterns: int = 64, max_stream_name: int = 80, max_credit: int = 64 << 20,
+                 max_patterns: int = 64, max_producers: int = 10000, max_stream_name: int = 80,
+                 max_credit: int = 64 << 20,
                  segment_bytes: int = 64 << 20, retain_bytes: int | None = None,
                  retain_seconds: float | None = None, curve: Keypair | bytes | str | None = None,
                  curve_domain: str | None = None, permissions: Permissions | None = None,
@@ -163,17 +185,23 @@ class Broker(Actor):
                  multicast_ttl: int = 1, streams: Iterable[bytes | str] = (), name: str | None = None) -> None:
         if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
             raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
+        if ack not in ACK_LEVELS:
+            raise ValueError("ack must be one of %s, got %r" % (", ".join(ACK_LEVELS), ack))
+        if ack == "synced" and fsync == "never":
+            raise ValueError("ack='synced' needs fsync: it cannot be 'never'")
         if not 0 < heartbeat <= expiry:
             raise ValueError("need 0 < heartbeat <= expiry")
         self.journal_dir = os.path.abspath(journal_dir)
         self.endpoint = endpoint
         self.fsync = fsync
+        self.ack = ack
         self.heartbeat = heartbeat
         self.expiry = expiry
         self.max_message = max_message
         self.max_streams = max_streams
         self.max_peers = max_peers
         self.max_patterns = max_patterns
+        self.max_producers = max_producers
         self.max_stream_name = max_stream_name
         self.max_credit = max_credit
         self.journal_options = dict(segment_bytes=segment_bytes, retain_bytes=retain_bytes,
@@ -197,6 +225,8 @@ class Broker(Actor):
         self._peers: dict[bytes, _Peer] = {}
         self._replaying: dict[bytes, _Peer] = {}        # peers with credit waiting to be replayed (ordered set)
         self._pumping = False
+        self._ping_tokens = 0     # ack="synced": numbers the PINGs waiting for an fsync
+        self._incarnation = secrets.randbits(64)  # names this run (EPOCH): a client resuming across a restart knows
         self._alive: Liveness[bytes] = Liveness(self.heartbeat, self.expiry)
         self._alive_timer = None
         self._heard: set[bytes] = set()         # identities heard from since the last liveness sweep
@@ -298,6 +328,11 @@ class Broker(Actor):
                 self._unattached(identity, "PUBLISH")
             else:
                 self._publish(peer, message.key, message.body)
+        elif kind is p.PublishId:
+            if peer is None:
+                self._unattached(identity, "PUBLISH")
+            else:
+                self._publish(peer, message.key, message.body, message.producer, message.sequence)
         elif kind is p.Credit:
             if peer is None:
                 self._unattached(identity, "CREDIT")
@@ -316,6 +351,12 @@ class Broker(Actor):
                 self.stats["detached"] += 1
                 self._drop(peer)
             self._send(identity, p.DETACH_OK_FRAME)
+        elif kind is p.Features:
+            if peer is not None:  # (before ATTACH: ignored, as the extension says)
+                names = message.features.split()
+                peer.gaps = b"gaps" in names
+                if b"epochs" in names:
+                    self._send(identity, p.epoch(self._incarnation, peer.stream.floor))
         elif kind is p.Query:
             self.stats["queries"] += 1
             may_see = None
@@ -326,7 +367,7 @@ class Broker(Actor):
         else:
             self._invalid(identity, "a broker does not accept %s" % p.NAMES[message.id])
 
-    def _publish(self, peer, key, body):
+    def _publish(self, peer, key, body, producer=None, sequence=0):
         stream = peer.stream
         if len(key) + len(body) > self.max_message:
             self._invalid(peer.identity, "message of %d bytes is over the limit of %d"
@@ -335,25 +376,48 @@ class Broker(Actor):
         if peer.may_publish is not True:
             if not self._allowed(peer, "publish"):
                 return
+        producers = stream.producers
+        if producer is not None:
+            seen = producers.get(producer)
+            if seen is not None:
+                producers.move_to_end(producer)
+                if sequence <= seen[0]:  # journaled already (a resend): its PING waits for that one
+                    self.stats["duplicates_dropped"] += 1
+                    peer.published = max(peer.published, seen[1])
+                    return
         try:
             record = stream.journal.append_record(key, body)
         except JournalError as exc:
             self.stats["journal_refused"] += 1
             self._invalid(peer.identity, "stream %s refused the message: %s" % (stream.name.decode(), exc))
             return
+        if producer is not None:
+            producers[producer] = (sequence, record[0])
+            if len(producers) > self.max_producers:  # a budget: the least recently heard from goes
+                producers.popitem(last=False)
+                self.stats["producers_evicted"] += 1
         peer.published = record[0]
         stream.fresh.append(record)
         stream.commit.kick()
 
-    def _written(self, stream, written_seq):
-        """``stream``'s GroupCommit wrote its journal: deliver the fresh messages to live subscribers.
+    def _written(self, stream, seq):
+        """``stream``'s GroupCommit wrote (``ack="written"``) or fsynced (``"synced"``) its journal up
+        to ``seq``: deliver the fresh messages up to there to live subscribers.
 
-        Written first: a subscriber never holds a message that a crash of the
-        broker could take back (its sequence would be given to another).
+        At the level first: a subscriber never holds a message that a crash
+        (of the broker, or of the machine with ``"synced"``) could take back:
+        its sequence would be given to another.
         """
-        if not stream.fresh:
+        fresh = stream.fresh
+        if not fresh:
             return
-        fresh, stream.fresh = stream.fresh, []
+        n = seq - fresh[0][0] + 1  # fresh holds consecutive sequences; with "synced" some may be past seq
+        if n <= 0:
+            return
+        if n >= len(fresh):
+            stream.fresh = []
+        else:
+            fresh, stream.fresh = fresh[:n], fresh[n:]
         stream.publishes += len(fresh)
         stream.delivered_seq = fresh[-1][0]
         if self._multicast is not None:
@@ -447,16 +511,17 @@ class Broker(Actor):
             self._go_live(peer)
             return False
         try:
-            records = stream.journal.read(peer.next, max_records=self.replay_batch, max_bytes=4 << 20)
+            records = self._read(stream.journal, peer.next)
         except SequenceGone as gone:
             self.stats["replay_skipped_retention"] += 1
             log.info("%s: %r asked for %d, retention kept from %d", self.name, peer.identity, peer.next,
                      gone.first_seq)
+            if peer.gaps:  # asked to be told; others see the jump in the sequences
+                self._send(peer.identity, p.gap(peer.next, gone.first_seq - 1))
             peer.next = gone.first_seq
             return True
         except JournalError as exc:
-            log.error("%s: replay of %s failed: %s", self.name, stream.name, exc)
-            self.stats["replay_errors"] += 1
+            self._unreadable(peer, exc)
             return False
         # the whole batch matched and encoded in one call, and sent in one while libzmq takes it
         frames, credit, consumed, short = _frames(records, 0, limit, peer.credit, matcher_of(peer.filter))
@@ -491,11 +556,36 @@ class Broker(Actor):
             self._go_live(peer)
             return False
         if not records:
-            self.stats["replay_errors"] += 1
-            log.error("%s: stream %s: journal returned nothing at %d (written up to %d)", self.name,
-                      stream.name, peer.next, limit)
+            self._unreadable(peer, "the journal returned nothing (written up to %d)" % limit)
             return False
         return True
+
+    def _read(self, journal, seq):
+        """Up to a batch of records from ``seq``.  A batch that cannot be read is tried in halves, so
+        that the records before a corrupt one are still delivered and the error names its sequence."""
+        batch = self.replay_batch
+        while True:
+            try:
+                return journal.read(seq, max_records=batch, max_bytes=4 << 20)
+            except SequenceGone:
+                raise
+            except JournalError:
+                if batch == 1:
+                    raise
+                batch >>= 1
+
+    def _unreadable(self, peer, error):
+        """Replay cannot read message ``peer.next``: say so to the peer (INVALID "REPLAY: ..."), never skip it.
+
+        The peer stays where it is; its next CREDIT tries again (a journal
+        repaired meanwhile serves it).
+        """
+        stream = peer.stream
+        self.stats["replay_errors"] += 1
+        log.error("%s: stream %s: replay cannot read sequence %d: %s", self.name,
+                  stream.name.decode("ascii", "replace"), peer.next, error)
+        self._send(peer.identity, p.invalid("REPLAY: stream %s: sequence %d cannot be read: %s"
+                                            % (stream.name.decode("ascii", "replace"), peer.next, error)))
 
     def _go_live(self, peer):
         peer.mode = _LIVE
@@ -504,7 +594,16 @@ class Broker(Actor):
 
     # -- the journal ----------------------------------------------------------------
     def _write_failed(self, stream, exc):
-        """GroupCommit's ``on_error``: once per failing streak of writes, or a failed fsync."""
+        """GroupCommit's ``on_error``: once per failing streak of writes, or a failed fsync.
+
+        With ``ack="synced"`` the PINGs waiting for an fsync are answered
+        INVALID "PING: ..." now (as ``when_written``'s ``on_error`` does for
+        ``"written"``): not synced, and maybe never.
+        """
+        if stream.pings:
+            pings, stream.pings = stream.pings, {}
+            for identity in pings.values():
+                self._invalid(identity, "PING: stream %s cannot write its journal: %s" % (stream.name.decode(), exc))
         if stream.journal.broken:  # a failed fsync: final, the journal refuses until reopened
             self.stats["journal_sync_errors"] += 1
             log.error("%s: stream %s: fsync failed: %s", self.name, stream.name.decode("ascii", "replace"), exc)
@@ -584,9 +683,13 @@ class Broker(Actor):
         policy = self.fsync if isinstance(self.fsync, str) else "interval"
         interval = self.fsync if policy == "interval" else 0.1
         stream = _Stream(name, journal, None)
-        stream.commit = GroupCommit(self, journal, fsync=policy, interval=interval, retry=0.1,
-                                    on_written=partial(self._written, stream),
-                                    on_error=partial(self._write_failed, stream))
+        deliver = partial(self._written, stream)
+        if self.ack == "synced":  # an fsync after every write round: group commit, off the hub
+            stream.commit = GroupCommit(self, journal, fsync="batch", retry=0.1, on_synced=deliver,
+                                        on_error=partial(self._write_failed, stream))
+        else:
+            stream.commit = GroupCommit(self, journal, fsync=policy, interval=interval, retry=0.1,
+                                        on_written=deliver, on_error=partial(self._write_failed, stream))
         stream.commit.start()
         self._streams[name] = stream
         stream.samples.append((_monotonic(), journal.last_seq))
@@ -622,6 +725,15 @@ class Broker(Actor):
             self._invalid(identity, str(exc))
             return
         journal = peer.stream.journal
+        if type(message) is p.Subscribe and message.latest != p.NEW and message.latest > journal.last_seq:
+            self.stats["rollbacks"] += 1
+            reason = ("ROLLBACK: stream %s ends at sequence %d, before the %d you resume after: the journal lost "
+                      "messages and sequences from %d on are new ones; subscribe again from sequence %d or earlier"
+                      % (peer.stream.name.decode(), journal.last_seq, message.latest, journal.last_seq + 1,
+                         journal.last_seq + 1))
+            log.warning("%s: %r: %s", self.name, identity, reason)
+            self._send(identity, p.invalid(reason))
+            return
         if type(message) is p.SubscribeSince:
             start = journal.seq_at_time(message.since / 1e6)
         elif message.latest == p.NEW:
@@ -654,7 +766,17 @@ class Broker(Actor):
             # client waiting for the PING-OK knows this INVALID is the answer (the write is retried).
             self._invalid(identity, "PING: stream %s cannot write its journal: %s" % (stream.name.decode(), exc))
 
-        stream.commit.when_written(written, peer.published, failed)
+        if self.ack == "written":
+            stream.commit.when_written(written, peer.published, failed)
+            return
+        token = self._ping_tokens = self._ping_tokens + 1
+        stream.pings[token] = identity
+
+        def synced(_):
+            if stream.pings.pop(token, None) is not None:  # else answered already by _write_failed
+                self._send(identity, p.PING_OK_FRAME)
+
+        stream.commit.when_synced(synced, peer.published)
 
     def _allowed(self, peer, action):
         if self.permissions is None:
@@ -803,9 +925,9 @@ class Broker(Actor):
                 "written_seq": journal.written_seq, "synced_seq": journal.synced_seq,
                 "rate": round((s1 - s0) / (t1 - t0), 1) if t1 > t0 else 0.0,
                 "bytes": stats["disk_bytes"],
-                "peers": len(stream.peers), "subscribers": subscribers,
+                "peers": len(stream.peers), "subscribers": subscribers, "producers": len(stream.producers),
             }
-        info = {"endpoint": self.endpoint, "streams": streams, "peers": len(self._peers),
+        info = {"endpoint": self.endpoint, "ack": self.ack, "streams": streams, "peers": len(self._peers),
                 "counters": dict(self.stats)}
         if may_see is None:
             info["journal"] = self.journal_dir

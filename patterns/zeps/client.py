@@ -14,10 +14,19 @@ Each is one peering (one DEALER).  Both keep the peering alive with PING
 (every ``heartbeat`` seconds of quiet) and take a broker silent for
 ``expiry`` seconds, or a DETACH from it, as lost: they connect again and
 ATTACH again.  A subscriber then subscribes from the last sequence it
-received, so it sees no gap and no duplicate across the loss.  Messages a
-publisher sent after its last successful :meth:`Publisher.flush` may be lost
-with a broker that dies: ``flush`` is the durability point (the broker has
-written them; they survive ``kill -9`` of the broker).
+received, so it sees no gap and no duplicate across the loss.
+
+``flush`` is the publisher's durability point: when it returns, every message
+published before it is in the journal at the broker's acknowledgement level
+(``written``: survives ``kill -9`` of the broker; ``synced``: a power loss).
+The publisher counts the messages the broker has not confirmed yet (a
+PING-OK, to ``flush``, to a heartbeat or to the PING sent after every 4096
+publishes, confirms everything published before its PING); if the peering is
+lost before they are confirmed (the broker died, or dropped us), the next
+``flush`` raises :class:`MessagesLost` saying how many, and which (numbered
+by their ``publish`` call, from 1), may be lost.  They may also be in the
+journal: the broker died before it could say.  ``Publisher(idempotent=True)``
+sends them again instead (see :class:`Publisher`).
 
 :class:`Publisher` may be used from many greenlets at once (a gevent WSGI
 handler, say): a publish never yields unless the broker is at its
@@ -31,6 +40,8 @@ batch), or through a ``callback`` run in the subscriber's own greenlet.  Neither
 from __future__ import annotations
 
 import logging
+import re
+import secrets
 import struct
 import time
 from collections import deque
@@ -49,16 +60,20 @@ from zactors.actors.speedups import events as _events, recv_singles, send_messag
 
 from . import deliver as _deliver, protocol as p
 
-__all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "query"]
+__all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "ReplayError", "StreamRolledBack",
+           "query"]
 
 log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
 
 _PUBLISH_HEAD = struct.Struct(">2sBB").pack
+_PUBLISH_ID_HEAD = struct.Struct(">2sBQQ").pack   # signature, 20, producer, sequence
 _u32 = struct.Struct(">I").pack
+_u8 = struct.Struct(">B").pack
 
 _BATCH = 256                 # DELIVERs taken from the socket per C call
+_CONFIRM_EVERY = 4095        # a publisher PINGs after every 4096 publishes (mask): the broker confirms as it goes
 class Message(NamedTuple):
     """One delivered message: its stream sequence, routing key and body (bytes)."""
 
@@ -77,13 +92,65 @@ class ZepsError(Exception):
     """The broker refused something (its INVALID reason is the message), or did not answer."""
 
 
+class ReplayError(ZepsError):
+    """The broker cannot read message ``seq`` of ``stream`` from its journal (a corrupt record).
+
+    Nothing past it is delivered on this subscription: the broker does not skip data.
+    """
+
+    def __init__(self, reason: str, stream: bytes, seq: int | None) -> None:
+        super().__init__(reason)
+        self.stream = stream
+        self.seq = seq
+
+
+class StreamRolledBack(ZepsError):
+    """The stream ends at ``last_seq``, before the ``held`` this subscriber resumed after.
+
+    The broker's journal lost messages (a power loss with ``ack="written"``,
+    a cut corrupt tail): sequences ``last_seq + 1 ..`` will be new messages,
+    not the ones this subscriber holds.  Subscribe again (``from_seq`` at most
+    ``last_seq + 1``) knowing that.
+    """
+
+    def __init__(self, reason: str, stream: bytes, last_seq: int | None, held: int | None) -> None:
+        super().__init__(reason)
+        self.stream = stream
+        self.last_seq = last_seq
+        self.held = held
+
+
+def _number_after(text, prefix):
+    match = re.search(re.escape(prefix) + r"(\d+)", text)
+    return int(match.group(1)) if match else None
+
+
+class MessagesLost(ZepsError):
+    """The peering was lost before the broker confirmed ``count`` published messages: they may be lost.
+
+    ``ranges`` lists them as ``(first, last)`` publish numbers (the n-th call
+    of :meth:`Publisher.publish` is number n), oldest first.
+    """
+
+    def __init__(self, ranges: list[tuple[int, int]]) -> None:
+        self.ranges = ranges
+        self.count = sum(last - first + 1 for first, last in ranges)
+        super().__init__("%d message(s) may be lost (publish number%s %s): the broker lost the peering (did it "
+                         "restart?) before confirming them" % (
+                             self.count, "" if self.count == 1 else "s",
+                             ", ".join("%d" % a if a == b else "%d-%d" % (a, b) for a, b in ranges[:10])
+                             + (", ..." if len(ranges) > 10 else "")))
+
+
 def _bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
-def _dealer(endpoint, curve):
+def _dealer(endpoint, curve, sndhwm=None):
     sock = context().socket(zmq.DEALER, socket_class=Socket)
     sock.linger = 0
+    if sndhwm is not None:
+        sock.sndhwm = sndhwm
     if curve:
         curve_client(sock, curve[1], curve[0])
     sock.connect(endpoint)
@@ -111,20 +178,44 @@ class Publisher:
     ``curve`` is ``(broker_public_key, client_keys)`` for a CURVE broker.
     Construction waits (up to ``timeout``) for ATTACH-OK and raises
     :class:`ZepsError` if the broker refuses the stream.
+
+    ``idempotent=True`` (the PUBLISH-ID extension): the publisher keeps
+    every message until the broker confirms it (at most ``max_unconfirmed``
+    messages and ``max_unconfirmed_bytes``; past that, :meth:`publish`
+    waits for confirmation as :meth:`flush` does, and raises like it), and
+    after a lost peering it sends them again; the broker drops the ones it
+    has already journaled, by (producer id, producer sequence).  So
+    :meth:`flush` never raises :class:`MessagesLost`: while the broker lives,
+    every message is journaled exactly once; across a broker *restart* at
+    least once (the broker's table of producers is in memory: it may journal
+    a resent message twice; ``stats["resent"]`` bounds how many).  Publishes
+    from several greenlets are serialised while one of them is parked.
     """
 
     def __init__(self, endpoint: str, stream: bytes | str, *, curve: Curve | None = None, heartbeat: float = 1.0,
-                 expiry: float = 5.0, timeout: float = 5.0) -> None:
+                 expiry: float = 5.0, timeout: float = 5.0, idempotent: bool = False,
+                 max_unconfirmed: int = 100000, max_unconfirmed_bytes: int = 64 << 20) -> None:
         self.endpoint = endpoint
+        self.timeout = timeout
+        self.idempotent = idempotent
+        self.max_unconfirmed = max_unconfirmed
+        self.max_unconfirmed_bytes = max_unconfirmed_bytes
+        self._producer = secrets.randbits(63) | 1     # PUBLISH-ID: this publisher's id
+        self._unconfirmed: deque[tuple[int, bytes]] = deque()  # idempotent: (publish number, frame)
+        self._unconfirmed_bytes = 0
         self.stream = _bytes(stream)
         self.curve = curve
         self.heartbeat = heartbeat
         self.expiry = expiry
-        self.stats = dict.fromkeys(("published", "flushes", "reattached", "invalid"), 0)
+        self.stats = dict.fromkeys(("published", "flushes", "reattached", "invalid", "lost", "resent"), 0)
         self._errors: list[str] = []
         self._lock = Semaphore()  # held by whoever reads the socket (flush, heartbeats)
         self._closed = False
-        self._sock = _dealer(endpoint, curve)
+        # idempotent: what is unconfirmed is bounded by max_unconfirmed, so the socket's queue needs no
+        # other bound, and a send never parks (publish numbers go out in order; a resend never blocks)
+        self._sndhwm = 0 if idempotent else None
+        self._parked = False      # idempotent: a publish is parked in a send; the others queue behind it
+        self._sock = _dealer(endpoint, curve, self._sndhwm)
         try:
             _attach(self._sock, self.stream, timeout)
         except Exception:
@@ -134,6 +225,10 @@ class Publisher:
         self._pings = 0           # PINGs sent on this peering; the broker answers each, in order,
         self._answers = 0         # with PING-OK, or INVALID "PING: ..." when it cannot write
         self._refused: list[tuple[int, str]] = []        # (answer number, reason) of the INVALID "PING:" answers
+        self._marks: deque[int] = deque()  # per PING not yet answered: the publish count when it was sent
+        self._confirmed = 0       # publish count the broker has confirmed (or that was given up as lost)
+        self._lost: list[tuple[int, int]] = []  # publish numbers unconfirmed when a peering was lost
+        self._attaching = False   # an ATTACH was sent again: the old peering's DETACHes are stale
         self._keepalive = gevent.spawn(self._keep_alive)
 
     def publish(self, key: bytes | str, body: bytes) -> None:
@@ -147,21 +242,70 @@ class Publisher:
             key = _bytes(key)
             if len(key) > 255:
                 raise ValueError("key is %d bytes; a ZEPS string holds at most 255" % len(key))
-        frame = b"".join((_PUBLISH_HEAD(p.SIGNATURE, p.PUBLISH, len(key)), key, _u32(len(body)), body))
-        sock = self._sock
-        try:
-            send_message(sock, sock.handle, (frame,))
-        except zmq.Again:
-            with self._lock:  # parks this greenlet until the broker takes it; no reattach meanwhile
-                sock = self._sock
-                sock.send_multipart([frame])
-        stats = self.stats
-        n = stats["published"] = stats["published"] + 1
-        if not n & 63 and _events(sock, sock.handle) & POLLIN and self._lock.acquire(blocking=False):
+        if self.idempotent:
+            self._publish_id(b"".join((_u8(len(key)), key, _u32(len(body)), body)))
+            n = self.stats["published"]
+            sock = self._sock
+        else:
+            frame = b"".join((_PUBLISH_HEAD(p.SIGNATURE, p.PUBLISH, len(key)), key, _u32(len(body)), body))
+            sock = self._sock
+            try:
+                send_message(sock, sock.handle, (frame,))
+            except zmq.Again:
+                with self._lock:  # parks this greenlet until the broker takes it; no reattach meanwhile
+                    sock = self._sock
+                    sock.send_multipart([frame])
+            stats = self.stats
+            n = stats["published"] = stats["published"] + 1
+        if not n & 63 and (not n & _CONFIRM_EVERY or _events(sock, sock.handle) & POLLIN) \
+                and self._lock.acquire(blocking=False):
             try:  # a DETACH (the broker restarted) must be seen before many more publishes
                 self._service()
+                if not n & _CONFIRM_EVERY and len(self._marks) < 64:
+                    self._ping(block=False)  # confirmations keep coming: a loss names fewer messages
             finally:
                 self._lock.release()
+
+        if self.idempotent and (len(self._unconfirmed) >= self.max_unconfirmed or
+                                self._unconfirmed_bytes >= self.max_unconfirmed_bytes):
+            self.flush(self.timeout)  # backpressure: wait for the broker to confirm what it holds
+
+    def _publish_id(self, tail):
+        """Send PUBLISH-ID with the next publish number.  The number is taken right before its send, and
+        no publish overtakes one parked in its send (the socket has no high-water mark, so none should),
+        so they go in order: the broker drops a number below one it has seen, so a later one sent first
+        would lose the earlier."""
+        if not self._parked:
+            n = self.stats["published"] + 1
+            frame = _PUBLISH_ID_HEAD(p.SIGNATURE, p.PUBLISH_ID, self._producer, n) + tail
+            sock = self._sock
+            try:
+                send_message(sock, sock.handle, (frame,))
+            except zmq.Again:
+                pass
+            else:
+                self._keep(n, frame)
+                return
+        with self._lock:  # parks this greenlet until the broker takes it; publishes behind it wait
+            self._parked = True
+            try:
+                n = self.stats["published"] + 1
+                frame = _PUBLISH_ID_HEAD(p.SIGNATURE, p.PUBLISH_ID, self._producer, n) + tail
+                self._sock.send_multipart([frame])
+                self._keep(n, frame)
+            finally:
+                self._parked = False
+
+    def _keep(self, n, frame):
+        self.stats["published"] = n
+        self._unconfirmed.append((n, frame))
+        self._unconfirmed_bytes += len(frame)
+
+    @property
+    def confirmed(self) -> int:
+        """How many of the messages published so far (counted from the first) the broker has confirmed
+        written, or reported lost (:class:`MessagesLost`)."""
+        return self._confirmed
 
     def flush(self, timeout: float = 10.0) -> None:
         """Wait until the broker has written every message published so far.
@@ -170,19 +314,25 @@ class Publisher:
         message since the last flush, or if it did not answer within ``timeout``.
         """
         with self._lock:
-            self._service()
-            self._sock.send(p.PING_FRAME)
-            self._pings += 1
-            target = self._pings      # ours is answered after every PING sent before it
             deadline = _monotonic() + timeout
-            while self._answers < target:
-                remaining = deadline - _monotonic()
-                if remaining <= 0:
-                    raise ZepsError("the broker did not confirm within %ss" % timeout)
-                # Short waits: another greenlet's send may take the socket's FD edge.
-                self._sock.wait(POLLIN, min(remaining, 0.01))
-                if self._service():  # the peering was lost: those messages may be gone
-                    raise ZepsError("the broker lost this peering; messages since the last flush may be lost")
+            self._service()
+            while True:
+                reattached = self.stats["reattached"]
+                self._ping()
+                target = self._pings      # ours is answered after every PING sent before it
+                while self._answers < target:
+                    remaining = deadline - _monotonic()
+                    if remaining <= 0:
+                        raise ZepsError("the broker did not confirm within %ss" % timeout)
+                    # Short waits: another greenlet's send may take the socket's FD edge.
+                    self._sock.wait(POLLIN, min(remaining, 0.01))
+                    self._service()  # a lost peering answers our PING by giving it up (and counts the lost)
+                if not self.idempotent or self.stats["reattached"] == reattached:
+                    break
+                # idempotent: the peering was replaced while we waited and the unconfirmed were sent
+                # again on the new one; a PING behind them says when they are journaled
+            if self._lost:  # published, then the peering was lost before the broker confirmed them
+                raise self._take_lost()
             refused = [reason for number, reason in self._refused if number >= target]
             self._refused = []
             if refused:  # our PING (or a later one) was refused: not written
@@ -192,6 +342,19 @@ class Publisher:
             errors, self._errors = self._errors, []
         if errors:
             raise ZepsError("; ".join(errors[:5]) + (" (and %d more)" % (len(errors) - 5) if len(errors) > 5 else ""))
+
+    def _ping(self, block=True):
+        """Send a PING (the lock held): its PING-OK will confirm everything published so far."""
+        try:
+            self._sock.send(p.PING_FRAME, 0 if block else zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        self._pings += 1
+        self._marks.append(self.stats["published"])
+
+    def _take_lost(self):
+        lost, self._lost = self._lost, []
+        return MessagesLost(lost)
 
     def _service(self):
         """Read what the broker sent (the lock held); True if the peering was lost (and attached again)."""
@@ -211,27 +374,55 @@ class Publisher:
             kind = type(message)
             if kind is p.PingOk:
                 self._answers += 1
+                if self._marks:
+                    confirmed = self._confirmed = max(self._confirmed, self._marks.popleft())
+                    kept = self._unconfirmed
+                    while kept and kept[0][0] <= confirmed:
+                        self._unconfirmed_bytes -= len(kept.popleft()[1])
+            elif kind is p.AttachOk:
+                self._attaching = False
             elif kind is p.Ping:
                 sock.send(p.PING_OK_FRAME)
             elif kind is p.Invalid:
                 self.stats["invalid"] += 1
                 if message.reason.startswith("PING:"):  # the broker's answer to a PING: not written
                     self._answers += 1
+                    if self._marks:
+                        self._marks.popleft()
                     self._refused.append((self._answers, message.reason[5:].strip()))
                     del self._refused[:-10]
+                elif message.reason.endswith("(no peering: attach first)"):
+                    pass  # sent on a lost peering: the DETACH behind it counts it in what may be lost
                 elif len(self._errors) < 100:
                     self._errors.append(message.reason)
             elif kind is p.Detach:
+                if self._attaching:
+                    continue  # the lost peering's answers to what we sent before attaching again
                 lost = True
                 self._reattach()
 
     def _reattach(self, new_socket=False):
+        """Attach again (the lock held); what the broker had not confirmed counts as maybe lost."""
+        published = self.stats["published"]
+        if published > self._confirmed and not self.idempotent:
+            self._lost.append((self._confirmed + 1, published))
+            del self._lost[:-1000]
+            self.stats["lost"] += published - self._confirmed
+            self._confirmed = published
+            log.warning("publisher: peering on %s lost with publish numbers %d-%d unconfirmed: they may be lost",
+                        self.stream.decode(), self._lost[-1][0], published)
+        self._marks.clear()
+        self._attaching = True
         self.stats["reattached"] += 1
         log.info("publisher: peering on %s lost; attaching again", self.stream.decode())
         if new_socket:
             self._sock.close(0)
-            self._sock = _dealer(self.endpoint, self.curve)
+            self._sock = _dealer(self.endpoint, self.curve, self._sndhwm)
         self._sock.send(p.attach(self.stream))  # pipelined: publishes queue behind it
+        if self._unconfirmed:  # idempotent: again, in order; the broker drops what it journaled already
+            self.stats["resent"] += len(self._unconfirmed)
+            for _, frame in self._unconfirmed:
+                self._sock.send(frame)
         self._answers = self._pings  # PINGs of the lost peering get no answer now
         self._heard = _monotonic()
 
@@ -246,8 +437,7 @@ class Publisher:
                 if quiet > self.expiry:
                     self._reattach(new_socket=True)
                 elif quiet > self.heartbeat:
-                    self._sock.send(p.PING_FRAME)
-                    self._pings += 1
+                    self._ping()
 
     def close(self) -> None:
         """Detach and close (unflushed messages still queued are dropped: flush first)."""
@@ -279,12 +469,30 @@ class Subscriber(Actor):
     open (at least the largest message).  ``callback(message)``, if given,
     runs in the subscriber's greenlet for each message instead of the queue.
 
+    Retention gaps: when the broker's retention removed messages this
+    subscriber was due (it asked for sequence 1 and the journal starts at
+    4,429), the broker says so (the GAP extension): the range is appended to
+    :attr:`gaps` (``(first, last)`` sequences, the last 100), counted in
+    ``stats["gaps"]`` and ``stats["gap_sequences"]``, logged as a warning,
+    and passed to ``on_gap(first, last)`` if given (in the subscriber's
+    greenlet).  Delivery goes on at ``last + 1``.
+
+    Errors end the subscription: :meth:`get` (and iteration) raise them once
+    the messages received before are taken, and :attr:`error` holds them:
+    :class:`ReplayError` when the broker cannot read a message from its
+    journal (a corrupt record; nothing is skipped), :class:`StreamRolledBack`
+    when the stream restarted below what this subscriber holds (the journal
+    lost messages: seen on resuming, from the broker run's EPOCH, even if new
+    messages have since taken the stream past it; nothing is delivered after
+    it), :class:`ZepsError` when the subscription is refused.
+
     Commands: ``INFO`` (reply: stream, last sequence, counters).
     """
 
     def __init__(self, endpoint: str, stream: bytes | str, *patterns: bytes | str, from_seq: int | None = None,
                  since: float | None = None, new: bool = False, window: int = 8 << 20,
-                 callback: Callable[[Message], object] | None = None, curve: Curve | None = None,
+                 callback: Callable[[Message], object] | None = None,
+                 on_gap: Callable[[int, int], object] | None = None, curve: Curve | None = None,
                  heartbeat: float = 1.0, expiry: float = 5.0, timeout: float = 5.0, name: str | None = None) -> None:
         if sum(x is not None and x is not False for x in (from_seq, since, new or None)) > 1:
             raise ValueError("give at most one of from_seq, since and new")
@@ -299,11 +507,14 @@ class Subscriber(Actor):
         self.window = window
         self._quarter = window >> 2   # credit goes back in quarters of the window
         self.callback = callback
+        self.on_gap = on_gap
+        self.gaps: list[tuple[int, int]] = []  # (first, last) sequences retention removed before delivery
         self.curve = curve
         self.heartbeat = heartbeat
         self.expiry = expiry
         self.timeout = timeout
         self.last_seq = None        # the last sequence received
+        self._incarnation = None    # the broker run (EPOCH) that last_seq came from
         self._queue: deque[Message] = deque()
         self._ready = Event()
         self._queued_bytes = 0
@@ -370,6 +581,11 @@ class Subscriber(Actor):
             self.post(self._give_credit)
 
     @property
+    def error(self) -> ZepsError | None:
+        """The error that ended this subscription (see the class docstring), or None."""
+        return self._error
+
+    @property
     def pending(self) -> int:
         """Messages received and not yet taken."""
         return len(self._queue)
@@ -393,8 +609,8 @@ class Subscriber(Actor):
             if remaining <= 0 or not self._sock.wait(POLLIN, remaining):
                 raise ZepsError("no answer to ATTACH/SUBSCRIBE from %s within %ss" % (self.endpoint, self.timeout))
             self._on_frames(self._sock.recv_frames())
-            if self._error is not None:
-                raise self._error
+            if self._error is not None and not (self._attached and self._subscribed == len(self.patterns)):
+                raise self._error  # refused; an error after the subscription (REPLAY:) waits for get()
         self.add_reader(self._sock, self._on_frames)
         self.call_every(self.heartbeat / 2, self._keep_alive)
 
@@ -418,6 +634,7 @@ class Subscriber(Actor):
         self._subscribed = 0
         self._credit_given = 0
         sock.send(p.attach(self.stream))
+        sock.send(p.features(b"gaps epochs"))  # GAP and EPOCH, before the SUBSCRIBE that may need them
         if self.last_seq is not None:
             first = p.subscribe(self.patterns[0], self.last_seq)
         elif self.since is not None:
@@ -505,12 +722,58 @@ class Subscriber(Actor):
             self._stats["reattached"] += 1
             log.info("%s: the broker closed the peering; attaching again from %s", self.name, self.last_seq)
             self._reconnect()
+        elif kind is p.Gap:
+            self._gap(message.first, message.last)
+        elif kind is p.Epoch:
+            self._epoch(message.incarnation, message.floor)
         elif kind is p.Invalid:
             self._stats["invalid"] += 1
-            log.warning("%s: broker says: %s", self.name, message.reason)
-            if (not self._attached or self._subscribed < len(self.patterns)) and self._error is None:
-                self._error = ZepsError(message.reason)  # the first says why (a refused ATTACH), not its echoes
-                self._ready.set()
+            reason = message.reason
+            log.warning("%s: broker says: %s", self.name, reason)
+            if reason.startswith("REPLAY:"):
+                self._fail(ReplayError(reason, self.stream, _number_after(reason, "sequence ")))
+            elif reason.startswith("ROLLBACK:"):
+                self._fail(StreamRolledBack(reason, self.stream, _number_after(reason, "ends at sequence "),
+                                            _number_after(reason, "before the ")))
+            elif not self._attached or self._subscribed < len(self.patterns):
+                self._fail(ZepsError(reason))
+
+    def _epoch(self, incarnation, floor):
+        """EPOCH, before the SUBSCRIBE-OK: a broker run that reopened the stream below what we hold lost
+        those messages, and the sequences since are other messages: stop here (StreamRolledBack)."""
+        held = self.last_seq
+        if self._incarnation is not None and incarnation != self._incarnation and held is not None \
+                and held > floor:
+            self._stats["rollbacks"] += 1
+            reason = ("ROLLBACK: stream %s restarted at sequence %d, below the %d this subscriber holds: the "
+                      "journal lost messages, and sequences from %d on are other messages"
+                      % (self.stream.decode(), floor, held, floor + 1))
+            log.warning("%s: %s", self.name, reason)
+            self._fail(StreamRolledBack(reason, self.stream, floor, held))
+            try:
+                self._sock.send(p.DETACH_FRAME, zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+            self.close_socket(self._sock)  # nothing more from this peering: no message past the rollback
+            self._sock = None
+            return
+        self._incarnation = incarnation
+
+    def _fail(self, error):
+        if self._error is None:
+            self._error = error
+        self._ready.set()
+
+    def _gap(self, first, last):
+        self.gaps.append((first, last))
+        del self.gaps[:-100]
+        stats = self._stats
+        stats["gaps"] += 1
+        stats["gap_sequences"] += last - first + 1
+        log.warning("%s: stream %s: sequences %d..%d are gone (retention removed them before they were "
+                    "delivered); going on at %d", self.name, self.stream.decode(), first, last, last + 1)
+        if self.on_gap is not None:
+            self.on_gap(first, last)
 
     def _callback(self, item, size):
         try:
@@ -527,6 +790,8 @@ class Subscriber(Actor):
             self.add_reader(self._sock, self._on_frames)
 
     def _keep_alive(self):
+        if self._sock is None:  # stopped by a rollback
+            return
         quiet = _monotonic() - self._heard
         if quiet > self.expiry:
             self._stats["reattached"] += 1

@@ -48,6 +48,47 @@ for its introspection, answered by **QUERY-OK** (id 15) = ``signature %d15
 report``, ``report`` a chunk of JSON (streams, subscribers, counters).  A
 peering needs no ATTACH to QUERY.
 
+zactors extensions a client asks for: **FEATURES** (id 18, C: after ATTACH)
+= ``signature %d18 features``, ``features`` a string of space-separated
+names; the broker answers nothing, ignores names it does not know (and a
+FEATURES before ATTACH), and from then on may send that peering the
+extension commands the names ask for.  A spec-only client never sends it, so
+it never sees them.  Names: ``gaps`` asks for **GAP** (id 19, S) =
+``signature %d19 first last`` (two number-8): sequences ``first..last`` will
+never be delivered to this peering, retention removed them before it read
+them; delivery goes on at ``last + 1``.  ``epochs`` asks for **EPOCH**
+(id 21, S, the answer to that FEATURES) = ``signature %d21 incarnation
+floor`` (two number-8): ``incarnation`` names this run of the broker (random
+at each start), ``floor`` is the stream's last sequence when this run opened
+it.  A client that holds sequence N from another incarnation and sees
+``floor < N`` knows that the journal lost N's tail across the restart (the
+ROLLBACK below, even when new messages have since taken the stream past N).
+
+zactors extension for idempotent publishing: **PUBLISH-ID** (id 20, C) =
+``signature %d20 producer sequence key body`` (producer and sequence
+number-8, then PUBLISH's fields): ``producer`` is a random id the publisher
+chose, ``sequence`` counts its messages from 1.  The broker journals it like
+a PUBLISH unless it has already journaled that producer's ``sequence`` (or
+a later one) on the stream since it started: then it drops it as a
+duplicate (a publisher resends what was not confirmed after a lost
+peering).  The table is in the broker's memory (``max_producers`` per
+stream, least recently used evicted): a broker restart forgets it, so a
+resend after a restart may journal a message twice.
+
+Errors every client gets, as INVALID with a reason prefix (like ``PING:``):
+
+* ``REPLAY:`` the journal cannot give a replaying subscriber a message
+  (a corrupt record): ``REPLAY: stream NAME: sequence N cannot be read:
+  ...``.  Nothing more is delivered to that peering from there: the
+  broker does not skip data.
+* ``ROLLBACK:`` answers a SUBSCRIBE whose ``latest`` (not :data:`NEW`) is
+  past the stream's last sequence: ``ROLLBACK: stream NAME ends at sequence
+  L, before the N you resume after: ...``.  The journal lost messages (a
+  power loss in ``written`` mode, a cut corrupt tail): sequences above L
+  will be given to new messages, so resuming there would silently drop them
+  as duplicates.  The subscription is refused; subscribe again from L or
+  earlier, knowing that L+1..N held other messages.
+
 zactors datagrams for the real-time multicast output (UDP, see
 :mod:`.multicast`), never on a ZEPS peering: **MC-DELIVER** (id 16) =
 ``signature %d16 stream sequence key body`` and **MC-HEAD** (id 17) =
@@ -61,13 +102,13 @@ __all__ = [
     "SIGNATURE", "VERSION", "PROTOCOL", "NEW", "MAX_STRING", "MAX_CHUNK",
     "ATTACH", "ATTACH_OK", "SUBSCRIBE", "SUBSCRIBE_OK", "CREDIT", "PUBLISH", "DELIVER",
     "PING", "PING_OK", "DETACH", "DETACH_OK", "INVALID", "SUBSCRIBE_SINCE", "QUERY", "QUERY_OK",
-    "MC_DELIVER", "MC_HEAD", "NAMES",
+    "MC_DELIVER", "MC_HEAD", "FEATURES", "GAP", "PUBLISH_ID", "EPOCH", "NAMES",
     "Attach", "AttachOk", "Subscribe", "SubscribeOk", "Credit", "Publish", "Deliver",
     "Ping", "PingOk", "Detach", "DetachOk", "Invalid", "SubscribeSince", "Query", "QueryOk", "McDeliver",
-    "McHead",
+    "McHead", "Features", "Gap", "PublishId", "Epoch",
     "ProtocolError", "decode", "encode", "deliver_cost",
     "attach", "subscribe", "subscribe_since", "credit", "publish", "deliver", "invalid", "query_ok", "mc_deliver",
-    "mc_head", "stream_field",
+    "mc_head", "stream_field", "features", "gap", "publish_id", "epoch",
     "ATTACH_OK_FRAME", "SUBSCRIBE_OK_FRAME", "PING_FRAME", "PING_OK_FRAME", "DETACH_FRAME",
     "DETACH_OK_FRAME", "QUERY_FRAME",
 ]
@@ -84,11 +125,13 @@ MAX_CHUNK = 2 ** 32 - 1
 ATTACH, ATTACH_OK, SUBSCRIBE, SUBSCRIBE_OK, CREDIT, PUBLISH, DELIVER = 1, 2, 3, 4, 5, 6, 7
 PING, PING_OK, DETACH, DETACH_OK, INVALID, SUBSCRIBE_SINCE, QUERY, QUERY_OK = 8, 9, 10, 11, 12, 13, 14, 15
 MC_DELIVER, MC_HEAD = 16, 17
+FEATURES, GAP, PUBLISH_ID, EPOCH = 18, 19, 20, 21
 
 NAMES = {ATTACH: "ATTACH", ATTACH_OK: "ATTACH-OK", SUBSCRIBE: "SUBSCRIBE", SUBSCRIBE_OK: "SUBSCRIBE-OK",
          CREDIT: "CREDIT", PUBLISH: "PUBLISH", DELIVER: "DELIVER", PING: "PING", PING_OK: "PING-OK",
          DETACH: "DETACH", DETACH_OK: "DETACH-OK", INVALID: "INVALID", SUBSCRIBE_SINCE: "SUBSCRIBE-SINCE",
-         QUERY: "QUERY", QUERY_OK: "QUERY-OK", MC_DELIVER: "MC-DELIVER", MC_HEAD: "MC-HEAD"}
+         QUERY: "QUERY", QUERY_OK: "QUERY-OK", MC_DELIVER: "MC-DELIVER", MC_HEAD: "MC-HEAD",
+         FEATURES: "FEATURES", GAP: "GAP", PUBLISH_ID: "PUBLISH-ID", EPOCH: "EPOCH"}
 
 Attach = namedtuple("Attach", "stream version")
 AttachOk = namedtuple("AttachOk", "")
@@ -107,11 +150,17 @@ Query = namedtuple("Query", "")
 QueryOk = namedtuple("QueryOk", "report")
 McDeliver = namedtuple("McDeliver", "stream sequence key body")
 McHead = namedtuple("McHead", "stream sequence")
+Features = namedtuple("Features", "features")
+Gap = namedtuple("Gap", "first last")
+PublishId = namedtuple("PublishId", "producer sequence key body")
+Epoch = namedtuple("Epoch", "incarnation floor")
 
 for _cls, _id in ((Attach, ATTACH), (AttachOk, ATTACH_OK), (Subscribe, SUBSCRIBE), (SubscribeOk, SUBSCRIBE_OK),
                   (Credit, CREDIT), (Publish, PUBLISH), (Deliver, DELIVER), (Ping, PING), (PingOk, PING_OK),
                   (Detach, DETACH), (DetachOk, DETACH_OK), (Invalid, INVALID), (SubscribeSince, SUBSCRIBE_SINCE),
-                  (Query, QUERY), (QueryOk, QUERY_OK), (McDeliver, MC_DELIVER), (McHead, MC_HEAD)):
+                  (Query, QUERY), (QueryOk, QUERY_OK), (McDeliver, MC_DELIVER), (McHead, MC_HEAD),
+                  (Features, FEATURES), (Gap, GAP), (PublishId, PUBLISH_ID),
+                  (Epoch, EPOCH)):
     _cls.id = _id
     _cls.__doc__ = "ZEPS %s (command %d)." % (NAMES[_id], _id)
 
@@ -223,6 +272,27 @@ def mc_head(stream_field, sequence):
     return _HEAD(SIGNATURE, MC_HEAD) + stream_field + _u64(sequence)
 
 
+def features(names):
+    """C: FEATURES (zactors extension): ``names``, space-separated (bytes or str)."""
+    return _HEAD(SIGNATURE, FEATURES) + _string(names, "features")
+
+
+def publish_id(producer, sequence, key, body):
+    """C: PUBLISH-ID (zactors extension): PUBLISH ``body`` under ``key`` as message ``sequence`` of ``producer``."""
+    return _HEAD(SIGNATURE, PUBLISH_ID) + _u64(_number(producer, "producer", 64)) + \
+        _u64(_number(sequence, "sequence", 64)) + publish(key, body)[3:]
+
+
+def epoch(incarnation, floor):
+    """S: EPOCH (zactors extension): this broker run's ``incarnation`` and the stream's ``floor``."""
+    return _HEAD(SIGNATURE, EPOCH) + _u64(_number(incarnation, "incarnation", 64)) + _u64(_number(floor, "floor", 64))
+
+
+def gap(first, last):
+    """S: GAP (zactors extension): sequences ``first..last`` will never be delivered (retention)."""
+    return _HEAD(SIGNATURE, GAP) + _u64(_number(first, "first", 64)) + _u64(_number(last, "last", 64))
+
+
 def stream_field(stream):
     """The encoded ``stream`` string field (1-byte length + name), for :func:`mc_deliver`."""
     return _string(stream, "stream")
@@ -262,6 +332,14 @@ def encode(message):
         return mc_deliver(_string(message.stream, "stream"), message.sequence, message.key, message.body)
     if kind is McHead:
         return mc_head(_string(message.stream, "stream"), _number(message.sequence, "sequence", 64))
+    if kind is Features:
+        return features(message.features)
+    if kind is Gap:
+        return gap(message.first, message.last)
+    if kind is Epoch:
+        return epoch(message.incarnation, message.floor)
+    if kind is PublishId:
+        return publish_id(message.producer, message.sequence, message.key, message.body)
     raise TypeError("not a ZEPS message: %r" % (message,))
 
 
@@ -365,6 +443,30 @@ def decode(frame):
         if at + size != len(frame):
             raise ProtocolError("%s body: length %d but %d byte(s) follow" % (name, size, len(frame) - at))
         return McDeliver(stream, sequence, key, frame[at:])
+    if command == FEATURES:
+        names, at = _read_string(frame, 3, "FEATURES features")
+        _end(frame, at, "FEATURES")
+        return Features(_text(names, "FEATURES features"))
+    if command == PUBLISH_ID:
+        producer, at = _read_number(_unpack_u64, 8, frame, 3, "PUBLISH-ID producer")
+        sequence, at = _read_number(_unpack_u64, 8, frame, at, "PUBLISH-ID sequence")
+        key, at = _read_string(frame, at, "PUBLISH-ID key")
+        size, at = _read_number(_unpack_u32, 4, frame, at, "PUBLISH-ID body length")
+        if at + size != len(frame):
+            raise ProtocolError("PUBLISH-ID body: length %d but %d byte(s) follow" % (size, len(frame) - at))
+        return PublishId(producer, sequence, key, frame[at:])
+    if command == EPOCH:
+        incarnation, at = _read_number(_unpack_u64, 8, frame, 3, "EPOCH incarnation")
+        floor, at = _read_number(_unpack_u64, 8, frame, at, "EPOCH floor")
+        _end(frame, at, "EPOCH")
+        return Epoch(incarnation, floor)
+    if command == GAP:
+        first, at = _read_number(_unpack_u64, 8, frame, 3, "GAP first")
+        last, at = _read_number(_unpack_u64, 8, frame, at, "GAP last")
+        _end(frame, at, "GAP")
+        if first > last:
+            raise ProtocolError("GAP first %d is after last %d" % (first, last))
+        return Gap(first, last)
     if command == QUERY_OK:
         size, at = _read_number(_unpack_u32, 4, frame, 3, "QUERY-OK report length")
         if at + size != len(frame):

@@ -20,10 +20,13 @@
                        4 MiB or more (default: the planning machine's cores)
 ``startingOffsets``    streaming: ``earliest`` (default), ``latest``, a JSON object
                        ``{"stream": next_seq}``, or a time (epoch seconds / ISO-8601)
-``maxRecordsPerTrigger``  streaming: records per micro-batch, all streams together
-``failOnDataLoss``     streaming: ``true`` (default) fails when retention removed
-                       sequences the query still needs; ``false`` carries on from
-                       the first retained one (logged)
+``maxRecordsPerTrigger``  streaming: records per micro-batch, all streams together, shared
+                       fairly (equal shares; what one stream does not need goes to
+                       the others)
+``failOnDataLoss``     streaming, and reads from a broker: ``true`` (default) fails
+                       when retention removed sequences the query still needs;
+                       ``false`` reads what is left, from the first retained one
+                       (logged)
 ``writerId``           streaming write: names the exactly-once commit log (default
                        ``default``; give distinct ids to queries writing one stream)
 ``timeout``            seconds to wait for the broker (default 10)

@@ -214,8 +214,11 @@ def _broker_batches(opts, part):
                 if message is None:
                     raise ZepsSparkError("the broker at %s sent nothing for %ss while reading stream %r at "
                                          "sequence %d" % (opts.broker, opts.timeout, part.stream, seq))
-                if message[0] != seq and not seqs and seq == part.from_seq and message[0] > seq:
-                    raise SequenceGone(message[0])
+                if message[0] != seq:  # the subscriber reads every sequence: a jump is retention at work
+                    if opts.fail_on_data_loss:
+                        raise SequenceGone(message[0])
+                    log.warning("stream %r: sequences %d..%d were removed by retention before they were read; "
+                                "carrying on from %d", part.stream, seq, message[0] - 1, message[0])
                 seqs.append(message[0])
                 keys.append(message[1])
                 bodies.append(message[2])
@@ -320,9 +323,9 @@ def _read_slice(opts, part, out_schema, body_fields):
             columns.extend(_body_columns(opts, batch.column(3), body_fields, part))
             yield pa.RecordBatch.from_arrays(columns, schema=out_schema)
     except SequenceGone as exc:
-        if not opts.fail_on_data_loss:      # retention got there between planning and reading
+        if not opts.fail_on_data_loss:      # a whole segment file removed between planning and reading
             log.warning("stream %r: sequences %d..%d were removed by retention before they were read; skipped",
-                        part.stream, part.from_seq, exc.first_seq - 1)
+                        part.stream, part.from_seq, min(part.to_seq, exc.first_seq - 1))
             return
         raise ZepsSparkError("stream %r: sequences from %d were removed by retention (first available: %d)"
                              % (part.stream, part.from_seq, exc.first_seq)) from None

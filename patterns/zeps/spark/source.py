@@ -30,6 +30,34 @@ __all__ = ["ZepsDataSource"]
 log = logging.getLogger(__name__)
 
 
+def fair_share(wants, budget):
+    """{name: rows} splitting ``budget`` rows over ``wants`` ({name: rows waiting}), max-min fair.
+
+    Each gets an equal share, and what one does not need goes to the rest
+    (water filling): no stream is starved by the one listed first.  When the
+    budget is smaller than the number of streams waiting, the ones furthest
+    behind get a row each.
+    """
+    grant = dict.fromkeys(wants, 0)
+    left = budget
+    waiting = sorted((name for name, want in wants.items() if want > 0), key=lambda name: (wants[name], name))
+    while left > 0 and waiting:
+        share = left // len(waiting)
+        if share == 0:
+            for name in sorted(waiting, key=lambda name: (grant[name] - wants[name], name))[:left]:
+                grant[name] += 1
+            break
+        still = []
+        for name in waiting:
+            give = min(share, wants[name] - grant[name])
+            grant[name] += give
+            left -= give
+            if grant[name] < wants[name]:
+                still.append(name)
+        waiting = still
+    return grant
+
+
 class _Part(InputPartition):
     """A planned partition, wrapped in Spark's InputPartition."""
 
@@ -155,15 +183,11 @@ class _StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def latestOffset(self, start, limit):
         ends = self._target or {s: last + 1 for s, (_f, last, _d) in self._ranges().items()}
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        out = {}
-        for stream, end in ends.items():
-            begin = int(start.get(stream, end)) if start else end
-            if budget is not None:
-                take = max(0, min(end - begin, budget))
-                budget -= take
-                end = begin + take
-            out[stream] = max(begin, end)
+        begins = {stream: int(start.get(stream, end)) if start else end for stream, end in ends.items()}
+        out = {stream: max(begins[stream], end) for stream, end in ends.items()}
+        if isinstance(limit, ReadMaxRows):  # the budget shared fairly by the streams with records waiting
+            grant = fair_share({stream: out[stream] - begins[stream] for stream in ends}, limit.max_rows)
+            out = {stream: begins[stream] + grant[stream] for stream in ends}
         for stream, seq in (start or {}).items():      # a stream that vanished keeps its offset
             out.setdefault(stream, seq)
         return out

@@ -6,11 +6,11 @@ import gevent
 from zactors.patterns.zeps.broker import Broker
 
 
-def main(journal_dir, endpoint):
-    broker = Broker(journal_dir, endpoint, heartbeat=0.2, expiry=1.0)
+def main(journal_dir, endpoint, ack="written"):
+    broker = Broker(journal_dir, endpoint, ack=ack, heartbeat=0.2, expiry=1.0)
     print(broker.endpoint, flush=True)
     gevent.wait()  # until killed
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

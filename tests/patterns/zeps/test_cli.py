@@ -31,7 +31,7 @@ def _endpoint(broker):
 def test_publish_subscribe_streams_and_dump(run, capsys, tmp_path, monkeypatch):
     journal = str(tmp_path / "j")
     broker = run("zeps", "broker", "--journal", journal, "--bind", "tcp://127.0.0.1:*", "--fsync", "batch",
-                 "--retain", "1G", "--retain", "7d")
+                 "--retain", "1G", "--retain", "7d", "--ack", "synced")
     endpoint = _endpoint(broker)
     c = ["--connect", endpoint]
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"one\ntwo\nthree\n")))
@@ -46,7 +46,7 @@ def test_publish_subscribe_streams_and_dump(run, capsys, tmp_path, monkeypatch):
     assert len(capsys.readouterr().out.splitlines()) == 4
     assert main(["-q", "zeps", "streams", *c]) == 0
     out = capsys.readouterr().out
-    assert "stream orders" in out and "seq 1..4" in out
+    assert "stream orders" in out and "seq 1..4" in out and "ack synced" in out
     broker.send_signal(signal.SIGINT)
     assert broker.wait(10) == 0
     assert main(["-q", "zeps", "dump", journal]) == 0
@@ -60,6 +60,7 @@ def test_publish_subscribe_streams_and_dump(run, capsys, tmp_path, monkeypatch):
     (["broker", "--journal", "j", "--fsync", "sometimes"], "say never, batch, or a period"),
     (["broker", "--journal", "j", "--retain", "lots"], "neither a size (500M, 10G) nor an age"),
     (["broker", "--journal", "j", "--permissions", "/nonexistent/p"], "cannot read /nonexistent/p"),
+    (["broker", "--journal", "j", "--ack", "synced", "--fsync", "never"], "--ack synced needs fsync"),
     (["broker", "--journal", "j", "--heartbeat", "9"], "must not be longer than --expiry"),
     (["broker", "--journal", "j", "--bind", "127.0.0.1:5570"], "has no transport"),
     (["subscribe", "s", "--since", "yesterday"], "is not a time"),
@@ -122,3 +123,88 @@ def test_an_interrupted_subscribe_says_where_to_resume(run, broker):
     sub.send_signal(signal.SIGINT)
     assert sub.wait(10) == 130
     assert "interrupted after 3 message(s); last sequence 3 (--from 4 resumes)" in sub.stderr.read().decode()
+
+
+def test_publish_from_stdin_under_a_broker_kill_names_the_lines_that_may_be_lost(run, tmp_path):
+    """Issue 19: kill -9 the broker under ``zeps publish`` from stdin; the command names what may be lost,
+    and every line it does not name is in the journal."""
+    from zactors.actors.journal import JournalReader
+
+    from ...conftest import wait_for
+    journal = str(tmp_path / "j")
+    broker = run("zeps", "broker", "--journal", journal, "--bind", "tcp://127.0.0.1:*")
+    endpoint = _endpoint(broker)
+    pub = run("zeps", "publish", "s", "k", "--connect", endpoint, stdin=gevent.subprocess.PIPE)
+    n = 40000
+
+    def journaled():
+        try:
+            with JournalReader(os.path.join(journal, "s")) as reader:
+                return reader.last_seq
+        except Exception:  # not created yet
+            return 0
+    pub.stdin.write(b"".join(b"line %d\n" % i for i in range(1, n // 2 + 1)))
+    pub.stdin.flush()
+    wait_for(lambda: journaled() > 0, timeout=30, what="the first lines journaled")
+    broker.kill()
+    broker.wait()
+    broker = run("zeps", "broker", "--journal", journal, "--bind", endpoint)
+    _endpoint(broker)
+    pub.stdin.write(b"".join(b"line %d\n" % i for i in range(n // 2 + 1, n + 1)))
+    pub.stdin.close()
+    assert pub.wait(60) == 1
+    said = pub.stderr.read().decode().strip().splitlines()[-1]
+    match = re.search(r"lines? ([\d, -]+) \((\d+) message\(s\)\) may be lost", said)
+    assert match and said.startswith("published %d message(s) to s; " % n), said
+    assert said.endswith("everything else written by the broker"), said
+    named = set()
+    for part in match.group(1).split(", "):
+        first, _, last = part.partition("-")
+        named.update(range(int(first), int(last or first) + 1))
+    assert len(named) == int(match.group(2))
+    broker.send_signal(signal.SIGINT)
+    assert broker.wait(10) == 0
+    with JournalReader(os.path.join(journal, "s")) as reader:
+        bodies = [r.body for r in reader.records()]
+    kept = {int(b.split()[1]) for b in bodies}
+    assert len(kept) == len(bodies)                       # no line twice
+    assert set(range(1, n + 1)) - kept <= named           # whatever is missing was named
+    assert set(range(1, n + 1)) - named <= kept           # and whatever was not named is there
+
+
+def test_publish_with_resend_under_a_broker_kill_journals_every_line(run, tmp_path):
+    """``--resend``: the lines the broker had not confirmed are sent again; all are journaled (at least once)."""
+    from zactors.actors.journal import JournalReader
+
+    from ...conftest import wait_for
+    journal = str(tmp_path / "j")
+    broker = run("zeps", "broker", "--journal", journal, "--bind", "tcp://127.0.0.1:*")
+    endpoint = _endpoint(broker)
+    pub = run("zeps", "publish", "s", "k", "--resend", "--connect", endpoint, stdin=gevent.subprocess.PIPE)
+    n = 40000
+
+    def journaled():
+        try:
+            with JournalReader(os.path.join(journal, "s")) as reader:
+                return reader.last_seq
+        except Exception:  # not created yet
+            return 0
+    pub.stdin.write(b"".join(b"line %d\n" % i for i in range(1, n // 2 + 1)))
+    pub.stdin.flush()
+    wait_for(lambda: journaled() > 0, timeout=30, what="the first lines journaled")
+    broker.kill()
+    broker.wait()
+    broker = run("zeps", "broker", "--journal", journal, "--bind", endpoint)
+    _endpoint(broker)
+    pub.stdin.write(b"".join(b"line %d\n" % i for i in range(n // 2 + 1, n + 1)))
+    pub.stdin.close()
+    assert pub.wait(60) == 0
+    said = pub.stderr.read().decode().strip().splitlines()[-1]
+    assert said.startswith("published %d message(s) to s; written by the broker; " % n), said
+    resent = int(re.search(r"; (\d+) sent again after the broker lost the peering", said).group(1))
+    broker.send_signal(signal.SIGINT)
+    assert broker.wait(10) == 0
+    with JournalReader(os.path.join(journal, "s")) as reader:
+        bodies = [r.body for r in reader.records()]
+    assert {int(b.split()[1]) for b in bodies} == set(range(1, n + 1))  # every line
+    assert len(bodies) - n <= resent                                     # twice at most those resent

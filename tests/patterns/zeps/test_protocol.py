@@ -34,6 +34,10 @@ TABLE = [
     (p.McDeliver(b"s", 5, b"k", b"v"),
      SIG + b"\x10" + b"\x01s" + b"\x00" * 7 + b"\x05" + b"\x01k" + b"\x00\x00\x00\x01v"),
     (p.McHead(b"s", 5), SIG + b"\x11" + b"\x01s" + b"\x00" * 7 + b"\x05"),
+    (p.Features(b"gaps"), SIG + b"\x12" + b"\x04gaps"),
+    (p.Gap(1, 4428), SIG + b"\x13" + b"\x00" * 7 + b"\x01" + struct.pack(">Q", 4428)),
+    (p.Epoch(2 ** 64 - 1, 7), SIG + b"\x15" + b"\xff" * 8 + struct.pack(">Q", 7)),
+    (p.PublishId(7, 2, b"k", b"body"), SIG + b"\x14" + struct.pack(">QQ", 7, 2) + b"\x01k" + b"\x00\x00\x00\x04body"),
 ]
 
 
@@ -69,7 +73,11 @@ def test_command_ids_are_the_specs():
     (b"\xaa\xa5", "at least 3 bytes"),
     (b"\xaa\xa6\x08", "bad signature"),
     (SIG + b"\x00", "unknown command id 0"),
-    (SIG + b"\x12", "unknown command id 18"),
+    (SIG + b"\x16", "unknown command id 22"),
+    (SIG + b"\x15" + b"\x00" * 8, "EPOCH floor: needs 8 bytes"),
+    (SIG + b"\x14" + struct.pack(">QQ", 1, 1) + b"\x01k\x00\x00\x00\x05abc", "PUBLISH-ID body: length 5"),
+    (SIG + b"\x12", "FEATURES features: missing"),
+    (SIG + b"\x13" + struct.pack(">QQ", 5, 4), "GAP first 5 is after last 4"),
     (SIG + b"\x08x", "unexpected byte"),
     (SIG + b"\x01\x04ZEPX\x00\x01\x01s", "protocol must be"),
     (SIG + b"\x01\x04ZEPS\x00\x01\x00", "must not be empty"),

@@ -1,0 +1,75 @@
+"""Idempotent publishing (PUBLISH-ID): unconfirmed messages are sent again after a lost peering and the
+broker drops the ones it journaled already; in memory only, so across a broker restart: at least once."""
+import os
+import signal
+
+import pytest
+
+from zactors.patterns.zeps import Publisher, protocol as p
+
+from ...conftest import wait_for
+from .test_publisher_loss import broker_process  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _bodies(journal_dir, stream="s"):
+    from zactors.actors.journal import JournalReader
+    with JournalReader(os.path.join(journal_dir, stream)) as reader:
+        return [r.body for r in reader.records()]
+
+
+def test_a_peering_the_broker_dropped_loses_and_duplicates_nothing(journal_dir):
+    from zactors.patterns.zeps.broker import Broker
+    with Broker(journal_dir, heartbeat=0.2, expiry=0.6) as broker:
+        pub = Publisher(broker.endpoint, "s", idempotent=True, heartbeat=30.0, expiry=60.0)  # no keep-alive
+        try:
+            for i in range(1000):
+                pub.publish(b"k", b"%d" % i)
+            wait_for(lambda: broker.call("$STATS").get("peers_expired", 0) >= 1, timeout=30,
+                     what="the broker to drop the silent publisher")  # the 1000 journaled, never confirmed
+            for i in range(1000, 3000):
+                pub.publish(b"k", b"%d" % i)  # refused on the dropped peering until it attaches again
+            pub.flush()
+            assert pub.stats["reattached"] >= 1 and pub.stats["resent"] >= 1000
+            assert _bodies(journal_dir) == [b"%d" % i for i in range(3000)]  # each once, in order
+            assert broker.call("$STATS").get("duplicates_dropped", 0) >= 1000
+        finally:
+            pub.close()
+
+
+def test_a_broker_kill_loses_nothing(broker_process, journal_dir):  # noqa: F811
+    proc, endpoint = broker_process()
+    pub = Publisher(endpoint, "s", idempotent=True, heartbeat=0.2, expiry=1.0)
+    try:
+        n = 50000
+        for i in range(n):
+            pub.publish(b"k", b"%d" % i)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kept = len(_bodies(journal_dir))
+        broker_process(endpoint)
+        pub.flush(timeout=60)  # no MessagesLost: what was not confirmed was sent again
+        bodies = _bodies(journal_dir)
+        assert set(bodies) == {b"%d" % i for i in range(n)}
+        # the restarted broker does not know what the dead one journaled: those may be there twice
+        assert len(bodies) - n <= min(kept, pub.stats["resent"])
+        assert pub.stats["resent"] >= n - kept
+    finally:
+        pub.close()
+
+
+def test_the_producer_table_has_a_budget(journal_dir, raw):
+    from zactors.patterns.zeps.broker import Broker
+    with Broker(journal_dir, max_producers=2) as broker:
+        peer = raw(broker.endpoint)
+        peer.send(p.attach(b"s"))
+        peer.expect(p.AttachOk)
+        for producer in (1, 2, 1, 3, 1, 2):  # 2 is evicted by 3 (1 was heard from since)
+            peer.send(p.publish_id(producer, 1, b"k", b"%d" % producer))
+        peer.send(p.PING_FRAME)
+        peer.expect(p.PingOk)
+        stats = broker.call("$STATS")
+        assert stats["duplicates_dropped"] == 2 and stats["producers_evicted"] == 2
+        assert _bodies(journal_dir) == [b"1", b"2", b"3", b"2"]
+        assert broker.call("INFO")["streams"]["s"]["producers"] == 2
