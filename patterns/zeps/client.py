@@ -57,6 +57,7 @@ from zactors.actors.actor import Actor, command
 from zactors.actors.auth import Keypair, curve_client
 from zactors.actors.sockets import POLLIN, Socket, context
 from zactors.actors.speedups import events as _events, recv_singles, send_message
+from zactors.actors.values import to_bytes
 
 from . import deliver as _deliver, protocol as p
 
@@ -142,10 +143,6 @@ class MessagesLost(ZepsError):
                              + (", ..." if len(ranges) > 10 else "")))
 
 
-def _bytes(value: bytes | str) -> bytes:
-    return value.encode() if isinstance(value, str) else bytes(value)
-
-
 def _dealer(endpoint, curve, sndhwm=None):
     sock = context().socket(zmq.DEALER, socket_class=Socket)
     sock.linger = 0
@@ -203,7 +200,7 @@ class Publisher:
         self._producer = secrets.randbits(63) | 1     # PUBLISH-ID: this publisher's id
         self._unconfirmed: deque[tuple[int, bytes]] = deque()  # idempotent: (publish number, frame)
         self._unconfirmed_bytes = 0
-        self.stream = _bytes(stream)
+        self.stream = to_bytes(stream, "stream")
         self.curve = curve
         self.heartbeat = heartbeat
         self.expiry = expiry
@@ -231,17 +228,20 @@ class Publisher:
         self._attaching = False   # an ATTACH was sent again: the old peering's DETACHes are stale
         self._keepalive = gevent.spawn(self._keep_alive)
 
-    def publish(self, key: bytes | str, body: bytes) -> None:
-        """Publish ``body`` under routing ``key`` (bytes or str).  Asynchronous: the broker never confirms.
+    def publish(self, key: bytes | str, body: bytes | str) -> None:
+        """Publish ``body`` under routing ``key`` (each bytes or str: :mod:`zactors.actors.values`).
+        Asynchronous: the broker never confirms.
 
         Parks the calling greenlet only while the broker is at its high-water mark.
         """
         if self._closed:
             raise ZepsError("publisher is closed")
         if type(key) is not bytes or len(key) > 255:
-            key = _bytes(key)
+            key = to_bytes(key, "key")
             if len(key) > 255:
                 raise ValueError("key is %d bytes; a ZEPS string holds at most 255" % len(key))
+        if type(body) is not bytes:
+            body = to_bytes(body, "body")
         if self.idempotent:
             self._publish_id(b"".join((_u8(len(key)), key, _u32(len(body)), body)))
             n = self.stats["published"]
@@ -497,8 +497,8 @@ class Subscriber(Actor):
         if sum(x is not None and x is not False for x in (from_seq, since, new or None)) > 1:
             raise ValueError("give at most one of from_seq, since and new")
         self.endpoint = endpoint
-        self.stream = _bytes(stream)
-        self.patterns = [_bytes(x) for x in (patterns or (b"",))]
+        self.stream = to_bytes(stream, "stream")
+        self.patterns = [to_bytes(x, "a pattern") for x in (patterns or (b"",))]
         for pattern in self.patterns:
             if len(pattern) > p.MAX_STRING:
                 raise ValueError("a pattern is at most 255 bytes")

@@ -27,3 +27,22 @@ def test_majordomo_client_follows_the_rule():
             client.request("echo", 5)
         with pytest.raises(TypeError, match="^service must be bytes or str, not NoneType$"):
             client.request(None, b"x")
+
+
+def test_zeps_publisher_follows_the_rule(tmp_path):
+    from zactors.patterns.zeps import Broker as ZepsBroker, Publisher, Subscriber
+    with ZepsBroker(str(tmp_path / "journal")) as broker:
+        with Publisher(broker.endpoint, "s") as pub:
+            pub.publish("k\u00e9", "b\u00e9")                       # str: UTF-8
+            pub.publish(b"k", bytearray(b"raw"))
+            with pytest.raises(TypeError, match="^body must be bytes or str, not int$"):
+                pub.publish("k", 5)
+            with pytest.raises(TypeError, match="^key must be bytes or str, not int$"):
+                pub.publish(5, b"x")
+            pub.flush()
+        sub = Subscriber(broker.endpoint, "s", from_seq=1)
+        try:
+            got = [sub.get(10) for _ in range(2)]
+        finally:
+            sub.destroy()
+        assert [(m.key, m.body) for m in got] == [(b"k\xc3\xa9", b"b\xc3\xa9"), (b"k", b"raw")]
