@@ -124,15 +124,10 @@ def _answered(func, *args, **kwargs):
         raise
 
 
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _AGES = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _size(text):
-    match = re.fullmatch(r"(\d+)\s*([kmgt]?)i?b?", text.strip().lower())
-    if not match or not int(match.group(1)):
-        raise argparse.ArgumentTypeError("%r is not a size: say 500M or 10G" % text)
-    return int(match.group(1)) * _UNITS[match.group(2)]
+_size = options.size
 
 
 def _age(text):
@@ -191,7 +186,6 @@ def _permissions(path):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-_size.__name__ = "size"  # argparse names the type in its error messages
 _time.__name__ = "time"
 _fsync.__name__ = "fsync policy"
 _limit.__name__ = "retention limit"

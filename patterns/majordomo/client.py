@@ -47,9 +47,9 @@ from zactors.actors.auth import Keypair
 
 from zactors.actors.auth import curve_client
 from zactors.actors.monitor import HANDSHAKE, HandshakeFailed, Monitor, describe
-from zactors.actors.sockets import POLLIN, Socket, context
+from zactors.actors.sockets import POLLIN, Socket, context, limit_size
 
-from .protocol import FINAL, ProtocolError, framing as _framing
+from .protocol import FINAL, MAX_MESSAGE, ProtocolError, frame_limit, framing as _framing
 
 __all__ = ["Client", "RequestTimeout", "HandshakeFailed"]
 
@@ -88,7 +88,8 @@ class Client:
     """
 
     def __init__(self, endpoint: str, *, timeout: float = 2.5, retries: int = 3, pool_size: int = 64,
-                 framing: str = "spec", curve: tuple[bytes | str, Keypair | bytes | str] | None = None) -> None:
+                 framing: str = "spec", curve: tuple[bytes | str, Keypair | bytes | str] | None = None,
+                 max_message: int = MAX_MESSAGE) -> None:
         if not timeout > 0:
             raise ValueError("timeout must be above 0 seconds, not %r" % (timeout,))
         if retries < 1:
@@ -100,6 +101,7 @@ class Client:
         self.retries = retries
         self.framing = _framing(framing)
         self.curve = curve
+        self.max_message = max_message
         self.stats = dict.fromkeys(("requests", "retries", "failed", "invalid", "stale"), 0)
         self._idle: list[Socket] = []
         self.pool_size = pool_size
@@ -242,6 +244,7 @@ class Client:
     def _socket(self):
         sock = context().socket(zmq.DEALER, socket_class=Socket)
         sock.linger = 0
+        limit_size(sock, frame_limit(self.max_message))  # a reply frame over it drops the connection
         if self.curve:
             curve_client(sock, self.curve[1], self.curve[0])
         # watched until its first handshake ends: how a refused key is told from silence

@@ -43,7 +43,11 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   peer is bounded: at most ``max_patterns`` patterns, credit capped at
   ``max_credit`` bytes (what may be in flight to it), libzmq's send queue
   (``sndhwm``) and the kernel outbox behind it; at most ``max_peers``
-  attached peers.
+  attached peers.  Every frame is capped before it is read: a peer that
+  sends one over ``max_message`` plus the PUBLISH header is disconnected by
+  libzmq (``ZMQ_MAXMSGSIZE``: the frame is never allocated), counted in
+  ``disconnects`` with every other closed connection; a PUBLISH under that
+  cap but over ``max_message`` is answered INVALID.
 - Invalid or out-of-order commands are answered with INVALID (a readable
   reason) and counted (``invalid``); nothing a peer sends stops the broker
   or another peer's flow.
@@ -100,6 +104,10 @@ _unpack_u64 = struct.Struct(">Q").unpack_from
 _LIVE, _REPLAY = "live", "replay"
 #: at most this many client keys noted from ATTACHes not handled yet
 _MAX_PENDING_KEYS = 10000
+#: a PUBLISH frame beyond its key and body: signature, command, key length, body length
+_PUBLISH_OVERHEAD = 8
+#: room for every other command (strings of at most 255 bytes, numbers)
+_MAX_COMMAND = 1024
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
                  "publishes")
@@ -197,7 +205,8 @@ class Broker(Actor):
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
                              high=self.transport_high, backlog=self.transport_high * 2,
-                             sndhwm=self.sndhwm)
+                             sndhwm=self.sndhwm,
+                             max_message=max(self.max_message + _PUBLISH_OVERHEAD, _MAX_COMMAND))
         self._outbox_send = self.router.outbox.send
         self._outbox_pending = self.router.outbox.pending
         if self.curve is not None:

@@ -44,7 +44,7 @@ from gevent.lock import Semaphore
 
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import Keypair, curve_client
-from zactors.actors.sockets import POLLIN, Socket, context
+from zactors.actors.sockets import POLLIN, Socket, context, limit_size
 from zactors.actors.speedups import events as _events, recv_singles, send_message
 
 from . import deliver as _deliver, protocol as p
@@ -81,9 +81,17 @@ def _bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
-def _dealer(endpoint, curve):
+#: the largest frame a publisher takes from the broker (its answers are short: INVALID, PING-OK, DETACH)
+_MAX_ANSWER = 4096
+#: the largest QUERY-OK report :func:`query` takes
+_MAX_REPORT = 64 << 20
+
+
+def _dealer(endpoint, curve, limit):
+    """A DEALER to the broker; a frame over ``limit`` bytes from it drops the connection (ZMQ_MAXMSGSIZE)."""
     sock = context().socket(zmq.DEALER, socket_class=Socket)
     sock.linger = 0
+    limit_size(sock, limit)
     if curve:
         curve_client(sock, curve[1], curve[0])
     sock.connect(endpoint)
@@ -124,7 +132,7 @@ class Publisher:
         self._errors: list[str] = []
         self._lock = Semaphore()  # held by whoever reads the socket (flush, heartbeats)
         self._closed = False
-        self._sock = _dealer(endpoint, curve)
+        self._sock = _dealer(endpoint, curve, _MAX_ANSWER)
         try:
             _attach(self._sock, self.stream, timeout)
         except Exception:
@@ -230,7 +238,7 @@ class Publisher:
         log.info("publisher: peering on %s lost; attaching again", self.stream.decode())
         if new_socket:
             self._sock.close(0)
-            self._sock = _dealer(self.endpoint, self.curve)
+            self._sock = _dealer(self.endpoint, self.curve, _MAX_ANSWER)
         self._sock.send(p.attach(self.stream))  # pipelined: publishes queue behind it
         self._answers = self._pings  # PINGs of the lost peering get no answer now
         self._heard = _monotonic()
@@ -411,6 +419,7 @@ class Subscriber(Actor):
         if self._sock is not None:
             self.close_socket(self._sock)
         sock = self._sock = self.socket(zmq.DEALER, rcvhwm=0)  # the credit window bounds what comes in
+        limit_size(sock, max(self.window, _MAX_ANSWER))  # a DELIVER costs credit: none is larger than the window
         if self.curve:
             curve_client(sock, self.curve[1], self.curve[0])
         sock.connect(self.endpoint)
@@ -546,7 +555,7 @@ def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) ->
     """The broker's introspection (the QUERY extension): a dict, see ``Broker.info``."""
     import json
 
-    sock = _dealer(endpoint, curve)
+    sock = _dealer(endpoint, curve, _MAX_REPORT)
     try:
         sock.send(p.encode(p.Query()))
         if not sock.wait(POLLIN, timeout):
