@@ -45,6 +45,12 @@ def register(sub):
                         help="seconds of silence before a peer is dropped (default: %(default)s)")
     broker.add_argument("--max-message", type=_size, default=1 << 20, metavar="SIZE",
                         help="largest key + body accepted (default: 1M)")
+    broker.add_argument("--max-credit", type=_size, default=32 << 20, metavar="SIZE",
+                        help="credit one subscriber may hold: bytes sent to it and not yet drained, and "
+                             "its balance (default: 32M)")
+    broker.add_argument("--max-credit-total", type=_size, default=64 << 20, metavar="SIZE",
+                        help="credit all subscribers together may hold; more waits for them to drain "
+                             "(default: 64M)")
     options.curve_options(broker, "server")
     broker.add_argument("--permissions", metavar="FILE", type=_permissions,
                         help="with --curve: which client keys may publish and subscribe to which streams "
@@ -208,7 +214,8 @@ def run_broker(args):
         auth = Authenticator(curve=args.curve_clients or "*")
     try:
         broker = Broker(args.journal, args.bind, fsync=args.fsync, heartbeat=args.heartbeat, expiry=args.expiry,
-                        max_message=args.max_message, retain_bytes=limits.get("size"),
+                        max_message=args.max_message, max_credit=args.max_credit,
+                        max_credit_total=args.max_credit_total, retain_bytes=limits.get("size"),
                         retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions)
     except BaseException as exc:
         if auth is not None:

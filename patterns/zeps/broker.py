@@ -38,6 +38,19 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   replaying subscribers, filtered by its patterns, and switched back to live
   when it has caught up.  Every subscriber gets each matching message once,
   in sequence order, with no gap, whatever its speed.
+- Credit budget: what the broker may have to hold for subscribers is the
+  credit it honours, so credit is honoured from one budget of
+  ``max_credit_total`` bytes (default 64 MiB) for all subscribers, at most
+  ``max_credit`` (default 32 MiB) each (the kernel's
+  :class:`~zactors.actors.budget.Budget`).
+  A subscriber holds what it was granted until it has drained it: the
+  broker PINGs it after a CREDIT (a probe), and its PING-OK says that
+  everything sent before the PING left the broker.  Credit beyond the
+  budget waits, first come first served, for others to drain: counted in
+  ``credit_deferred``, and told once (INVALID "credit budget: ...") until
+  it is granted.  A subscriber that leaves with bytes still on their way
+  (a peer that stopped reading) keeps them in the budget under its
+  identity until it answers a PING or its connection is gone.
 - Heartbeats: the broker PINGs a peer silent for ``heartbeat`` seconds and
   drops a peer silent for ``expiry`` seconds (sending it DETACH).  Memory per
   peer is bounded: at most ``max_patterns`` patterns, credit capped at
@@ -72,6 +85,7 @@ import logging
 import os
 import struct
 import time
+from collections import deque
 from collections.abc import Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -80,6 +94,7 @@ from zmq import ZMQError
 
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import Keypair, curve_server
+from zactors.actors.budget import Budget
 from zactors.actors.group_commit import GroupCommit
 from zactors.actors.heartbeat import Liveness
 from zactors.actors.journal import Journal, JournalError, SequenceGone
@@ -108,6 +123,8 @@ _MAX_PENDING_KEYS = 10000
 _PUBLISH_OVERHEAD = 8
 #: room for every other command (strings of at most 255 bytes, numbers)
 _MAX_COMMAND = 1024
+#: PINGs unanswered per peer at most (each notes how much had been sent before it)
+_MAX_PROBES = 64
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
                  "publishes")
@@ -126,7 +143,7 @@ class _Stream:
 
 class _Peer:
     __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
-                 "key", "may_publish", "delivered", "held")
+                 "key", "may_publish", "delivered", "held", "honoured", "acked", "probes", "starved")
 
     def __init__(self, identity, stream, key):
         self.identity = identity
@@ -141,6 +158,10 @@ class _Peer:
         self.may_publish = None   # permission, decided on the first PUBLISH
         self.delivered = 0
         self.held = False         # its transport backlog is full: no more sends until drained
+        self.honoured = 0         # credit granted from the budget, ever; sent so far: honoured - credit
+        self.acked = 0            # of what was sent, bytes known drained (a PING-OK came back after them)
+        self.probes = deque()     # per unanswered PING: the bytes sent before it
+        self.starved = False      # its credit waits for the budget (and it was told)
 
 
 class Broker(Actor):
@@ -157,7 +178,8 @@ class Broker(Actor):
     def __init__(self, journal_dir: str | os.PathLike[str], endpoint: str = "tcp://127.0.0.1:*", *,
                  fsync: str | float = 0.1, heartbeat: float = 1.0, expiry: float = 5.0,
                  max_message: int = 1 << 20, max_streams: int = 1024, max_peers: int = 100000,
-                 max_patterns: int = 64, max_stream_name: int = 80, max_credit: int = 64 << 20,
+                 max_patterns: int = 64, max_stream_name: int = 80, max_credit: int = 32 << 20,
+                 max_credit_total: int = 64 << 20,
                  segment_bytes: int = 64 << 20, retain_bytes: int | None = None,
                  retain_seconds: float | None = None, curve: Keypair | bytes | str | None = None,
                  curve_domain: str | None = None, permissions: Permissions | None = None,
@@ -178,6 +200,9 @@ class Broker(Actor):
         self.max_patterns = max_patterns
         self.max_stream_name = max_stream_name
         self.max_credit = max_credit
+        self.max_credit_total = max_credit_total
+        if min(max_credit, max_credit_total) < max_message + 64:
+            raise ValueError("max_credit and max_credit_total must hold a message of max_message bytes")
         self.journal_options = dict(segment_bytes=segment_bytes, retain_bytes=retain_bytes,
                                     retain_seconds=retain_seconds)
         self.curve = curve
@@ -202,6 +227,9 @@ class Broker(Actor):
         self._alive: Liveness[bytes] = Liveness(self.heartbeat, self.expiry)
         self._alive_timer = None
         self._heard: set[bytes] = set()         # identities heard from since the last liveness sweep
+        self._windows = Budget(self.max_credit_total, self.max_credit)  # credit honoured, not yet drained
+        self._gone: dict[bytes, _Peer] = {}     # left with bytes not known drained: held in the budget
+        self._reclaimed = 0.0
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
                              high=self.transport_high, backlog=self.transport_high * 2,
@@ -227,6 +255,7 @@ class Broker(Actor):
             if name not in self._streams and self._open(None, name) is None:
                 raise RuntimeError("cannot open stream %s under %s" % (name.decode(), self.journal_dir))
         self.call_every(1.0, self._sample)
+        self.call_every(self.heartbeat, self._reclaim)
         self.call_every(10.0, self._retain)
         log.debug("%s: serving %s, journal %s", self.name, self.endpoint, self.journal_dir)
 
@@ -307,7 +336,9 @@ class Broker(Actor):
                 self._credit(peer, message.credit)
         elif kind is p.Ping:
             self._ping(identity, peer)
-        elif kind is p.PingOk or kind is p.DetachOk:
+        elif kind is p.PingOk:
+            self._ping_ok(identity)
+        elif kind is p.DetachOk:
             pass
         elif kind is p.Attach:
             self._attach(identity, peer, message)
@@ -398,11 +429,118 @@ class Broker(Actor):
         sub.next = seq
         self.stats["to_replay"] += 1
 
+    # -- the credit budget ---------------------------------------------------------
     def _credit(self, peer, amount):
-        peer.credit = min(peer.credit + amount, self.max_credit)
+        identity = peer.identity
+        windows = self._windows
+        granted = windows.request(identity, amount)
+        if granted:
+            self._grant(peer, granted)
+        if windows.wanted(identity):
+            self.stats["credit_deferred"] += 1
+            if not peer.starved:
+                peer.starved = True
+                self._send(identity, p.invalid(
+                    "credit budget: %d of %d bytes held for subscribers (at most %d each); %d bytes of "
+                    "credit wait for them to drain" % (windows.used, windows.total, windows.per_holder,
+                                                       windows.wanted(identity))))
+            self._reclaim()
+        if not peer.probes:
+            self._probe(peer)
+
+    def _grant(self, peer, amount):
+        peer.credit += amount
+        peer.honoured += amount
         if peer.mode is _REPLAY and peer.identity not in self._replaying:
             self._replaying[peer.identity] = peer
             self._pump()
+
+    def _served(self, grants):
+        """Credit that waited for the budget, granted now."""
+        for identity, amount in grants:
+            peer = self._peers.get(identity)
+            if peer is not None:  # (a peer that left cancelled its wait)
+                self._grant(peer, amount)
+                if not self._windows.wanted(identity):
+                    peer.starved = False
+
+    def _probe(self, peer):
+        """PING ``peer`` (attached or gone) if it has bytes not known drained: its PING-OK says they are."""
+        if peer.honoured - peer.credit > peer.acked:
+            self._ping_peer(peer.identity)
+
+    def _ping_peer(self, identity):
+        """Every PING to a peer goes here: it notes what had been sent before it, for the PING-OK."""
+        peer = self._peers.get(identity)
+        if peer is None:  # gone, or not ours: a PING finds out whether its connection is still there
+            peer = self._gone.get(identity)
+            if self._send(identity, p.PING_FRAME) and peer is not None and len(peer.probes) < _MAX_PROBES:
+                peer.probes.append(peer.honoured - peer.credit)  # (frozen: an unnoted PING's answer is as good)
+        elif len(peer.probes) < _MAX_PROBES and self._send(identity, p.PING_FRAME):
+            peer.probes.append(peer.honoured - peer.credit)  # (full: it answers nothing; liveness expires it)
+
+    def _ping_ok(self, identity):
+        peer = self._peers.get(identity)
+        gone = peer is None
+        if gone:
+            peer = self._gone.get(identity)
+        if peer is None or not peer.probes:
+            return
+        drained = peer.probes.popleft()
+        if drained > peer.acked:
+            grants = self._windows.release(identity, drained - peer.acked)
+            peer.acked = drained
+            if gone and drained >= peer.honoured:  # all it was sent left us
+                del self._gone[identity]
+                grants += self._windows.forget(identity)
+            self._served(grants)
+
+    def _release(self, peer, dropped):
+        """``peer`` left: its unspent credit back to the budget; what is on its way stays until drained.
+
+        ``dropped`` are the messages its outbox held (they never left): their
+        DELIVER bytes are free again, and their PINGs will never be answered.
+        """
+        identity = peer.identity
+        windows = self._windows
+        windows.cancel(identity)
+        peer.starved = False
+        unsent = pings = 0
+        for frames in dropped:
+            frame = frames[0]
+            if frame[2] == p.DELIVER:
+                unsent += len(frame)
+            elif frame[2] == p.PING:
+                pings += 1
+        for _ in range(min(pings, len(peer.probes))):  # the newest PINGs were the ones still here
+            peer.probes.pop()
+        free = peer.credit + min(unsent, peer.honoured - peer.credit - peer.acked)
+        grants = windows.release(identity, free)
+        peer.honoured -= free
+        peer.credit = 0
+        if peer.honoured > peer.acked:
+            gone = self._gone
+            gone[identity] = peer
+            if len(gone) > self.max_peers:  # bounded: the oldest is forgotten
+                grants += windows.forget(gone.pop(next(iter(gone))).identity)
+            self._ping_peer(identity)
+        else:
+            grants += windows.forget(identity)
+        self._served(grants)
+
+    def _reclaim(self):
+        """While credit waits: PING the holders whose drain is not known (at most every 50 ms)."""
+        now = _monotonic()
+        if now - self._reclaimed < 0.05:
+            return
+        self._reclaimed = now
+        for identity in list(self._gone):  # a PING each beat: answered, or unroutable once its connection is gone
+            self._ping_peer(identity)
+        if self._windows.waiting:
+            for identity in self._windows.holders():
+                peer = self._peers.get(identity)
+                if peer is not None and not peer.probes:
+                    self._probe(peer)
 
     # -- replay ---------------------------------------------------------------------
     def _pump(self):
@@ -548,6 +686,9 @@ class Broker(Actor):
             if stream is None:
                 return
         peer = self._peers[identity] = stream.peers[identity] = _Peer(identity, stream, key)
+        old = self._gone.pop(identity, None)
+        if old is not None:  # the same connection, attached again: what is still on its way to it stays counted
+            peer.honoured, peer.acked, peer.probes = old.honoured, old.acked, old.probes
         self._alive.touch(identity)
         if self._alive_timer is None:
             self._arm_liveness()
@@ -695,7 +836,7 @@ class Broker(Actor):
             peer.stream.matcher.remove(peer.filter)
         self._replaying.pop(identity, None)
         self._alive.forget(identity)
-        self.router.drop(identity)
+        self._release(peer, self.router.drop(identity))
 
     def _on_unroutable(self, identity, frames):
         peer = self._peers.get(identity)
@@ -704,6 +845,9 @@ class Broker(Actor):
             self._drop(peer)
         else:
             self.stats["unroutable"] += 1
+        if identity in self._gone and identity not in self._peers:  # its connection is gone: so are its bytes
+            del self._gone[identity]
+            self._served(self._windows.forget(identity))
 
     def _on_overflow(self, identity, frames):
         self.stats["overflow"] += 1  # never for subscribers: held at transport_high, limit is twice that
@@ -735,7 +879,7 @@ class Broker(Actor):
                 touch(identity)
         evasive, expired = self._alive.check()
         for identity in evasive:
-            self._send(identity, p.PING_FRAME)
+            self._ping_peer(identity)
         for identity in expired:
             peer = self._peers.get(identity)
             if peer is not None:
@@ -789,8 +933,11 @@ class Broker(Actor):
                 "bytes": stats["disk_bytes"],
                 "peers": len(stream.peers), "subscribers": subscribers,
             }
+        windows = self._windows
         info = {"endpoint": self.endpoint, "journal": self.journal_dir, "streams": streams,
-                "peers": len(self._peers), "counters": dict(self.stats)}
+                "peers": len(self._peers), "counters": dict(self.stats),
+                "credit": {"held": windows.used, "budget": windows.total, "per_subscriber": windows.per_holder,
+                           "waiting": windows.waiting, "gone_holding": len(self._gone)}}
         if self._multicast is not None:
             info["multicast"] = dict(self._multicast.stats, group="%s:%d" % self._multicast.address)
         return info

@@ -10,9 +10,11 @@ import sys
 import gevent
 import gevent.subprocess
 import pytest
+import zmq
 
+from zactors.actors.sockets import Socket, context
 from zactors.patterns.zeps import protocol as p
-from zactors.patterns.zeps.client import Publisher, query
+from zactors.patterns.zeps.client import Publisher, Subscriber, query
 
 from .conftest import Raw
 
@@ -89,3 +91,76 @@ def test_a_huge_frame_is_dropped_unread_and_counted(spawn):
         pub.publish(b"k", b"after")
         pub.flush()
     assert query(broker.endpoint)["streams"]["s"]["last_seq"] == 2
+
+
+def never_reading(endpoint, stream, credit):
+    """A subscriber that grants ``credit`` and then never reads: libzmq takes one message, TCP a little more."""
+    peer = Raw.__new__(Raw)
+    peer.sock = context().socket(zmq.DEALER, socket_class=Socket)
+    peer.sock.linger = 0
+    peer.sock.rcvhwm = 1
+    peer.sock.rcvbuf = 64 << 10
+    peer.sock.connect(endpoint)
+    peer.send(p.attach(stream))
+    peer.expect(p.AttachOk)
+    peer.send(p.subscribe(b"", 0))
+    peer.expect(p.SubscribeOk)
+    peer.send(p.credit(credit))
+    return peer
+
+
+def settled(broker, what, quiet=1.0, timeout=60.0):
+    """``what(info)`` once it has not changed for ``quiet`` seconds."""
+    last, since = None, None
+    with gevent.Timeout(timeout):
+        while True:
+            value = what(broker.info())
+            now = gevent.get_hub().loop.now()
+            if value != last:
+                last, since = value, now
+            elif now - since >= quiet:
+                return value
+            gevent.sleep(0.1)
+
+
+def test_never_reading_subscribers_hold_no_more_than_the_credit_budget(spawn):
+    """Defect 5: 8 subscribers granting 64 MiB and never reading held ~240 MiB; now the total budget bounds them."""
+    broker = spawn(max_credit=64 * MiB, max_credit_total=16 * MiB, heartbeat=0.5, expiry=3.0)
+    body = bytes(1000000)
+    with Publisher(broker.endpoint, "s") as pub:
+        for _ in range(48):
+            pub.publish(b"k", body)
+        pub.flush()
+    gevent.sleep(0.5)  # the journal's tail cache: part of the baseline, not of the subscribers' share
+    before = broker.rss()
+    hostile = [never_reading(broker.endpoint, b"s", 64 * MiB) for _ in range(8)]
+    try:
+        delivered = settled(broker, lambda info: sum(s["delivered"] for s in info["streams"]["s"]["subscribers"]))
+        grown = broker.rss() - before
+        info = broker.info()
+        assert grown < 40 * MiB, "8 never-reading subscribers took %.1f MiB (%d messages sent)" % (
+            grown / MiB, delivered)
+        assert info["credit"]["held"] <= 16 * MiB
+        assert info["credit"]["waiting"] >= 1
+        assert info["counters"]["credit_deferred"] >= 1
+        reasons = []
+        for peer in hostile:  # the ones kept waiting were told why (one message past what they hold)
+            try:
+                while True:
+                    message = p.decode(peer.sock.recv_multipart(zmq.NOBLOCK)[0])
+                    if type(message) is p.Invalid:
+                        reasons.append(message.reason)
+            except zmq.Again:
+                pass
+        with Publisher(broker.endpoint, "s") as pub:  # publishers are served
+            pub.publish(b"k", b"after")
+            pub.flush()
+    finally:
+        for peer in hostile:
+            peer.close()
+    # once their connections are gone, what they held is free again: a well-behaved subscriber gets everything
+    with Subscriber(broker.endpoint, "s", from_seq=0, window=8 * MiB) as sub:
+        got = [sub.get(timeout=30) for _ in range(49)]
+    assert [m.seq for m in got] == list(range(1, 50)) and got[-1].body == b"after"
+    assert poll(lambda: broker.info()["credit"]["gone_holding"] == 0 and broker.info()["credit"]["held"] == 0)
+    assert any(reason.startswith("credit budget: ") for reason in reasons), reasons
