@@ -51,6 +51,11 @@ def register(sub):
     broker.add_argument("--max-credit-total", type=_size, default=64 << 20, metavar="SIZE",
                         help="credit all subscribers together may hold; more waits for them to drain "
                              "(default: 64M)")
+    broker.add_argument("--max-streams-per-peer", type=options.positive_int, default=16, metavar="N",
+                        help="streams one peer (its key, else its connection) may create (default: 16)")
+    broker.add_argument("--stream-idle", type=options.positive_float, default=60.0, metavar="SECONDS",
+                        help="close a stream without peers after SECONDS, releasing its files; one that "
+                             "never held a message is deleted (default: 60)")
     options.curve_options(broker, "server")
     broker.add_argument("--permissions", metavar="FILE", type=_permissions,
                         help="with --curve: which client keys may publish and subscribe to which streams "
@@ -215,7 +220,8 @@ def run_broker(args):
     try:
         broker = Broker(args.journal, args.bind, fsync=args.fsync, heartbeat=args.heartbeat, expiry=args.expiry,
                         max_message=args.max_message, max_credit=args.max_credit,
-                        max_credit_total=args.max_credit_total, retain_bytes=limits.get("size"),
+                        max_credit_total=args.max_credit_total, max_streams_per_peer=args.max_streams_per_peer,
+                        stream_idle=args.stream_idle, retain_bytes=limits.get("size"),
                         retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions)
     except BaseException as exc:
         if auth is not None:

@@ -10,7 +10,19 @@
 Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
 
 - Streams whose journals are in ``journal_dir`` are opened at start, and
-  ``streams=`` pre-declares more; others are created on their first ATTACH.
+  ``streams=`` pre-declares more; others are created on their first ATTACH,
+  within budgets (each refusal is an INVALID with the reason, counted in
+  ``streams_refused``): with ``permissions`` only by a key granted
+  ``create`` on the name; without (no CURVE: a local, unauthenticated
+  setup, as before) by anyone; at most ``max_streams_per_peer`` existing
+  streams created by one peer (its key, else its connection); at most
+  ``max_streams`` in all.  A stream without peers for ``stream_idle``
+  seconds is closed, its descriptors released (reopened by the next
+  ATTACH), and at most ``max_open_streams`` are open at once (default: a
+  quarter of half the open-file limit, ~4 descriptors a stream; the idlest
+  is closed first for a new one).  A stream that never held a message is
+  deleted when it closes, and at start: junk names do not outlive their
+  peers, nor a restart.
 - One ROUTER (the kernel's :class:`~zactors.actors.router.Router`, whose
   per-peer backlog is the backpressure under the credit); one peering (a
   client DEALER) attaches one stream.  A stream is created on its first
@@ -83,6 +95,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import struct
 import time
 from collections import deque
@@ -125,9 +138,25 @@ _PUBLISH_OVERHEAD = 8
 _MAX_COMMAND = 1024
 #: PINGs unanswered per peer at most (each notes how much had been sent before it)
 _MAX_PROBES = 64
+#: descriptors an open stream may take (journal segment, directory, index, ...): for max_open_streams
+_FDS_PER_STREAM = 4
+#: a stream closes for a new one only once it has been idle (and its journal quiet) this long (s)
+_MIN_IDLE = 1.0
+def _open_stream_budget(max_streams):
+    """Streams open at once by default: a quarter of half the open-file limit (the rest for connections)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return max_streams
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return max_streams
+    return max(1, min(max_streams, soft // 2 // _FDS_PER_STREAM))
+
+
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
-                 "publishes")
+                 "publishes", "idle_since", "creator", "pinned")
 
     def __init__(self, name, journal, commit):
         self.name = name
@@ -139,6 +168,9 @@ class _Stream:
         self.delivered_seq = journal.last_seq  # the publish path delivered up to here
         self.samples = []         # (monotonic, last_seq) for the rate
         self.publishes = 0
+        self.idle_since = _monotonic()  # no peer since then (None while it has peers)
+        self.creator = None       # the peer (key or identity) that created it, for its quota
+        self.pinned = False       # declared: never closed for idleness
 
 
 class _Peer:
@@ -179,7 +211,8 @@ class Broker(Actor):
                  fsync: str | float = 0.1, heartbeat: float = 1.0, expiry: float = 5.0,
                  max_message: int = 1 << 20, max_streams: int = 1024, max_peers: int = 100000,
                  max_patterns: int = 64, max_stream_name: int = 80, max_credit: int = 32 << 20,
-                 max_credit_total: int = 64 << 20,
+                 max_credit_total: int = 64 << 20, max_streams_per_peer: int = 16,
+                 max_open_streams: int | None = None, stream_idle: float = 60.0,
                  segment_bytes: int = 64 << 20, retain_bytes: int | None = None,
                  retain_seconds: float | None = None, curve: Keypair | bytes | str | None = None,
                  curve_domain: str | None = None, permissions: Permissions | None = None,
@@ -201,6 +234,11 @@ class Broker(Actor):
         self.max_stream_name = max_stream_name
         self.max_credit = max_credit
         self.max_credit_total = max_credit_total
+        self.max_streams_per_peer = max_streams_per_peer
+        self.max_open_streams = max_open_streams
+        self.stream_idle = stream_idle
+        if max_streams_per_peer < 1 or (max_open_streams is not None and max_open_streams < 1) or stream_idle <= 0:
+            raise ValueError("max_streams_per_peer and max_open_streams must be >= 1, stream_idle > 0")
         if min(max_credit, max_credit_total) < max_message + 64:
             raise ValueError("max_credit and max_credit_total must hold a message of max_message bytes")
         self.journal_options = dict(segment_bytes=segment_bytes, retain_bytes=retain_bytes,
@@ -251,9 +289,20 @@ class Broker(Actor):
             group, port = self.multicast
             self._multicast = MulticastSender(group, port, interface=self.multicast_interface, ttl=self.multicast_ttl)
             self.call_every(self.heartbeat, self._multicast_heads)
-        for name in self._existing() + self.declared:  # journals already there, and pre-declared streams
-            if name not in self._streams and self._open(None, name) is None:
+        self._closed_streams: set[bytes] = set()  # on disk, not open (reopened by an ATTACH)
+        self._creators: dict[Any, int] = {}       # peer (key or identity) -> existing streams it created
+        self._max_open = self.max_open_streams or _open_stream_budget(self.max_streams)
+        for name in self.declared + self._existing():  # pre-declared streams, and journals already there
+            if name in self._streams:
+                continue
+            stream = self._open(None, name)
+            if stream is None:
                 raise RuntimeError("cannot open stream %s under %s" % (name.decode(), self.journal_dir))
+            if name in self.declared:
+                stream.pinned = True
+            elif not stream.journal.last_seq or len(self._streams) >= self._max_open:
+                self._close_stream(stream)  # never used (deleted), or over the budget of open streams
+        self.call_every(max(0.5, min(self.stream_idle / 2, 10.0)), self._close_idle)
         self.call_every(1.0, self._sample)
         self.call_every(self.heartbeat, self._reclaim)
         self.call_every(10.0, self._retain)
@@ -682,9 +731,10 @@ class Broker(Actor):
                 return
         stream = self._streams.get(name)
         if stream is None:
-            stream = self._open(identity, name)
+            stream = self._open(identity, name, key)
             if stream is None:
                 return
+        stream.idle_since = None
         peer = self._peers[identity] = stream.peers[identity] = _Peer(identity, stream, key)
         old = self._gone.pop(identity, None)
         if old is not None:  # the same connection, attached again: what is still on its way to it stays counted
@@ -704,11 +754,29 @@ class Broker(Actor):
                 names.append(name)
         return names
 
-    def _open(self, identity, name):
-        """Open (or create) stream ``name``; None, and INVALID to ``identity`` if any, when it cannot."""
-        if len(self._streams) >= self.max_streams:
+    def _open(self, identity, name, key=None):
+        """Open (or create) stream ``name``; None, and INVALID to ``identity`` if any, when it cannot.
+
+        ``identity`` (and its ``key``) is the peer that asks, None for the broker itself: a
+        stream new on disk is then created only within its permission and budgets.
+        """
+        owner = None
+        if identity is not None and name not in self._closed_streams:  # a new stream
+            if self.permissions is not None and not self.permissions.allows(key, "create", name):
+                self._refuse(identity, "key may not create stream %s" % name.decode())
+                return None
+            if len(self._streams) + len(self._closed_streams) >= self.max_streams:
+                self._stream_refused(identity, "too many streams (%d)" % self.max_streams)
+                return None
+            owner = key or identity
+            if self._creators.get(owner, 0) >= self.max_streams_per_peer:
+                self._stream_refused(identity, "stream quota: this peer created %d streams (at most %d)"
+                                     % (self._creators[owner], self.max_streams_per_peer))
+                return None
+        if len(self._streams) >= self._max_open and not self._close_idlest():
             if identity is not None:
-                self._invalid(identity, "too many streams (%d)" % self.max_streams)
+                self._stream_refused(identity, "too many open streams (%d), none idle for %gs" % (
+                    self._max_open, _MIN_IDLE))
             return None
         directory = os.path.join(self.journal_dir, stream_directory(name))
         try:
@@ -727,10 +795,61 @@ class Broker(Actor):
                                     on_error=partial(self._write_failed, stream))
         stream.commit.start()
         self._streams[name] = stream
+        self._closed_streams.discard(name)
+        if owner is not None:
+            stream.creator = owner
+            self._creators[owner] = self._creators.get(owner, 0) + 1
         stream.samples.append((_monotonic(), journal.last_seq))
         log.info("%s: stream %s open (sequences %d..%d)", self.name, name.decode(), journal.first_seq,
                  journal.last_seq)
         return stream
+
+    def _stream_refused(self, identity, reason):
+        self.stats["streams_refused"] += 1
+        if self.stats["streams_refused"] % 1000 == 1:
+            log.warning("%s: stream refused to %r: %s (%d so far)", self.name, identity, reason,
+                        self.stats["streams_refused"])
+        self._send(identity, p.invalid(reason))
+
+    def _closable(self, stream, now, idle):
+        """No peer for ``idle`` seconds, not declared, and nothing left for its journal to write or sync."""
+        since = stream.idle_since
+        journal = stream.journal
+        return (since is not None and now - since >= idle and not stream.pinned and not stream.fresh
+                and journal.written_seq == journal.last_seq
+                and (self.fsync == "never" or journal.synced_seq == journal.written_seq))
+
+    def _close_idle(self):
+        now = _monotonic()
+        for stream in [s for s in self._streams.values() if self._closable(s, now, self.stream_idle)]:
+            self._close_stream(stream)
+
+    def _close_idlest(self):
+        """Close the stream idle longest (at least _MIN_IDLE) for a new one; False if there is none."""
+        now = _monotonic()
+        idle = [s for s in self._streams.values() if self._closable(s, now, _MIN_IDLE)]
+        if not idle:
+            return False
+        self._close_stream(min(idle, key=lambda s: s.idle_since))
+        return True
+
+    def _close_stream(self, stream):
+        """Close ``stream``'s journal (its descriptors); delete it if it never held a message."""
+        name = stream.name
+        del self._streams[name]
+        stream.commit.stop()
+        stream.journal.close(sync=self.fsync != "never")
+        self.stats["streams_closed"] += 1
+        if stream.journal.last_seq == 0 and not stream.pinned:
+            shutil.rmtree(os.path.join(self.journal_dir, stream_directory(name)), ignore_errors=True)
+            owner = stream.creator
+            if owner is not None:
+                left = self._creators.pop(owner) - 1
+                if left:
+                    self._creators[owner] = left
+            log.debug("%s: empty stream %s deleted", self.name, name.decode("ascii", "replace"))
+        else:
+            self._closed_streams.add(name)
 
     def _subscribe(self, identity, peer, message):
         if peer is None:
@@ -832,6 +951,8 @@ class Broker(Actor):
         if self._peers.pop(identity, None) is None:
             return
         peer.stream.peers.pop(identity, None)
+        if not peer.stream.peers:
+            peer.stream.idle_since = _monotonic()
         if peer.filter is not None:
             peer.stream.matcher.remove(peer.filter)
         self._replaying.pop(identity, None)
@@ -936,6 +1057,8 @@ class Broker(Actor):
         windows = self._windows
         info = {"endpoint": self.endpoint, "journal": self.journal_dir, "streams": streams,
                 "peers": len(self._peers), "counters": dict(self.stats),
+                "stream_budget": {"open": len(self._streams), "closed": len(self._closed_streams),
+                                  "max_open": self._max_open, "max_streams": self.max_streams},
                 "credit": {"held": windows.used, "budget": windows.total, "per_subscriber": windows.per_holder,
                            "waiting": windows.waiting, "gone_holding": len(self._gone)}}
         if self._multicast is not None:

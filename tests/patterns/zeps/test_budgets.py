@@ -5,6 +5,7 @@ measured alone.
 """
 import json
 import os
+import resource
 import sys
 
 import gevent
@@ -164,3 +165,81 @@ def test_never_reading_subscribers_hold_no_more_than_the_credit_budget(spawn):
     assert [m.seq for m in got] == list(range(1, 50)) and got[-1].body == b"after"
     assert poll(lambda: broker.info()["credit"]["gone_holding"] == 0 and broker.info()["credit"]["held"] == 0)
     assert any(reason.startswith("credit budget: ") for reason in reasons), reasons
+
+
+def nofile(limit):
+    """preexec_fn: the child runs under ``ulimit -n limit`` (soft and hard: zactors raises soft to hard)."""
+    def apply():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+    return apply
+
+
+def open_fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def junk_streams(endpoint, names, publish):
+    """One connection ATTACHing each of ``names`` in turn (PUBLISH one message if ``publish``): the reasons refused."""
+    peer = Raw(endpoint)
+    refused = []
+    try:
+        for name in names:
+            peer.send(p.attach(name))
+            answer = peer.recv()
+            if type(answer) is p.Invalid:
+                refused.append(answer.reason)
+                continue
+            assert type(answer) is p.AttachOk, answer
+            if publish:
+                peer.send(p.publish(b"k", b"junk"))
+            peer.send(p.encode(p.Detach()))
+            peer.expect(p.DetachOk)
+    finally:
+        peer.close()
+    return refused
+
+
+def test_a_stream_flood_under_ulimit_1024_is_refused_and_a_good_client_is_served(spawn):
+    """Defect 6: any peer created streams for good; at 3 fds a stream, ulimit -n 1024 ran out after 336."""
+    broker = spawn(preexec_fn=nofile(1024), streams=["good"], heartbeat=0.5, expiry=5.0)
+    budget = broker.info()["stream_budget"]
+    assert budget["max_open"] == 1024 // 2 // 4
+    pub = Publisher(broker.endpoint, "good")
+    sub = Subscriber(broker.endpoint, "good", from_seq=0)
+    refused = []
+    try:
+        for c in range(80):
+            names = [b"junk-%d-%d" % (c, i) for i in range(17)]
+            refused += junk_streams(broker.endpoint, names, publish=True)
+            pub.publish(b"k", b"%d" % c)
+            pub.flush()  # the good client is served all along
+            assert sub.get(timeout=10).body == b"%d" % c
+            assert open_fds(broker.pid) < 900
+        info = broker.info()
+        assert info["stream_budget"]["open"] <= budget["max_open"]
+        assert info["counters"]["streams_refused"] == len(refused) >= 80
+        assert any(r.startswith("stream quota: this peer created 16 streams (at most 16)") for r in refused)
+        assert any(r.startswith("too many open streams (128)") for r in refused)
+        assert all(r.startswith(("stream quota", "too many streams", "too many open streams")) for r in refused)
+    finally:
+        pub.close()
+        sub.destroy()
+
+
+def test_junk_names_do_not_outlive_their_peers_nor_a_restart(journal_dir, spawn, processes):
+    broker = spawn(streams=["good"], stream_idle=1.0)
+    refused = []
+    for c in range(20):
+        refused += junk_streams(broker.endpoint, [b"junk-%d-%d" % (c, i) for i in range(16)], publish=False)
+    assert refused == []
+    assert poll(lambda: broker.info()["stream_budget"]["open"] == 1)  # closed when idle, and deleted: empty
+    assert broker.info()["stream_budget"]["closed"] == 0
+    assert sorted(os.listdir(journal_dir)) == ["good"]
+    # and at start: an empty stream left behind (the broker was killed first) is not kept
+    names = [b"junk-left-%d" % i for i in range(10)]
+    assert junk_streams(broker.endpoint, names, publish=False) == []
+    broker.proc.kill()
+    broker.proc.wait()
+    again = BrokerProcess(processes, journal_dir, streams=["good"])
+    assert again.info()["stream_budget"] == dict(again.info()["stream_budget"], open=1, closed=0)
+    assert sorted(os.listdir(journal_dir)) == ["good"]

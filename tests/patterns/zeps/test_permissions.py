@@ -27,7 +27,7 @@ def test_permissions_file(tmp_path):
     assert not perms.allows(None, "subscribe", b"public.news")  # '*' is any authenticated key
     assert perms.allows(bob, "subscribe", b"anything")
     assert perms.may_attach(alice, b"orders.x") and not perms.may_attach(alice, b"secret")
-    for bad, reason in (("a b\n", "expected KEY ACTIONS STREAMS"), ("* read s\n", "publish and/or subscribe"),
+    for bad, reason in (("a b\n", "expected KEY ACTIONS STREAMS"), ("* read s\n", "subscribe and/or create"),
                         ("nokey publish s\n", "neither a z85 key")):
         path.write_text(bad)
         with pytest.raises(PermissionsError, match=reason):
@@ -37,7 +37,7 @@ def test_permissions_file(tmp_path):
 def test_unauthorised_publish_and_subscribe_are_refused(journal_dir):
     from zactors.patterns.zeps.broker import Broker
     server, alice, bob, carol = (generate_keypair() for _ in range(4))
-    perms = Permissions([(alice.public, "publish", "orders.*"), (bob.public, "subscribe", "orders.*")])
+    perms = Permissions([(alice.public, "publish,create", "orders.*"), (bob.public, "subscribe", "orders.*")])
     auth = Authenticator(curve="*")
     broker = Broker(journal_dir, curve=server, permissions=perms)
     made = []
@@ -79,3 +79,26 @@ def test_permissions_need_curve(journal_dir):
     from zactors.patterns.zeps.broker import Broker
     with pytest.raises(ValueError, match="need CURVE"):
         Broker(journal_dir, permissions=Permissions())
+
+
+def test_a_new_stream_needs_the_create_permission(journal_dir):
+    """Defect 6: with permissions, ATTACH created any stream the key could use; now only with ``create``."""
+    from zactors.patterns.zeps.broker import Broker
+    server, alice, bob = (generate_keypair() for _ in range(3))
+    perms = Permissions([(alice.public, "publish", "s.*"), (bob.public, "publish,create", "s.*")])
+    auth = Authenticator(curve="*")
+    broker = Broker(journal_dir, curve=server, permissions=perms, streams=["s.old"])
+    made = []
+    try:
+        made.append(Publisher(broker.endpoint, "s.old", curve=(server.public, alice)))  # it exists: used
+        with pytest.raises(ZepsError, match="may not create stream s.new"):
+            Publisher(broker.endpoint, "s.new", curve=(server.public, alice))
+        assert "s.new" not in broker.call("INFO")["streams"]
+        made.append(Publisher(broker.endpoint, "s.new", curve=(server.public, bob)))
+        assert "s.new" in broker.call("INFO")["streams"]
+        assert broker.call("$STATS")["refused"] == 1
+    finally:
+        for thing in made:
+            thing.close()
+        broker.destroy()
+        auth.destroy()
