@@ -268,6 +268,7 @@ class Broker(Actor):
         self._windows = Budget(self.max_credit_total, self.max_credit)  # credit honoured, not yet drained
         self._gone: dict[bytes, _Peer] = {}     # left with bytes not known drained: held in the budget
         self._reclaimed = 0.0
+        self._beats = 0
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
                              high=self.transport_high, backlog=self.transport_high * 2,
@@ -493,7 +494,7 @@ class Broker(Actor):
                     "credit budget: %d of %d bytes held for subscribers (at most %d each); %d bytes of "
                     "credit wait for them to drain" % (windows.used, windows.total, windows.per_holder,
                                                        windows.wanted(identity))))
-            self._reclaim()
+            self._probe_holders()
         if not peer.probes:
             self._probe(peer)
 
@@ -520,13 +521,11 @@ class Broker(Actor):
 
     def _ping_peer(self, identity):
         """Every PING to a peer goes here: it notes what had been sent before it, for the PING-OK."""
-        peer = self._peers.get(identity)
-        if peer is None:  # gone, or not ours: a PING finds out whether its connection is still there
-            peer = self._gone.get(identity)
-            if self._send(identity, p.PING_FRAME) and peer is not None and len(peer.probes) < _MAX_PROBES:
-                peer.probes.append(peer.honoured - peer.credit)  # (frozen: an unnoted PING's answer is as good)
+        peer = self._peers.get(identity) or self._gone.get(identity)
+        if peer is None:
+            self._send(identity, p.PING_FRAME)
         elif len(peer.probes) < _MAX_PROBES and self._send(identity, p.PING_FRAME):
-            peer.probes.append(peer.honoured - peer.credit)  # (full: it answers nothing; liveness expires it)
+            peer.probes.append(peer.honoured - peer.credit)  # (full: it answers nothing; see _reclaim)
 
     def _ping_ok(self, identity):
         peer = self._peers.get(identity)
@@ -578,18 +577,26 @@ class Broker(Actor):
         self._served(grants)
 
     def _reclaim(self):
+        """Every beat: PING the peers gone with bytes on their way (answered, or unroutable once their
+        connection is gone), and the holders whose drain is not known while credit waits."""
+        self._beats += 1
+        for identity, peer in list(self._gone.items()):
+            if len(peer.probes) < _MAX_PROBES:
+                self._ping_peer(identity)
+            elif self._beats % 16 == 0:  # 64 unanswered: is its connection still there? (its sends are
+                self._send(identity, p.PING_FRAME)  # frozen: an unnoted PING's answer frees nothing early)
+        self._probe_holders()
+
+    def _probe_holders(self):
         """While credit waits: PING the holders whose drain is not known (at most every 50 ms)."""
         now = _monotonic()
-        if now - self._reclaimed < 0.05:
+        if not self._windows.waiting or now - self._reclaimed < 0.05:
             return
         self._reclaimed = now
-        for identity in list(self._gone):  # a PING each beat: answered, or unroutable once its connection is gone
-            self._ping_peer(identity)
-        if self._windows.waiting:
-            for identity in self._windows.holders():
-                peer = self._peers.get(identity)
-                if peer is not None and not peer.probes:
-                    self._probe(peer)
+        for identity in self._windows.holders():
+            peer = self._peers.get(identity)
+            if peer is not None and not peer.probes:
+                self._probe(peer)
 
     # -- replay ---------------------------------------------------------------------
     def _pump(self):

@@ -167,6 +167,28 @@ def test_never_reading_subscribers_hold_no_more_than_the_credit_budget(spawn):
     assert any(reason.startswith("credit budget: ") for reason in reasons), reasons
 
 
+
+def test_credit_granted_again_without_reading_buys_no_more_buffer(spawn):
+    """A credit flood: a subscriber that re-grants credit but never reads used to get max_credit more each time."""
+    broker = spawn(max_credit=4 * MiB, max_credit_total=8 * MiB)
+    with Publisher(broker.endpoint, "s") as pub:
+        for _ in range(48):
+            pub.publish(b"k", bytes(1000000))
+        pub.flush()
+    gevent.sleep(0.5)  # the journal's tail cache: part of the baseline
+    before = broker.rss()
+    liar = never_reading(broker.endpoint, b"s", 4 * MiB)
+    try:
+        for _ in range(30):
+            liar.send(p.credit(4 * MiB))
+        delivered = settled(broker, lambda info: sum(s["delivered"] for s in info["streams"]["s"]["subscribers"]))
+        assert delivered <= 4, "%d MB went to a subscriber that granted 4 MiB and read nothing" % delivered
+        assert broker.rss() - before < 24 * MiB
+        assert broker.info()["credit"]["held"] <= 4 * MiB
+    finally:
+        liar.close()
+
+
 def nofile(limit):
     """preexec_fn: the child runs under ``ulimit -n limit`` (soft and hard: zactors raises soft to hard)."""
     def apply():
