@@ -18,7 +18,8 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   streams created by one peer (its key, else its connection); at most
   ``max_streams`` in all.  A stream without peers for ``stream_idle``
   seconds is closed, its descriptors released (reopened by the next
-  ATTACH), and at most ``max_open_streams`` are open at once (default: a
+  ATTACH; INFO shows it as it was, ``"open": false``), and at most
+  ``max_open_streams`` are open at once (default: a
   quarter of half the open-file limit, ~4 descriptors a stream; the idlest
   is closed first for a new one).  A stream that never held a message is
   deleted when it closes, and at start: junk names do not outlive their
@@ -290,7 +291,7 @@ class Broker(Actor):
             group, port = self.multicast
             self._multicast = MulticastSender(group, port, interface=self.multicast_interface, ttl=self.multicast_ttl)
             self.call_every(self.heartbeat, self._multicast_heads)
-        self._closed_streams: set[bytes] = set()  # on disk, not open (reopened by an ATTACH)
+        self._closed_streams: dict[bytes, dict[str, Any]] = {}  # on disk, not open: name -> its INFO then
         self._creators: dict[Any, int] = {}       # peer (key or identity) -> existing streams it created
         self._max_open = self.max_open_streams or _open_stream_budget(self.max_streams)
         for name in self.declared + self._existing():  # pre-declared streams, and journals already there
@@ -802,7 +803,7 @@ class Broker(Actor):
                                     on_error=partial(self._write_failed, stream))
         stream.commit.start()
         self._streams[name] = stream
-        self._closed_streams.discard(name)
+        self._closed_streams.pop(name, None)
         if owner is not None:
             stream.creator = owner
             self._creators[owner] = self._creators.get(owner, 0) + 1
@@ -845,9 +846,11 @@ class Broker(Actor):
         name = stream.name
         del self._streams[name]
         stream.commit.stop()
-        stream.journal.close(sync=self.fsync != "never")
+        journal = stream.journal
+        disk_bytes = journal.stats()["disk_bytes"]
+        journal.close(sync=self.fsync != "never")
         self.stats["streams_closed"] += 1
-        if stream.journal.last_seq == 0 and not stream.pinned:
+        if journal.last_seq == 0 and not stream.pinned:
             shutil.rmtree(os.path.join(self.journal_dir, stream_directory(name)), ignore_errors=True)
             owner = stream.creator
             if owner is not None:
@@ -856,7 +859,10 @@ class Broker(Actor):
                     self._creators[owner] = left
             log.debug("%s: empty stream %s deleted", self.name, name.decode("ascii", "replace"))
         else:
-            self._closed_streams.add(name)
+            last = journal.last_seq
+            self._closed_streams[name] = {
+                "first_seq": journal.first_seq, "last_seq": last, "written_seq": last, "synced_seq": last,
+                "rate": 0.0, "bytes": disk_bytes, "peers": 0, "subscribers": [], "open": False}
 
     def _subscribe(self, identity, peer, message):
         if peer is None:
@@ -1059,8 +1065,10 @@ class Broker(Actor):
                 "written_seq": journal.written_seq, "synced_seq": journal.synced_seq,
                 "rate": round((s1 - s0) / (t1 - t0), 1) if t1 > t0 else 0.0,
                 "bytes": stats["disk_bytes"],
-                "peers": len(stream.peers), "subscribers": subscribers,
+                "peers": len(stream.peers), "subscribers": subscribers, "open": True,
             }
+        for name, summary in self._closed_streams.items():  # closed while idle: as they were then
+            streams[name.decode()] = summary
         windows = self._windows
         info = {"endpoint": self.endpoint, "journal": self.journal_dir, "streams": streams,
                 "peers": len(self._peers), "counters": dict(self.stats),

@@ -265,3 +265,19 @@ def test_junk_names_do_not_outlive_their_peers_nor_a_restart(journal_dir, spawn,
     again = BrokerProcess(processes, journal_dir, streams=["good"])
     assert again.info()["stream_budget"] == dict(again.info()["stream_budget"], open=1, closed=0)
     assert sorted(os.listdir(journal_dir)) == ["good"]
+
+
+def test_an_idle_stream_closes_its_files_and_opens_again_on_attach(spawn):
+    broker = spawn(stream_idle=0.5)
+    with Publisher(broker.endpoint, "kept") as pub:
+        pub.publish(b"k", b"v1")
+        pub.flush()
+        open_with_stream = open_fds(broker.pid)
+    assert poll(lambda: broker.info()["stream_budget"]["closed"] == 1)
+    assert open_fds(broker.pid) < open_with_stream  # its journal's descriptors released
+    shown = broker.info()["streams"]["kept"]
+    assert (shown["open"], shown["last_seq"], shown["peers"]) == (False, 1, 0)
+    with Subscriber(broker.endpoint, "kept", from_seq=0) as sub:
+        assert sub.get(timeout=10).body == b"v1"
+        assert broker.info()["streams"]["kept"]["open"] is True
+    assert broker.info()["counters"]["streams_closed"] >= 1
