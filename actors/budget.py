@@ -10,6 +10,7 @@ that total, with an optional cap per holder::
     for holder, amount in windows.release(peer, 1 << 20):
         grant(holder, amount)              # waiters served from what came back
     windows.forget(other)                  # its holding back, its wait cancelled
+    windows.revoke(idle, 4 << 20)          # unused: back in line behind the others
 
 What a holder asks beyond what is free (or beyond ``per_holder`` held)
 waits, first come first served, and is granted by a later :meth:`release`
@@ -83,6 +84,22 @@ class Budget:
         held = self._held.pop(holder, 0)
         self.used -= held
         return self._serve() if held else []
+
+    def revoke(self, holder: Hashable, amount: int) -> list[tuple[Hashable, int]]:
+        """Take ``amount`` of what ``holder`` holds back into its wait (at the end of the line):
+        for what it holds but does not use.  Returns the grants made, as :meth:`release`."""
+        held = self._held.get(holder, 0)
+        amount = min(amount, held)
+        if amount <= 0:
+            return []
+        if held == amount:
+            del self._held[holder]
+        else:
+            self._held[holder] = held - amount
+        self.used -= amount
+        wanted = self._wanted.pop(holder, 0)
+        self._wanted[holder] = min(wanted + amount, self.per_holder)
+        return self._serve()
 
     def cancel(self, holder: Hashable) -> int:
         """Cancel ``holder``'s wait (it keeps what it holds); returns the units it was waiting for."""

@@ -61,7 +61,9 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   everything sent before the PING left the broker.  Credit beyond the
   budget waits, first come first served, for others to drain: counted in
   ``credit_deferred``, and told once (INVALID "credit budget: ...") until
-  it is granted.  A subscriber that leaves with bytes still on their way
+  it is granted; meanwhile credit others hold unspent goes back in line
+  behind it (``credit_revoked``; granted again in turn), so peers sitting on
+  credit cannot keep the others waiting.  A subscriber that leaves with bytes still on their way
   (a peer that stopped reading) keeps them in the budget under its
   identity until it answers a PING or its connection is gone.
 - Heartbeats: the broker PINGs a peer silent for ``heartbeat`` seconds and
@@ -589,15 +591,27 @@ class Broker(Actor):
         self._probe_holders()
 
     def _probe_holders(self):
-        """While credit waits: PING the holders whose drain is not known (at most every 50 ms)."""
+        """While credit waits (at most every 50 ms): PING the holders whose drain is not known, and
+        put the credit they hold unspent back in line behind the waiters (granted again in turn), so
+        that peers sitting on credit they do not use cannot keep the others waiting."""
         now = _monotonic()
-        if not self._windows.waiting or now - self._reclaimed < 0.05:
+        windows = self._windows
+        if not windows.waiting or now - self._reclaimed < 0.05:
             return
         self._reclaimed = now
-        for identity in self._windows.holders():
+        grants = []
+        for identity in windows.holders():
             peer = self._peers.get(identity)
-            if peer is not None and not peer.probes:
+            if peer is None:
+                continue
+            if not peer.probes:
                 self._probe(peer)
+            if peer.credit > 0 and identity not in self._replaying:  # (a replay step may be spending it)
+                unspent, peer.credit = peer.credit, 0
+                peer.honoured -= unspent
+                self.stats["credit_revoked"] += 1
+                grants += windows.revoke(identity, unspent)
+        self._served(grants)
 
     # -- replay ---------------------------------------------------------------------
     def _pump(self):

@@ -53,3 +53,11 @@ def test_nonsense_is_refused():
         Budget(0)
     with pytest.raises(ValueError):
         Budget(10, per_holder=0)
+
+
+def test_revoke_puts_an_unused_holding_back_in_line_behind_the_waiters():
+    b = Budget(10)
+    b.request("idle", 10)
+    b.request("w", 4)
+    assert b.revoke("idle", 10) == [("w", 4), ("idle", 6)]
+    assert b.held("idle") == 6 and b.wanted("idle") == 4

@@ -189,6 +189,34 @@ def test_credit_granted_again_without_reading_buys_no_more_buffer(spawn):
         liar.close()
 
 
+
+def test_peers_sitting_on_credit_cannot_keep_a_subscriber_waiting(spawn):
+    """Four peers take the whole budget as credit and never use it: a new subscriber is still served."""
+    broker = spawn(max_credit=8 * MiB, max_credit_total=32 * MiB, expiry=60.0)  # they stay attached
+    sitters = []
+    for _ in range(4):
+        peer = Raw(broker.endpoint)
+        peer.send(p.attach(b"s"))
+        peer.expect(p.AttachOk)
+        peer.send(p.subscribe(b"nothing-matches.", p.NEW))
+        peer.expect(p.SubscribeOk)
+        peer.send(p.credit(8 * MiB))
+        sitters.append(peer)
+    try:
+        assert poll(lambda: broker.info()["credit"]["held"] == 32 * MiB)
+        with Subscriber(broker.endpoint, "s", new=True, window=1 * MiB) as sub, \
+                Publisher(broker.endpoint, "s") as pub:
+            for i in range(20):
+                pub.publish(b"k", b"%d" % i)
+            pub.flush()
+            assert [sub.get(timeout=10).body for _ in range(20)] == [b"%d" % i for i in range(20)]
+        counters = broker.counters()
+        assert counters["credit_deferred"] >= 1 and counters["credit_revoked"] >= 1
+    finally:
+        for peer in sitters:
+            peer.close()
+
+
 def nofile(limit):
     """preexec_fn: the child runs under ``ulimit -n limit`` (soft and hard: zactors raises soft to hard)."""
     def apply():
