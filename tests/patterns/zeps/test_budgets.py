@@ -271,6 +271,10 @@ def test_a_stream_flood_under_ulimit_1024_is_refused_and_a_good_client_is_served
         assert any(r.startswith("stream quota: this peer created 16 streams (at most 16)") for r in refused)
         assert any(r.startswith("too many open streams (128)") for r in refused)
         assert all(r.startswith(("stream quota", "too many streams", "too many open streams")) for r in refused)
+        with Publisher(broker.endpoint, "good") as late:  # and a newcomer is served too
+            late.publish(b"k", b"late")
+            late.flush()
+        assert sub.get(timeout=10).body == b"late"
     finally:
         pub.close()
         sub.destroy()
