@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 import zmq
 
-from .sockets import POLLIN, Socket, context
+from .sockets import POLLIN, Socket, context, limit_size
 
 __all__ = ["Monitor", "MonitorEvent", "HandshakeFailed", "Peers", "describe", "describe_accepted", "probe", "HANDSHAKE_FAILED", "HANDSHAKE"]
 
@@ -234,6 +234,7 @@ def probe(endpoint: str, secure: Callable[[Socket], object] | None = None, timeo
     """
     sock: Socket = context().socket(zmq.DEALER, socket_class=Socket)  # type: ignore[assignment]
     sock.linger = 0
+    limit_size(sock, 1024)  # it reads nothing: a server may not make it hold a frame either
     watch = None
     try:
         if secure is not None:

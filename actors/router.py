@@ -9,12 +9,18 @@ flushed, in order, as the peer drains; only that peer waits, the loop goes
 on.  A full per-peer queue calls ``on_overflow``; ``on_held``/``on_drained``
 tell the pattern when to pause and resume producing for a peer; with
 ``credit=True`` each identity is sent only what it was granted.
+``max_message`` caps each incoming frame (``ZMQ_MAXMSGSIZE``, see
+:func:`~zactors.actors.sockets.limit_size`): a peer that sends a larger one
+is disconnected by libzmq before the frame is read.  Connections closed, by
+their peer or for a frame over the limit (libzmq does not say which), are
+counted in ``actor.stats["disconnects"]``.
 
 :class:`RouterActor` is the base for actors built around one ROUTER.
 """
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +28,7 @@ import zmq
 
 from .actor import Actor
 from .outbox import Outbox
+from .sockets import limit_size
 from .speedups import send_message
 
 __all__ = ["Router", "RouterActor"]
@@ -42,6 +49,9 @@ class Router:
     again.  ``credit=True`` (and ``cost``) gate each identity by the credit
     :meth:`grant` gives it (see :mod:`zactors.actors.outbox`).
     :attr:`outbox` is the underlying :class:`~zactors.actors.outbox.Outbox`.
+    ``max_message`` (bytes, or None for no limit) is the largest frame a
+    peer may send; every connection that closes counts in
+    ``actor.stats["disconnects"]``.
     """
 
     #: first and largest delay (s) between retries for a peer at its HWM
@@ -53,9 +63,12 @@ class Router:
                  on_overflow: Callable[[bytes, Sequence[bytes]], object] | None = None,
                  on_held: Callable[[bytes], object] | None = None, on_drained: Callable[[bytes], object] | None = None,
                  high: int | None = None, low: int | None = None, credit: bool = False,
-                 cost: Callable[[Sequence[bytes]], int] | None = None, **options: Any) -> None:
+                 cost: Callable[[Sequence[bytes]], int] | None = None, max_message: int | None = None,
+                 **options: Any) -> None:
         self.actor = actor
         self.socket = sock = actor.socket(zmq.ROUTER, router_mandatory=1, **options)
+        limit_size(sock, max_message)
+        self._watch_disconnects()
         self.on_message = on_message
         self.backlog = backlog
         handle = sock.handle
@@ -72,6 +85,20 @@ class Router:
                              credit=credit, cost=cost, retry_min=self.retry_min, retry_max=self.retry_max)
         self.send = self.outbox.send  # type: ignore[method-assign,assignment]  # the hot path: no extra call (see send below for what it does)
         actor.add_reader(sock, self._on_frames)
+
+    def _watch_disconnects(self):
+        """Count the connections that close (libzmq's monitor: the only place a drop for size shows)."""
+        actor, sock = self.actor, self.socket
+        endpoint = "inproc://zactors-router-monitor-%s" % uuid.uuid4().hex
+        sock.monitor(endpoint, zmq.EVENT_DISCONNECTED)  # stopped when sock closes (before the reader below)
+        events = actor.socket(zmq.PAIR)
+        events.connect(endpoint)
+        stats = actor.stats
+
+        def disconnected(frames):
+            stats["disconnects"] += 1
+
+        actor.add_reader(events, disconnected)
 
     def bind(self, endpoint: str) -> str:
         """Bind and return the actual endpoint (``tcp://127.0.0.1:*`` picks a port)."""
@@ -123,17 +150,19 @@ class RouterActor(Actor):
     ``self.route(identity, *frames)``; they may override ``on_unroutable``,
     ``on_overflow``, ``on_held`` and ``on_drained``.  ``credit = True`` gates
     each identity by ``self.router.grant(identity, amount)``.
+    ``max_message`` caps each incoming frame (bytes; None: no cap).
     ``self.endpoint`` holds the bound endpoint.
     """
 
     endpoint = "tcp://127.0.0.1:*"
     backlog = 10000
     credit = False
+    max_message: int | None = None
 
     def setup(self) -> None:
         self.router = Router(self, self.on_message, backlog=self.backlog, credit=self.credit,
                              on_unroutable=self.on_unroutable, on_overflow=self.on_overflow,
-                             on_held=self.on_held, on_drained=self.on_drained)
+                             on_held=self.on_held, on_drained=self.on_drained, max_message=self.max_message)
         self.endpoint = self.router.bind(self.endpoint)
 
     def route(self, identity: bytes, *frames: bytes) -> bool:

@@ -24,7 +24,7 @@ from gevent.hub import Waiter, get_hub
 
 from .speedups import NOBLOCK, SNDMORE, buffers, events as _events, handle as _handle, recv_message, send_frames, send_message
 
-__all__ = ["Socket", "context", "raise_open_files", "raw_send", "POLLIN", "POLLOUT", "NOBLOCK", "SNDMORE"]
+__all__ = ["Socket", "context", "limit_size", "raise_open_files", "raw_send", "POLLIN", "POLLOUT", "NOBLOCK", "SNDMORE"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,23 @@ def raise_open_files() -> int | None:
     return soft
 
 
+def limit_size(sock: zmq.Socket, limit: int | None) -> None:
+    """Refuse frames over ``limit`` bytes from ``sock``'s network peers (``ZMQ_MAXMSGSIZE``).
+
+    libzmq reads each frame's size from its header before it allocates the
+    frame, and closes the connection of a peer that announces a larger one:
+    nothing of it is read, so a huge frame costs no memory (the socket's
+    monitor sees a DISCONNECTED; :class:`~zactors.actors.router.Router`
+    counts them).  The limit is per frame.  Every socket that faces the
+    network gets one, derived from its protocol's own limits; ``None`` lifts
+    it (inproc pipes, which libzmq never checks).  Set it before
+    ``bind``/``connect``: connections made earlier keep the limit they had.
+    """
+    if limit is not None and limit < 1:
+        raise ValueError("a message size limit must be at least 1 byte, not %r" % (limit,))
+    sock.setsockopt(zmq.MAXMSGSIZE, -1 if limit is None else int(limit))
+
+
 class Socket(zmq.Socket):
     """A pyzmq socket with greenlet-friendly blocking calls.
 
@@ -106,6 +123,8 @@ class Socket(zmq.Socket):
     """
 
     _fd_watchers = None
+    #: a monitor is attached (``monitor()``): stopped before the socket closes
+    monitored = False
     #: what :mod:`actors.speedups` calls take beside the socket (its address)
     handle = 0
 
@@ -235,8 +254,23 @@ class Socket(zmq.Socket):
             raise
         return frames
 
-    def close(self, linger: int | None = None) -> None:
+    def monitor(self, addr: str | None, events: int = zmq.EVENT_ALL) -> None:  # type: ignore[override]
+        """As pyzmq's; the monitor is stopped when the socket closes (see :meth:`close`)."""
+        super().monitor(addr, events)
+        self.monitored = addr is not None
 
+    def close(self, linger: int | None = None) -> None:
+        """Close; a monitor is stopped first, so its reader may close after this socket.
+
+        (A monitor left running after its reader closed would block libzmq's
+        I/O thread on its next event, and every socket of the context with it.)
+        """
+        if self.monitored and not self.closed:
+            self.monitored = False
+            try:
+                self.disable_monitor()
+            except zmq.ZMQError:
+                pass
         watcher = self._fd_watchers
         if watcher is not None:
             watcher.close()

@@ -56,6 +56,17 @@ def count(text):
     return value
 
 
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def size(text):
+    """A size in bytes > 0: 500, 64k, 16M, 10G (powers of 1024)."""
+    match = re.fullmatch(r"(\d+)\s*([kmgt]?)i?b?", text.strip().lower())
+    if not match or not int(match.group(1)):
+        _fail("%r is not a size: say 500M or 10G" % text)
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
 def positive_float(text):
     """A number of seconds > 0."""
     value = _number(float, text)

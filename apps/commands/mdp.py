@@ -10,6 +10,7 @@ import zmq
 
 from zactors.apps import exitstatus, options
 from zactors.apps.stopping import Interrupted, serve, wait_until_stopped
+from zactors.patterns.majordomo.protocol import MAX_MESSAGE
 
 ORDER = 20
 log = logging.getLogger("zactors.mdp")
@@ -38,6 +39,9 @@ def register(sub):
                         help="seconds a request waits for a service that has no worker (default: %(default)s)")
     broker.add_argument("--max-queue", type=options.positive_int, default=10000,
                         help="requests queued per service (default: %(default)s)")
+    broker.add_argument("--max-message", type=options.size, default=MAX_MESSAGE, metavar="SIZE",
+                        help="largest frame a client or worker may send; a larger one drops its connection "
+                             "unread (default: 16M)")
     _framing(broker)
     options.curve_options(broker, "server")
     broker.add_argument("--stats", type=options.non_negative_float, default=0, metavar="SECONDS",
@@ -113,7 +117,7 @@ def run_broker(args):
     try:
         broker = Broker(args.bind, worker_endpoint=args.worker_bind, heartbeat=args.heartbeat,
                         liveness=args.liveness, request_expiry=args.expiry, max_queue=args.max_queue,
-                        framing=args.framing, curve=args.curve)
+                        framing=args.framing, curve=args.curve, max_message=args.max_message)
     except BaseException as exc:
         if auth is not None:
             auth.destroy()

@@ -49,6 +49,17 @@ def register(sub):
                         help="seconds of silence before a peer is dropped (default: %(default)s)")
     broker.add_argument("--max-message", type=_size, default=1 << 20, metavar="SIZE",
                         help="largest key + body accepted (default: 1M)")
+    broker.add_argument("--max-credit", type=_size, default=32 << 20, metavar="SIZE",
+                        help="credit one subscriber may hold: bytes sent to it and not yet drained, and "
+                             "its balance (default: 32M)")
+    broker.add_argument("--max-credit-total", type=_size, default=64 << 20, metavar="SIZE",
+                        help="credit all subscribers together may hold; more waits for them to drain "
+                             "(default: 64M)")
+    broker.add_argument("--max-streams-per-peer", type=options.positive_int, default=16, metavar="N",
+                        help="streams one peer (its key, else its connection) may create (default: 16)")
+    broker.add_argument("--stream-idle", type=options.positive_float, default=60.0, metavar="SECONDS",
+                        help="close a stream without peers after SECONDS, releasing its files; one that "
+                             "never held a message is deleted (default: 60)")
     options.curve_options(broker, "server")
     broker.add_argument("--permissions", metavar="FILE", type=_permissions,
                         help="with --curve: which client keys may publish and subscribe to which streams "
@@ -134,15 +145,10 @@ def _answered(func, *args, **kwargs):
         raise
 
 
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _AGES = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _size(text):
-    match = re.fullmatch(r"(\d+)\s*([kmgt]?)i?b?", text.strip().lower())
-    if not match or not int(match.group(1)):
-        raise argparse.ArgumentTypeError("%r is not a size: say 500M or 10G" % text)
-    return int(match.group(1)) * _UNITS[match.group(2)]
+_size = options.size
 
 
 def _age(text):
@@ -201,7 +207,6 @@ def _permissions(path):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-_size.__name__ = "size"  # argparse names the type in its error messages
 _time.__name__ = "time"
 _fsync.__name__ = "fsync policy"
 _limit.__name__ = "retention limit"
@@ -226,7 +231,9 @@ def run_broker(args):
         auth = Authenticator(curve=args.curve_clients or "*")
     try:
         broker = Broker(args.journal, args.bind, fsync=args.fsync, ack=args.ack, heartbeat=args.heartbeat,
-                        expiry=args.expiry, max_message=args.max_message, retain_bytes=limits.get("size"),
+                        expiry=args.expiry, max_message=args.max_message, max_credit=args.max_credit,
+                        max_credit_total=args.max_credit_total, max_streams_per_peer=args.max_streams_per_peer,
+                        stream_idle=args.stream_idle, retain_bytes=limits.get("size"),
                         retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions)
     except BaseException as exc:
         if auth is not None:

@@ -62,6 +62,7 @@ from zactors.actors import beacon as beacons
 from zactors.actors.beacon import Beacon, BeaconError
 from zactors.actors.heartbeat import Liveness
 from zactors.actors.outbox import Outbox, send_now
+from zactors.actors.sockets import limit_size
 
 from . import commands as verbs, events, gossip, protocol as zre
 from .endpoints import peer_endpoint
@@ -140,6 +141,7 @@ class NodeActor(Actor):
             host = host or "127.0.0.1"
             bind_host = host
         self.inbox = self.socket(zmq.ROUTER, router_handover=1, rcvhwm=cfg["hwm"])
+        limit_size(self.inbox, cfg["max_message"])
         port = self.inbox.bind_to_random_port("tcp://%s" % bind_host, 0xC000, 0xFFFF, max_tries=200)
         self.endpoint = "tcp://%s:%d" % (host, port)
         self.add_reader(self.inbox, self._on_inbox)

@@ -8,6 +8,8 @@ the DEALER is at its high-water mark); ZRE sequence numbers count from 1
 """
 import zmq
 
+from zactors.actors.sockets import limit_size
+
 from .protocol import identity_of
 
 __all__ = ["Peer", "next_sequence"]
@@ -50,6 +52,7 @@ class Peer:
     def connect(self, actor, own_uuid, hwm):
         """Open the DEALER to ``endpoint`` (an actor-owned socket)."""
         self.dealer = actor.socket(zmq.DEALER, identity=identity_of(own_uuid), sndhwm=hwm, linger=0)
+        limit_size(self.dealer, 1024)  # it only sends: the peer answers on our inbox
         self.dealer.connect(self.endpoint)
 
     def sequence(self):

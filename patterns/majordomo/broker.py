@@ -40,6 +40,10 @@ Behaviour (18/MDP v0.2, and where the spec leaves a choice):
 - Bounded memory: a service queue holds at most ``max_queue`` requests and all
   queues together ``max_queued``; a request over either limit is dropped and
   counted (``rejected``), again with no answer to its client.
+- Bounded frames: a peer that sends a frame over ``max_message`` bytes
+  (default 16 MiB) is disconnected by libzmq before the frame is read
+  (``ZMQ_MAXMSGSIZE``), so it costs no memory; counted in ``disconnects``
+  with every other closed connection.
 - ``mmi.*`` services are answered by the broker itself (see :mod:`.mmi`).
 - Optional CURVE: ``curve=keys`` (an ``actors.auth`` Keypair, or the secret
   key) makes the ROUTER(s) CURVE servers, with ``curve_domain`` as their ZAP
@@ -68,8 +72,8 @@ from zactors.actors.heartbeat import Liveness
 from zactors.actors.router import Router
 
 from . import mmi
-from .protocol import (CLIENT, DISCONNECT, FINAL, HEARTBEAT, IDEMPOTENT, PARTIAL, READY, WORKER, ProtocolError,
-                       error_body, framing as _framing)
+from .protocol import (CLIENT, DISCONNECT, FINAL, HEARTBEAT, IDEMPOTENT, MAX_MESSAGE, PARTIAL, READY, WORKER,
+                       ProtocolError, error_body, frame_limit, framing as _framing)
 
 __all__ = ["Broker"]
 
@@ -122,7 +126,7 @@ class Broker(Actor):
                  heartbeat: float = 2.5, liveness: int = 3, request_expiry: float = 10.0, max_queue: int = 10000,
                  max_queued: int = 100000, max_attempts: int = 3, framing: str = "spec",
                  curve: Keypair | bytes | str | None = None, curve_domain: str | None = None,
-                 name: str | None = None) -> None:
+                 max_message: int = MAX_MESSAGE, name: str | None = None) -> None:
         if heartbeat <= 0 or liveness < 1 or request_expiry <= 0:
             raise ValueError("heartbeat and request_expiry must be > 0, liveness >= 1")
         self.endpoint = endpoint
@@ -133,6 +137,7 @@ class Broker(Actor):
         self.max_queue = max_queue
         self.max_queued = max_queued
         self.max_attempts = max_attempts
+        self.max_message = max_message
         self.framing = _framing(framing)
         self.curve = curve
         self.curve_domain = curve_domain
@@ -161,7 +166,8 @@ class Broker(Actor):
                   self.worker_endpoint, self.framing.name)
 
     def _router(self, on_message):
-        router = Router(self, on_message, on_unroutable=self._on_unroutable, on_overflow=self._on_overflow)
+        router = Router(self, on_message, on_unroutable=self._on_unroutable, on_overflow=self._on_overflow,
+                        max_message=frame_limit(self.max_message))
         if self.curve is not None:
             curve_server(router.socket, self.curve, self.curve_domain)
         return router

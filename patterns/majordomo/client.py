@@ -51,10 +51,10 @@ from zactors.actors.auth import Keypair
 
 from zactors.actors.auth import curve_client
 from zactors.actors.monitor import HANDSHAKE, HandshakeFailed, Monitor, describe
-from zactors.actors.sockets import POLLIN, Socket, context
+from zactors.actors.sockets import POLLIN, Socket, context, limit_size
 from zactors.actors.values import to_bytes
 
-from .protocol import FINAL, ProtocolError, framing as _framing, parse_error
+from .protocol import FINAL, MAX_MESSAGE, ProtocolError, frame_limit, framing as _framing, parse_error
 
 __all__ = ["Client", "RequestTimeout", "HandshakeFailed", "ServiceError"]
 
@@ -104,7 +104,8 @@ class Client:
     """
 
     def __init__(self, endpoint: str, *, timeout: float = 2.5, retries: int = 3, pool_size: int = 64,
-                 framing: str = "spec", curve: tuple[bytes | str, Keypair | bytes | str] | None = None) -> None:
+                 framing: str = "spec", curve: tuple[bytes | str, Keypair | bytes | str] | None = None,
+                 max_message: int = MAX_MESSAGE) -> None:
         if not timeout > 0:
             raise ValueError("timeout must be above 0 seconds, not %r" % (timeout,))
         if retries < 1:
@@ -116,6 +117,7 @@ class Client:
         self.retries = retries
         self.framing = _framing(framing)
         self.curve = curve
+        self.max_message = max_message
         self.stats = dict.fromkeys(("requests", "retries", "failed", "errors", "invalid", "stale"), 0)
         self._idle: list[Socket] = []
         self.pool_size = pool_size
@@ -262,6 +264,7 @@ class Client:
     def _socket(self):
         sock = context().socket(zmq.DEALER, socket_class=Socket)
         sock.linger = 0
+        limit_size(sock, frame_limit(self.max_message))  # a reply frame over it drops the connection
         if self.curve:
             curve_client(sock, self.curve[1], self.curve[0])
         # watched until its first handshake ends: how a refused key is told from silence

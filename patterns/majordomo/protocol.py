@@ -30,12 +30,21 @@ from collections import namedtuple
 
 __all__ = [
     "CLIENT", "WORKER", "REQUEST", "PARTIAL", "FINAL", "READY", "HEARTBEAT", "DISCONNECT",
-    "Message", "ProtocolError", "Framing", "SPEC", "MAJORTOMO", "framing",
+    "Message", "ProtocolError", "Framing", "SPEC", "MAJORTOMO", "framing", "MAX_MESSAGE", "frame_limit",
     "ERROR", "ERROR_TEXT_MAX", "IDEMPOTENT", "error_body", "parse_error",
 ]
 
 CLIENT = b"MDPC02"
 WORKER = b"MDPW02"
+
+#: default largest body frame a peer may send (bytes): ``max_message`` of the broker, client and worker
+MAX_MESSAGE = 16 << 20
+
+
+def frame_limit(max_message):
+    """The ``ZMQ_MAXMSGSIZE`` for an MDP socket: the body limit, or room for the longest header frame."""
+    return max(max_message, 1024)
+
 
 # Command names used across the package (wire bytes depend on the framing).
 READY, REQUEST, PARTIAL, FINAL, HEARTBEAT, DISCONNECT = "READY", "REQUEST", "PARTIAL", "FINAL", "HEARTBEAT", "DISCONNECT"

@@ -69,12 +69,13 @@ import zmq
 
 from zactors.actors.actor import Actor
 from zactors.actors.auth import curve_client
-from zactors.actors.sockets import NOBLOCK, Socket, context
+from zactors.actors.sockets import NOBLOCK, Socket, context, limit_size
 from zactors.actors.values import to_bytes
 
 from zactors.actors.auth import Keypair
 
-from .protocol import DISCONNECT, MAJORTOMO, REQUEST, ProtocolError, error_body, framing as _framing
+from .protocol import (DISCONNECT, MAJORTOMO, MAX_MESSAGE, REQUEST, ProtocolError, error_body, frame_limit,
+                       framing as _framing)
 
 __all__ = ["Worker"]
 
@@ -113,8 +114,9 @@ class Worker(Actor):
     def __init__(self, endpoint: str, service: bytes | str | None = None, *, heartbeat: float = 2.5,
                  liveness: int = 3, reconnect: float = 0.1, reconnect_max: float = 5.0, framing: str = "spec",
                  curve: tuple[bytes | str, Keypair | bytes | str] | None = None, linger: float = 1.0,
-                 name: str | None = None, idempotent: bool | None = None) -> None:
+                 max_message: int = MAX_MESSAGE, name: str | None = None, idempotent: bool | None = None) -> None:
         self.endpoint = endpoint
+        self.max_message = max_message
         if idempotent is not None:
             self.idempotent = idempotent
         service = service or self.service
@@ -170,6 +172,7 @@ class Worker(Actor):
     def _connect(self):
         sock = self._sock = context().socket(zmq.DEALER, socket_class=Socket)
         sock.linger = 0
+        limit_size(sock, frame_limit(self.max_message))  # a request frame over it drops the connection
         if self.curve:
             curve_client(sock, self.curve[1], self.curve[0])
         sock.connect(self.endpoint)

@@ -9,6 +9,7 @@ from typing import Any
 
 import zmq
 
+from zactors.actors.sockets import limit_size
 from zactors.actors.speedups import recv_singles
 
 from .errors import NoMessage
@@ -38,6 +39,8 @@ class Gather(SafeSocket):
     arrives, or raises :class:`NoMessage` when asked not to block or at its
     timeout.  Every method may be called at once from any number of OS
     threads and greenlets; each message is delivered to exactly one caller.
+    ``max_message`` (16 MiB) is the largest message a peer may send: one
+    that sends a larger one is disconnected before it is read.
 
     Messages are taken from the socket in batches of up to :data:`BATCH`
     under the lock, into one buffer shared by all callers (a ``deque``, whose
@@ -49,10 +52,11 @@ class Gather(SafeSocket):
     _wait_event = POLLIN
 
     def __init__(self, queue_limit: int = 1000, *, native: bool = False, linger: float | None = 0,
-                 **options: Any) -> None:
+                 max_message: int = 16 << 20, **options: Any) -> None:
         _, kind, native = socket_types(native)
         options.setdefault("rcvhwm", queue_limit)
         super().__init__(kind, native, linger, options)
+        limit_size(self._sock, max_message)  # a peer sending a larger message is disconnected unread
         self.queue_limit = queue_limit
         #: messages taken from peers (delivered, or in the buffer)
         self.received = 0

@@ -7,6 +7,7 @@ from typing import Any
 
 import zmq
 
+from zactors.actors.sockets import limit_size
 from zactors.actors.speedups import send_message
 
 from .errors import MultipartError, NoPeerAvailable
@@ -52,6 +53,7 @@ class Scatter(SafeSocket):
         kind, _, native = socket_types(native)
         options.setdefault("sndhwm", queue_limit)
         super().__init__(kind, native, linger, options)
+        limit_size(self._sock, 1024)  # it only sends: nothing large may come in
         self.queue_limit = queue_limit
         self.sent = 0
         #: sends that found no available peer and had to wait

@@ -10,7 +10,20 @@
 Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
 
 - Streams whose journals are in ``journal_dir`` are opened at start, and
-  ``streams=`` pre-declares more; others are created on their first ATTACH.
+  ``streams=`` pre-declares more; others are created on their first ATTACH,
+  within budgets (each refusal is an INVALID with the reason, counted in
+  ``streams_refused``): with ``permissions`` only by a key granted
+  ``create`` on the name; without (no CURVE: a local, unauthenticated
+  setup, as before) by anyone; at most ``max_streams_per_peer`` existing
+  streams created by one peer (its key, else its connection); at most
+  ``max_streams`` in all.  A stream without peers for ``stream_idle``
+  seconds is closed, its descriptors released (reopened by the next
+  ATTACH; INFO shows it as it was, ``"open": false``), and at most
+  ``max_open_streams`` are open at once (default: a
+  quarter of half the open-file limit, ~4 descriptors a stream; the idlest
+  is closed first for a new one).  A stream that never held a message is
+  deleted when it closes, and at start: junk names do not outlive their
+  peers, nor a restart.
 - One ROUTER (the kernel's :class:`~zactors.actors.router.Router`, whose
   per-peer backlog is the backpressure under the credit); one peering (a
   client DEALER) attaches one stream.  A stream is created on its first
@@ -44,12 +57,31 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   replaying subscribers, filtered by its patterns, and switched back to live
   when it has caught up.  Every subscriber gets each matching message once,
   in sequence order, with no gap, whatever its speed.
+- Credit budget: what the broker may have to hold for subscribers is the
+  credit it honours, so credit is honoured from one budget of
+  ``max_credit_total`` bytes (default 64 MiB) for all subscribers, at most
+  ``max_credit`` (default 32 MiB) each (the kernel's
+  :class:`~zactors.actors.budget.Budget`).
+  A subscriber holds what it was granted until it has drained it: the
+  broker PINGs it after a CREDIT (a probe), and its PING-OK says that
+  everything sent before the PING left the broker.  Credit beyond the
+  budget waits, first come first served, for others to drain: counted in
+  ``credit_deferred``, and told once (INVALID "credit budget: ...") until
+  it is granted; meanwhile credit others hold unspent goes back in line
+  behind it (``credit_revoked``; granted again in turn), so peers sitting on
+  credit cannot keep the others waiting.  A subscriber that leaves with bytes still on their way
+  (a peer that stopped reading) keeps them in the budget under its
+  identity until it answers a PING or its connection is gone.
 - Heartbeats: the broker PINGs a peer silent for ``heartbeat`` seconds and
   drops a peer silent for ``expiry`` seconds (sending it DETACH).  Memory per
   peer is bounded: at most ``max_patterns`` patterns, credit capped at
   ``max_credit`` bytes (what may be in flight to it), libzmq's send queue
   (``sndhwm``) and the kernel outbox behind it; at most ``max_peers``
-  attached peers.
+  attached peers.  Every frame is capped before it is read: a peer that
+  sends one over ``max_message`` plus the PUBLISH header is disconnected by
+  libzmq (``ZMQ_MAXMSGSIZE``: the frame is never allocated), counted in
+  ``disconnects`` with every other closed connection; a PUBLISH under that
+  cap but over ``max_message`` is answered INVALID.
 - Idempotent publishing (the PUBLISH-ID extension, :mod:`.protocol`): a
   message a producer already published on the stream is dropped as a
   duplicate, by (producer id, producer sequence), remembered in memory for
@@ -83,9 +115,10 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import struct
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -94,6 +127,7 @@ from zmq import ZMQError
 
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import Keypair, curve_server
+from zactors.actors.budget import Budget
 from zactors.actors.group_commit import GroupCommit
 from zactors.actors.heartbeat import Liveness
 from zactors.actors.journal import Journal, JournalError, SequenceGone
@@ -123,9 +157,33 @@ _LIVE, _REPLAY = "live", "replay"
 _MAX_PENDING_KEYS = 10000
 #: seconds between two log lines about refusals by the permissions (each one is counted)
 _REFUSE_LOG_PERIOD = 10.0
+#: a PUBLISH frame beyond its key and body: signature, command, key length, body length
+_PUBLISH_OVERHEAD = 8
+#: room for every other command (strings of at most 255 bytes, numbers)
+_MAX_COMMAND = 1024
+#: PINGs unanswered per peer at most (each notes how much had been sent before it)
+_MAX_PROBES = 64
+#: descriptors an open stream may take (journal segment, directory, index, ...): for max_open_streams
+_FDS_PER_STREAM = 4
+#: a stream closes for a new one only once it has been idle (and its journal quiet) this long (s)
+_MIN_IDLE = 1.0
+
+
+def _open_stream_budget(max_streams):
+    """Streams open at once by default: a quarter of half the open-file limit (the rest for connections)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return max_streams
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return max_streams
+    return max(1, min(max_streams, soft // 2 // _FDS_PER_STREAM))
+
+
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
-                 "publishes", "pings", "producers", "floor")
+                 "publishes", "pings", "producers", "floor", "idle_since", "creator", "pinned")
 
     def __init__(self, name, journal, commit):
         self.name = name
@@ -140,11 +198,14 @@ class _Stream:
         self.publishes = 0
         self.pings = {}           # ack="synced": token -> identity of a PING waiting for its fsync
         self.producers = OrderedDict()  # PUBLISH-ID: producer -> (its last sequence, our sequence), LRU order
+        self.idle_since = _monotonic()  # no peer since then (None while it has peers)
+        self.creator = None       # the peer (key or identity) that created it, for its quota
+        self.pinned = False       # declared: never closed for idleness
 
 
 class _Peer:
     __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
-                 "key", "may_publish", "delivered", "held", "gaps")
+                 "key", "may_publish", "delivered", "held", "gaps", "honoured", "acked", "probes", "starved")
 
     def __init__(self, identity, stream, key):
         self.identity = identity
@@ -160,6 +221,10 @@ class _Peer:
         self.delivered = 0
         self.held = False         # its transport backlog is full: no more sends until drained
         self.gaps = False         # it asked (FEATURES "gaps") to be told of retention gaps with GAP
+        self.honoured = 0         # credit granted from the budget, ever; sent so far: honoured - credit
+        self.acked = 0            # of what was sent, bytes known drained (a PING-OK came back after them)
+        self.probes = deque()     # per unanswered PING: the bytes sent before it
+        self.starved = False      # its credit waits for the budget (and it was told)
 
 
 class Broker(Actor):
@@ -177,7 +242,8 @@ class Broker(Actor):
                  fsync: str | float = 0.1, ack: str = "written", heartbeat: float = 1.0, expiry: float = 5.0,
                  max_message: int = 1 << 20, max_streams: int = 1024, max_peers: int = 100000,
                  max_patterns: int = 64, max_producers: int = 10000, max_stream_name: int = 80,
-                 max_credit: int = 64 << 20,
+                 max_credit: int = 32 << 20, max_credit_total: int = 64 << 20, max_streams_per_peer: int = 16,
+                 max_open_streams: int | None = None, stream_idle: float = 60.0,
                  segment_bytes: int = 64 << 20, retain_bytes: int | None = None,
                  retain_seconds: float | None = None, curve: Keypair | bytes | str | None = None,
                  curve_domain: str | None = None, permissions: Permissions | None = None,
@@ -204,6 +270,14 @@ class Broker(Actor):
         self.max_producers = max_producers
         self.max_stream_name = max_stream_name
         self.max_credit = max_credit
+        self.max_credit_total = max_credit_total
+        self.max_streams_per_peer = max_streams_per_peer
+        self.max_open_streams = max_open_streams
+        self.stream_idle = stream_idle
+        if max_streams_per_peer < 1 or (max_open_streams is not None and max_open_streams < 1) or stream_idle <= 0:
+            raise ValueError("max_streams_per_peer and max_open_streams must be >= 1, stream_idle > 0")
+        if min(max_credit, max_credit_total) < max_message + 64:
+            raise ValueError("max_credit and max_credit_total must hold a message of max_message bytes")
         self.journal_options = dict(segment_bytes=segment_bytes, retain_bytes=retain_bytes,
                                     retain_seconds=retain_seconds)
         self.curve = curve
@@ -231,10 +305,15 @@ class Broker(Actor):
         self._alive_timer = None
         self._heard: set[bytes] = set()         # identities heard from since the last liveness sweep
         self._refuse_logged = -_REFUSE_LOG_PERIOD  # when a refusal was last logged
+        self._windows = Budget(self.max_credit_total, self.max_credit)  # credit honoured, not yet drained
+        self._gone: dict[bytes, _Peer] = {}     # left with bytes not known drained: held in the budget
+        self._reclaimed = 0.0
+        self._beats = 0
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
                              high=self.transport_high, backlog=self.transport_high * 2,
-                             sndhwm=self.sndhwm)
+                             sndhwm=self.sndhwm,
+                             max_message=max(self.max_message + _PUBLISH_OVERHEAD, _MAX_COMMAND))
         self._outbox_send = self.router.outbox.send
         self._outbox_pending = self.router.outbox.pending
         if self.curve is not None:
@@ -251,10 +330,22 @@ class Broker(Actor):
             group, port = self.multicast
             self._multicast = MulticastSender(group, port, interface=self.multicast_interface, ttl=self.multicast_ttl)
             self.call_every(self.heartbeat, self._multicast_heads)
-        for name in self._existing() + self.declared:  # journals already there, and pre-declared streams
-            if name not in self._streams and self._open(None, name) is None:
+        self._closed_streams: dict[bytes, dict[str, Any]] = {}  # on disk, not open: name -> its INFO then
+        self._creators: dict[Any, int] = {}       # peer (key or identity) -> existing streams it created
+        self._max_open = self.max_open_streams or _open_stream_budget(self.max_streams)
+        for name in self.declared + self._existing():  # pre-declared streams, and journals already there
+            if name in self._streams:
+                continue
+            stream = self._open(None, name)
+            if stream is None:
                 raise RuntimeError("cannot open stream %s under %s" % (name.decode(), self.journal_dir))
+            if name in self.declared:
+                stream.pinned = True
+            elif not stream.journal.last_seq or len(self._streams) >= self._max_open:
+                self._close_stream(stream)  # never used (deleted), or over the budget of open streams
+        self.call_every(max(0.5, min(self.stream_idle / 2, 10.0)), self._close_idle)
         self.call_every(1.0, self._sample)
+        self.call_every(self.heartbeat, self._reclaim)
         self.call_every(10.0, self._retain)
         log.debug("%s: serving %s, journal %s", self.name, self.endpoint, self.journal_dir)
 
@@ -340,7 +431,9 @@ class Broker(Actor):
                 self._credit(peer, message.credit)
         elif kind is p.Ping:
             self._ping(identity, peer)
-        elif kind is p.PingOk or kind is p.DetachOk:
+        elif kind is p.PingOk:
+            self._ping_ok(identity)
+        elif kind is p.DetachOk:
             pass
         elif kind is p.Attach:
             self._attach(identity, peer, message)
@@ -464,11 +557,136 @@ class Broker(Actor):
         sub.next = seq
         self.stats["to_replay"] += 1
 
+    # -- the credit budget ---------------------------------------------------------
     def _credit(self, peer, amount):
-        peer.credit = min(peer.credit + amount, self.max_credit)
+        identity = peer.identity
+        windows = self._windows
+        granted = windows.request(identity, amount)
+        if granted:
+            self._grant(peer, granted)
+        if windows.wanted(identity):
+            self.stats["credit_deferred"] += 1
+            if not peer.starved:
+                peer.starved = True
+                self._send(identity, p.invalid(
+                    "credit budget: %d of %d bytes held for subscribers (at most %d each); %d bytes of "
+                    "credit wait for them to drain" % (windows.used, windows.total, windows.per_holder,
+                                                       windows.wanted(identity))))
+            self._probe_holders()
+        if not peer.probes:
+            self._probe(peer)
+
+    def _grant(self, peer, amount):
+        peer.credit += amount
+        peer.honoured += amount
         if peer.mode is _REPLAY and peer.identity not in self._replaying:
             self._replaying[peer.identity] = peer
             self._pump()
+
+    def _served(self, grants):
+        """Credit that waited for the budget, granted now."""
+        for identity, amount in grants:
+            peer = self._peers.get(identity)
+            if peer is not None:  # (a peer that left cancelled its wait)
+                self._grant(peer, amount)
+                if not self._windows.wanted(identity):
+                    peer.starved = False
+
+    def _probe(self, peer):
+        """PING ``peer`` (attached or gone) if it has bytes not known drained: its PING-OK says they are."""
+        if peer.honoured - peer.credit > peer.acked:
+            self._ping_peer(peer.identity)
+
+    def _ping_peer(self, identity):
+        """Every PING to a peer goes here: it notes what had been sent before it, for the PING-OK."""
+        peer = self._peers.get(identity) or self._gone.get(identity)
+        if peer is None:
+            self._send(identity, p.PING_FRAME)
+        elif len(peer.probes) < _MAX_PROBES and self._send(identity, p.PING_FRAME):
+            peer.probes.append(peer.honoured - peer.credit)  # (full: it answers nothing; see _reclaim)
+
+    def _ping_ok(self, identity):
+        peer = self._peers.get(identity)
+        gone = peer is None
+        if gone:
+            peer = self._gone.get(identity)
+        if peer is None or not peer.probes:
+            return
+        drained = peer.probes.popleft()
+        if drained > peer.acked:
+            grants = self._windows.release(identity, drained - peer.acked)
+            peer.acked = drained
+            if gone and drained >= peer.honoured:  # all it was sent left us
+                del self._gone[identity]
+                grants += self._windows.forget(identity)
+            self._served(grants)
+
+    def _release(self, peer, dropped):
+        """``peer`` left: its unspent credit back to the budget; what is on its way stays until drained.
+
+        ``dropped`` are the messages its outbox held (they never left): their
+        DELIVER bytes are free again, and their PINGs will never be answered.
+        """
+        identity = peer.identity
+        windows = self._windows
+        windows.cancel(identity)
+        peer.starved = False
+        unsent = pings = 0
+        for frames in dropped:
+            frame = frames[0]
+            if frame[2] == p.DELIVER:
+                unsent += len(frame)
+            elif frame[2] == p.PING:
+                pings += 1
+        for _ in range(min(pings, len(peer.probes))):  # the newest PINGs were the ones still here
+            peer.probes.pop()
+        free = peer.credit + min(unsent, peer.honoured - peer.credit - peer.acked)
+        grants = windows.release(identity, free)
+        peer.honoured -= free
+        peer.credit = 0
+        if peer.honoured > peer.acked:
+            gone = self._gone
+            gone[identity] = peer
+            if len(gone) > self.max_peers:  # bounded: the oldest is forgotten
+                grants += windows.forget(gone.pop(next(iter(gone))).identity)
+            self._ping_peer(identity)
+        else:
+            grants += windows.forget(identity)
+        self._served(grants)
+
+    def _reclaim(self):
+        """Every beat: PING the peers gone with bytes on their way (answered, or unroutable once their
+        connection is gone), and the holders whose drain is not known while credit waits."""
+        self._beats += 1
+        for identity, peer in list(self._gone.items()):
+            if len(peer.probes) < _MAX_PROBES:
+                self._ping_peer(identity)
+            elif self._beats % 16 == 0:  # 64 unanswered: is its connection still there? (its sends are
+                self._send(identity, p.PING_FRAME)  # frozen: an unnoted PING's answer frees nothing early)
+        self._probe_holders()
+
+    def _probe_holders(self):
+        """While credit waits (at most every 50 ms): PING the holders whose drain is not known, and
+        put the credit they hold unspent back in line behind the waiters (granted again in turn), so
+        that peers sitting on credit they do not use cannot keep the others waiting."""
+        now = _monotonic()
+        windows = self._windows
+        if not windows.waiting or now - self._reclaimed < 0.05:
+            return
+        self._reclaimed = now
+        grants = []
+        for identity in windows.holders():
+            peer = self._peers.get(identity)
+            if peer is None:
+                continue
+            if not peer.probes:
+                self._probe(peer)
+            if peer.credit > 0 and identity not in self._replaying:  # (a replay step may be spending it)
+                unspent, peer.credit = peer.credit, 0
+                peer.honoured -= unspent
+                self.stats["credit_revoked"] += 1
+                grants += windows.revoke(identity, unspent)
+        self._served(grants)
 
     # -- replay ---------------------------------------------------------------------
     def _pump(self):
@@ -646,10 +864,14 @@ class Broker(Actor):
                 return
         stream = self._streams.get(name)
         if stream is None:
-            stream = self._open(identity, name)
+            stream = self._open(identity, name, key)
             if stream is None:
                 return
+        stream.idle_since = None
         peer = self._peers[identity] = stream.peers[identity] = _Peer(identity, stream, key)
+        old = self._gone.pop(identity, None)
+        if old is not None:  # the same connection, attached again: what is still on its way to it stays counted
+            peer.honoured, peer.acked, peer.probes = old.honoured, old.acked, old.probes
         self._alive.touch(identity)
         if self._alive_timer is None:
             self._arm_liveness()
@@ -665,11 +887,30 @@ class Broker(Actor):
                 names.append(name)
         return names
 
-    def _open(self, identity, name):
-        """Open (or create) stream ``name``; None, and INVALID to ``identity`` if any, when it cannot."""
-        if len(self._streams) >= self.max_streams:
+    def _open(self, identity, name, key=None):
+        """Open (or create) stream ``name``; None, and INVALID to ``identity`` if any, when it cannot.
+
+        ``identity`` (and its ``key``) is the peer that asks, None for the broker itself: a
+        stream new on disk is then created only within its permission and budgets.
+        """
+        owner = None
+        if identity is not None and name not in self._closed_streams:  # a new stream
+            if self.permissions is not None and not self.permissions.allows(key, "create", name):
+                self._refuse(identity, "refused by the broker's permissions: this key may not create stream %s"
+                             % name.decode(), "refused_create")
+                return None
+            if len(self._streams) + len(self._closed_streams) >= self.max_streams:
+                self._stream_refused(identity, "too many streams (%d)" % self.max_streams)
+                return None
+            owner = key or identity
+            if self._creators.get(owner, 0) >= self.max_streams_per_peer:
+                self._stream_refused(identity, "stream quota: this peer created %d streams (at most %d)"
+                                     % (self._creators[owner], self.max_streams_per_peer))
+                return None
+        if len(self._streams) >= self._max_open and not self._close_idlest():
             if identity is not None:
-                self._invalid(identity, "too many streams (%d)" % self.max_streams)
+                self._stream_refused(identity, "too many open streams (%d), none idle for %gs" % (
+                    self._max_open, _MIN_IDLE))
             return None
         directory = os.path.join(self.journal_dir, stream_directory(name))
         try:
@@ -692,10 +933,66 @@ class Broker(Actor):
                                         on_written=deliver, on_error=partial(self._write_failed, stream))
         stream.commit.start()
         self._streams[name] = stream
+        self._closed_streams.pop(name, None)
+        if owner is not None:
+            stream.creator = owner
+            self._creators[owner] = self._creators.get(owner, 0) + 1
         stream.samples.append((_monotonic(), journal.last_seq))
         log.info("%s: stream %s open (sequences %d..%d)", self.name, name.decode(), journal.first_seq,
                  journal.last_seq)
         return stream
+
+    def _stream_refused(self, identity, reason):
+        self.stats["streams_refused"] += 1
+        if self.stats["streams_refused"] % 1000 == 1:
+            log.warning("%s: stream refused to %r: %s (%d so far)", self.name, identity, reason,
+                        self.stats["streams_refused"])
+        self._send(identity, p.invalid(reason))
+
+    def _closable(self, stream, now, idle):
+        """No peer for ``idle`` seconds, not declared, and nothing left for its journal to write or sync."""
+        since = stream.idle_since
+        journal = stream.journal
+        return (since is not None and now - since >= idle and not stream.pinned and not stream.fresh
+                and journal.written_seq == journal.last_seq
+                and (self.fsync == "never" or journal.synced_seq == journal.written_seq))
+
+    def _close_idle(self):
+        now = _monotonic()
+        for stream in [s for s in self._streams.values() if self._closable(s, now, self.stream_idle)]:
+            self._close_stream(stream)
+
+    def _close_idlest(self):
+        """Close the stream idle longest (at least _MIN_IDLE) for a new one; False if there is none."""
+        now = _monotonic()
+        idle = [s for s in self._streams.values() if self._closable(s, now, _MIN_IDLE)]
+        if not idle:
+            return False
+        self._close_stream(min(idle, key=lambda s: s.idle_since))
+        return True
+
+    def _close_stream(self, stream):
+        """Close ``stream``'s journal (its descriptors); delete it if it never held a message."""
+        name = stream.name
+        del self._streams[name]
+        stream.commit.stop()
+        journal = stream.journal
+        disk_bytes = journal.stats()["disk_bytes"]
+        journal.close(sync=self.fsync != "never")
+        self.stats["streams_closed"] += 1
+        if journal.last_seq == 0 and not stream.pinned:
+            shutil.rmtree(os.path.join(self.journal_dir, stream_directory(name)), ignore_errors=True)
+            owner = stream.creator
+            if owner is not None:
+                left = self._creators.pop(owner) - 1
+                if left:
+                    self._creators[owner] = left
+            log.debug("%s: empty stream %s deleted", self.name, name.decode("ascii", "replace"))
+        else:
+            last = journal.last_seq
+            self._closed_streams[name] = {
+                "first_seq": journal.first_seq, "last_seq": last, "written_seq": last, "synced_seq": last,
+                "rate": 0.0, "bytes": disk_bytes, "peers": 0, "subscribers": [], "open": False}
 
     def _subscribe(self, identity, peer, message):
         if peer is None:
@@ -824,11 +1121,13 @@ class Broker(Actor):
         if self._peers.pop(identity, None) is None:
             return
         peer.stream.peers.pop(identity, None)
+        if not peer.stream.peers:
+            peer.stream.idle_since = _monotonic()
         if peer.filter is not None:
             peer.stream.matcher.remove(peer.filter)
         self._replaying.pop(identity, None)
         self._alive.forget(identity)
-        self.router.drop(identity)
+        self._release(peer, self.router.drop(identity))
 
     def _on_unroutable(self, identity, frames):
         peer = self._peers.get(identity)
@@ -837,6 +1136,9 @@ class Broker(Actor):
             self._drop(peer)
         else:
             self.stats["unroutable"] += 1
+        if identity in self._gone and identity not in self._peers:  # its connection is gone: so are its bytes
+            del self._gone[identity]
+            self._served(self._windows.forget(identity))
 
     def _on_overflow(self, identity, frames):
         self.stats["overflow"] += 1  # never for subscribers: held at transport_high, limit is twice that
@@ -868,7 +1170,7 @@ class Broker(Actor):
                 touch(identity)
         evasive, expired = self._alive.check()
         for identity in evasive:
-            self._send(identity, p.PING_FRAME)
+            self._ping_peer(identity)
         for identity in expired:
             peer = self._peers.get(identity)
             if peer is not None:
@@ -926,9 +1228,18 @@ class Broker(Actor):
                 "rate": round((s1 - s0) / (t1 - t0), 1) if t1 > t0 else 0.0,
                 "bytes": stats["disk_bytes"],
                 "peers": len(stream.peers), "subscribers": subscribers, "producers": len(stream.producers),
+                "open": True,
             }
+        for name, summary in self._closed_streams.items():  # closed while idle: as they were then
+            if may_see is None or may_see(name):
+                streams[name.decode()] = summary
+        windows = self._windows
         info = {"endpoint": self.endpoint, "ack": self.ack, "streams": streams, "peers": len(self._peers),
-                "counters": dict(self.stats)}
+                "counters": dict(self.stats),
+                "stream_budget": {"open": len(self._streams), "closed": len(self._closed_streams),
+                                  "max_open": self._max_open, "max_streams": self.max_streams},
+                "credit": {"held": windows.used, "budget": windows.total, "per_subscriber": windows.per_holder,
+                           "waiting": windows.waiting, "gone_holding": len(self._gone)}}
         if may_see is None:
             info["journal"] = self.journal_dir
         if self._multicast is not None:

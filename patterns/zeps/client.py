@@ -55,7 +55,7 @@ from gevent.lock import Semaphore
 
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import Keypair, curve_client
-from zactors.actors.sockets import POLLIN, Socket, context
+from zactors.actors.sockets import POLLIN, Socket, context, limit_size
 from zactors.actors.speedups import events as _events, recv_singles, send_message
 from zactors.actors.values import to_bytes
 
@@ -143,9 +143,17 @@ class MessagesLost(ZepsError):
                              + (", ..." if len(ranges) > 10 else "")))
 
 
-def _dealer(endpoint, curve, sndhwm=None):
+#: the largest frame a publisher takes from the broker (its answers are short: INVALID, PING-OK, DETACH)
+_MAX_ANSWER = 4096
+#: the largest QUERY-OK report :func:`query` takes
+_MAX_REPORT = 64 << 20
+
+
+def _dealer(endpoint, curve, limit, sndhwm=None):
+    """A DEALER to the broker; a frame over ``limit`` bytes from it drops the connection (ZMQ_MAXMSGSIZE)."""
     sock = context().socket(zmq.DEALER, socket_class=Socket)
     sock.linger = 0
+    limit_size(sock, limit)
     if sndhwm is not None:
         sock.sndhwm = sndhwm
     if curve:
@@ -212,7 +220,7 @@ class Publisher:
         # other bound, and a send never parks (publish numbers go out in order; a resend never blocks)
         self._sndhwm = 0 if idempotent else None
         self._parked = False      # idempotent: a publish is parked in a send; the others queue behind it
-        self._sock = _dealer(endpoint, curve, self._sndhwm)
+        self._sock = _dealer(endpoint, curve, _MAX_ANSWER, self._sndhwm)
         try:
             _attach(self._sock, self.stream, timeout)
         except Exception:
@@ -417,7 +425,7 @@ class Publisher:
         log.info("publisher: peering on %s lost; attaching again", self.stream.decode())
         if new_socket:
             self._sock.close(0)
-            self._sock = _dealer(self.endpoint, self.curve, self._sndhwm)
+            self._sock = _dealer(self.endpoint, self.curve, _MAX_ANSWER, self._sndhwm)
         self._sock.send(p.attach(self.stream))  # pipelined: publishes queue behind it
         if self._unconfirmed:  # idempotent: again, in order; the broker drops what it journaled already
             self.stats["resent"] += len(self._unconfirmed)
@@ -627,6 +635,7 @@ class Subscriber(Actor):
         if self._sock is not None:
             self.close_socket(self._sock)
         sock = self._sock = self.socket(zmq.DEALER, rcvhwm=0)  # the credit window bounds what comes in
+        limit_size(sock, max(self.window, _MAX_ANSWER))  # a DELIVER costs credit: none is larger than the window
         if self.curve:
             curve_client(sock, self.curve[1], self.curve[0])
         sock.connect(self.endpoint)
@@ -811,7 +820,7 @@ def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) ->
     """The broker's introspection (the QUERY extension): a dict, see ``Broker.info``."""
     import json
 
-    sock = _dealer(endpoint, curve)
+    sock = _dealer(endpoint, curve, _MAX_REPORT)
     try:
         sock.send(p.encode(p.Query()))
         if not sock.wait(POLLIN, timeout):

@@ -37,6 +37,7 @@ from gevent.event import Event
 
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import curve_client
+from zactors.actors.sockets import limit_size
 
 from . import protocol as p
 from .client import Message, ZepsError
@@ -296,6 +297,7 @@ class MulticastSubscriber(Actor):
     # -- the repair peering ---------------------------------------------------------------
     def _open_repair(self):
         sock = self._repair = self.socket(zmq.DEALER, rcvhwm=0)
+        limit_size(sock, max(self.repair_window, 4096))  # a DELIVER costs credit: none is larger than the window
         if self.curve:
             curve_client(sock, self.curve[1], self.curve[0])
         sock.connect(self.endpoint)

@@ -27,7 +27,7 @@ def test_permissions_file(tmp_path):
     assert not perms.allows(None, "subscribe", b"public.news")  # '*' is any authenticated key
     assert perms.allows(bob, "subscribe", b"anything")
     assert perms.may_attach(alice, b"orders.x") and not perms.may_attach(alice, b"secret")
-    for bad, reason in (("a b\n", "expected KEY ACTIONS STREAMS"), ("* read s\n", "publish and/or subscribe"),
+    for bad, reason in (("a b\n", "expected KEY ACTIONS STREAMS"), ("* read s\n", "subscribe and/or create"),
                         ("nokey publish s\n", "neither a z85 key")):
         path.write_text(bad)
         with pytest.raises(PermissionsError, match=reason):
@@ -37,7 +37,7 @@ def test_permissions_file(tmp_path):
 def test_unauthorised_publish_and_subscribe_are_refused(journal_dir):
     from zactors.patterns.zeps.broker import Broker
     server, alice, bob, carol = (generate_keypair() for _ in range(4))
-    perms = Permissions([(alice.public, "publish", "orders.*"), (bob.public, "subscribe", "orders.*")])
+    perms = Permissions([(alice.public, "publish,create", "orders.*"), (bob.public, "subscribe", "orders.*")])
     auth = Authenticator(curve="*")
     broker = Broker(journal_dir, curve=server, permissions=perms)
     made = []
@@ -127,7 +127,7 @@ def test_refusals_are_counted_logged_once_and_say_they_are_refusals(journal_dir,
     server, alice, bob = (generate_keypair() for _ in range(3))
     perms = Permissions([(alice.public, "publish", "orders.*"), (bob.public, "subscribe", "orders.*")])
     auth = Authenticator(curve="*")
-    broker = Broker(journal_dir, curve=server, permissions=perms)
+    broker = Broker(journal_dir, curve=server, permissions=perms, streams=["orders.eu"])  # nobody may create
     forger = None
     try:
         with pytest.raises(ZepsError, match="refused by the broker's permissions: this key may not use stream secret"):
@@ -136,7 +136,7 @@ def test_refusals_are_counted_logged_once_and_say_they_are_refusals(journal_dir,
             Subscriber(broker.endpoint, "orders.eu", curve=(server.public, alice))
         caplog.clear()
         caplog.set_level(logging.INFO, logger="zactors.patterns.zeps.broker")
-        forger = _dealer(broker.endpoint, (server.public, bob))   # may subscribe, not publish
+        forger = _dealer(broker.endpoint, (server.public, bob), 4096)   # may subscribe, not publish
         forger.send(p.attach(b"orders.eu"))
         assert forger.wait(1, 5)
         assert type(p.decode(forger.recv_frames()[0])) is p.AttachOk
@@ -174,5 +174,28 @@ def test_zeps_streams_prints_what_the_key_may_see(journal_dir, tmp_path, capsys)
         out = capsys.readouterr().out
         assert "journal not shown to this key" in out and "stream public.news" in out and "secret" not in out
     finally:
+        broker.destroy()
+        auth.destroy()
+
+
+def test_a_new_stream_needs_the_create_permission(journal_dir):
+    """Defect 6: with permissions, ATTACH created any stream the key could use; now only with ``create``."""
+    from zactors.patterns.zeps.broker import Broker
+    server, alice, bob = (generate_keypair() for _ in range(3))
+    perms = Permissions([(alice.public, "publish", "s.*"), (bob.public, "publish,create", "s.*")])
+    auth = Authenticator(curve="*")
+    broker = Broker(journal_dir, curve=server, permissions=perms, streams=["s.old"])
+    made = []
+    try:
+        made.append(Publisher(broker.endpoint, "s.old", curve=(server.public, alice)))  # it exists: used
+        with pytest.raises(ZepsError, match="may not create stream s.new"):
+            Publisher(broker.endpoint, "s.new", curve=(server.public, alice))
+        assert "s.new" not in broker.call("INFO")["streams"]
+        made.append(Publisher(broker.endpoint, "s.new", curve=(server.public, bob)))
+        assert "s.new" in broker.call("INFO")["streams"]
+        assert broker.call("$STATS")["refused"] == 1
+    finally:
+        for thing in made:
+            thing.close()
         broker.destroy()
         auth.destroy()

@@ -1,0 +1,63 @@
+"""Budget: a shared allowance with a cap per holder; waiters served in order as holders give back."""
+import pytest
+
+from zactors.actors.budget import Budget
+
+
+def test_requests_are_granted_up_to_the_total_and_the_rest_waits_in_order():
+    b = Budget(100, per_holder=60)
+    assert b.request("a", 60) == 60
+    assert b.request("b", 30) == 30
+    assert b.request("c", 20) == 10          # 10 left: the rest waits
+    assert b.request("d", 5) == 0            # behind c
+    assert (b.used, b.waiting, b.deferred) == (100, 2, 2)
+    assert b.release("a", 15) == [("c", 10), ("d", 5)]
+    assert (b.used, b.waiting) == (100, 0)
+    assert b.held("c") == 20 and b.held("d") == 5
+
+
+def test_a_holder_never_holds_nor_waits_for_more_than_its_cap():
+    b = Budget(1000, per_holder=100)
+    assert b.request("a", 80) == 80
+    assert b.request("a", 50) == 20          # at its cap: 30 wait for its own release
+    assert b.wanted("a") == 30
+    assert b.request("a", 500) == 0          # its wait is capped too: the excess is dropped
+    assert b.wanted("a") == 100 and b.dropped == 430
+    assert b.release("a", 40) == [("a", 40)]
+    assert b.held("a") == 100 and b.wanted("a") == 60
+
+
+def test_a_waiter_at_its_own_cap_does_not_block_the_next():
+    b = Budget(100, per_holder=50)
+    b.request("a", 50)
+    b.request("b", 50)
+    b.request("a", 10)                        # waits on its own cap
+    b.request("c", 10)                        # waits on the total
+    assert b.release("b", 10) == [("c", 10)]
+    assert b.wanted("a") == 10
+
+
+def test_forget_gives_everything_back_and_cancels_the_wait():
+    b = Budget(10)
+    b.request("a", 10)
+    b.request("b", 4)
+    b.request("a", 3)
+    assert b.forget("a") == [("b", 4)]
+    assert b.used == 4 and b.wanted("a") == 0 and b.holders() == ["b"]
+    assert b.cancel("b") == 0
+    assert b.release("b", 99) == [] and b.used == 0   # never more than it holds
+
+
+def test_nonsense_is_refused():
+    with pytest.raises(ValueError):
+        Budget(0)
+    with pytest.raises(ValueError):
+        Budget(10, per_holder=0)
+
+
+def test_revoke_puts_an_unused_holding_back_in_line_behind_the_waiters():
+    b = Budget(10)
+    b.request("idle", 10)
+    b.request("w", 4)
+    assert b.revoke("idle", 10) == [("w", 4), ("idle", 6)]
+    assert b.held("idle") == 6 and b.wanted("idle") == 4
