@@ -102,17 +102,20 @@ import os
 import struct
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from operator import attrgetter
 from typing import Any, NamedTuple, Self
 
 from . import journal_codec as _codec
 from .journal_codec import crc as _crc
+from .journal_files import OS_FILES, Files
 
 __all__ = [
     "Journal", "JournalReader", "Record",
     "JournalError", "JournalFull", "SequenceGone",
-    "FORMAT_VERSION", "RECORD_OVERHEAD", "segment_name",
+    "FORMAT_VERSION", "RECORD_OVERHEAD", "segment_name", "Files",
 ]
 
 log = logging.getLogger(__name__)
@@ -196,10 +199,10 @@ def segment_name(base_seq: int) -> str:
     return "%020d%s" % (base_seq, SEGMENT_SUFFIX)
 
 
-def _list_segments(directory):
+def _list_segments(directory, files=OS_FILES):
     """Sorted [(base_seq, path)] of the segment files in ``directory``."""
     found = []
-    for name in os.listdir(directory):
+    for name in files.listdir(directory):
         if name.endswith(SEGMENT_SUFFIX) and len(name) == 20 + len(SEGMENT_SUFFIX) \
                 and name[:20].isascii() and name[:20].isdigit():
             found.append((int(name[:20]), os.path.join(directory, name)))
@@ -207,12 +210,111 @@ def _list_segments(directory):
     return found
 
 
-def _oserror(action, path, exc):
+def _oserror(action, path, exc, cls=None):
     """A JournalError (JournalFull for no space) naming the errno of ``exc``."""
     code = exc.errno
     name = _errno.errorcode.get(code, str(code))
-    cls = JournalFull if code in _NO_SPACE else JournalError
+    if cls is None:
+        cls = JournalFull if code in _NO_SPACE else JournalError
     return cls("journal %s %s failed: %s (%s)" % (action, path, name, exc.strerror), code)
+
+
+def _fresh(error):
+    """A new exception like ``error``: re-raising one stored exception grows its traceback."""
+    return type(error)(str(error), error.errno)
+
+
+class _FdCache:
+    """Read descriptors of segment files: at most ``cap`` kept open, the least
+    recently used closed first (a replay over a thousand segments holds
+    ``cap`` fds, not a thousand).  A descriptor in use (between
+    :meth:`acquire` and :meth:`release`) is never closed under its reader;
+    while ``cap`` are in use at once a few more may be open.  Thread-safe.
+    """
+
+    __slots__ = ("files", "cap", "opens", "evictions", "_lock", "_open")
+
+    def __init__(self, files, cap):
+        if cap < 1:
+            raise ValueError("open_segments must be >= 1, got %r" % (cap,))
+        self.files = files
+        self.cap = cap
+        self.opens = 0
+        self.evictions = 0
+        self._lock = threading.Lock()
+        self._open = OrderedDict()      # segment -> [fd, users, dropped]
+
+    def __len__(self):
+        return len(self._open)
+
+    def acquire(self, seg):
+        """A read-only descriptor of ``seg``'s file (opened if need be; may block)."""
+        with self._lock:
+            entry = self._open.get(seg)
+            if entry is not None:
+                entry[1] += 1
+                self._open.move_to_end(seg)
+                return entry[0]
+        fd = self.files.open(seg.path, os.O_RDONLY)      # outside the lock: may block, may raise
+        with self._lock:
+            entry = self._open.get(seg)
+            if entry is not None:       # another thread opened it meanwhile
+                entry[1] += 1
+                self._open.move_to_end(seg)
+                self.files.close(fd)
+                return entry[0]
+            self._open[seg] = [fd, 1, False]
+            self.opens += 1
+            self._trim()
+            return fd
+
+    def release(self, seg):
+        with self._lock:
+            entry = self._open.get(seg)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[2] and not entry[1]:
+                    del self._open[seg]
+                    self.files.close(entry[0])
+                else:
+                    self._trim()
+
+    @contextmanager
+    def use(self, seg):
+        fd = self.acquire(seg)
+        try:
+            yield fd
+        finally:
+            self.release(seg)
+
+    def drop(self, seg):
+        """Close ``seg``'s descriptor (once its readers are done with it)."""
+        with self._lock:
+            entry = self._open.get(seg)
+            if entry is not None:
+                if entry[1]:
+                    entry[2] = True
+                else:
+                    del self._open[seg]
+                    self.files.close(entry[0])
+
+    def close_all(self):
+        with self._lock:
+            entries, self._open = list(self._open.values()), OrderedDict()
+        for fd, _users, _dropped in entries:
+            self.files.close(fd)
+
+    def _trim(self):
+        if len(self._open) <= self.cap:
+            return
+        for seg in list(self._open):
+            entry = self._open[seg]
+            if not entry[1]:
+                del self._open[seg]
+                self.files.close(entry[0])
+                self.evictions += 1
+                if len(self._open) <= self.cap:
+                    return
 
 
 class _Segment:
@@ -220,12 +322,13 @@ class _Segment:
 
     ``end`` is the byte size of complete, valid records (what readers may
     read); ``last_seq`` the last sequence in it (``base - 1`` when empty).
+    Its read descriptor lives in the owner's :class:`_FdCache`.
     """
 
     __slots__ = ("base", "path", "end", "last_seq", "last_ts", "idx_seq", "idx_ts", "idx_off",
-                 "indexed", "checked", "_next_index", "_rfile")
+                 "indexed", "checked", "_next_index", "_fds")
 
-    def __init__(self, base, path):
+    def __init__(self, base, path, fds):
         self.base = base
         self.path = path
         self.end = HEADER_SIZE
@@ -237,7 +340,7 @@ class _Segment:
         self.indexed = False
         self.checked = HEADER_SIZE  # bytes from the start whose CRCs scan() checked
         self._next_index = 0        # offset at or past which the next record gets an index entry
-        self._rfile = None
+        self._fds = fds
 
     @property
     def first_ts(self):
@@ -247,17 +350,9 @@ class _Segment:
     def empty(self):
         return self.last_seq < self.base
 
-    def fileno(self):
-        """A read-only descriptor, opened on first use (kept while the object lives)."""
-        f = self._rfile
-        if f is None:
-            f = self._rfile = open(self.path, "rb", buffering=0)
-        return f.fileno()
-
     def close(self):
-        f, self._rfile = self._rfile, None
-        if f is not None:
-            f.close()
+        """Close its read descriptor (retention removed the file, or the owner closes)."""
+        self._fds.drop(self)
 
     # -- scanning -------------------------------------------------------
 
@@ -269,7 +364,10 @@ class _Segment:
         Returns None when it stopped at the end of the data, else a reason
         string for the invalid record at ``self.end``.
         """
-        fd = self.fileno()
+        with self._fds.use(self) as fd:
+            return self._scan(fd, limit)
+
+    def _scan(self, fd, limit):
         if self.end == HEADER_SIZE and not self.indexed:
             head = os.pread(fd, HEADER_SIZE, 0)
             if len(head) < HEADER_SIZE:
@@ -405,7 +503,10 @@ class _Segment:
         (default: the segment's known end), in large ``pread`` chunks.
         CRCs are checked, except over bytes a scan has checked already.
         """
-        fd = self.fileno()
+        with self._fds.use(self) as fd:
+            return self._read(fd, from_seq, to_seq, out, max_records, max_bytes, end, offset)
+
+    def _read(self, fd, from_seq, to_seq, out, max_records, max_bytes, end, offset):
         end = self.end if end is None else end
         pos = self.offset_for(from_seq) if offset is None else offset
         checked = self.checked
@@ -470,19 +571,26 @@ class Journal:
     ``tail_cache_bytes``: recent records kept in memory for :meth:`read`.
     ``buffer_bytes``: unwritten bytes at which :meth:`append` raises
     :class:`JournalFull` (the owner is not calling :meth:`write`).
+    ``open_segments``: read descriptors of segment files kept open (an LRU
+    cache; ``stats()`` counts ``fd_opens`` and ``fd_evictions``).
+    ``files``: the file layer (:class:`~zactors.actors.journal_files.Files`;
+    tests pass one that injects faults or simulates a power loss).
     """
 
     __slots__ = ("directory", "segment_bytes", "retain_bytes", "retain_seconds", "tail_cache_bytes",
-                 "buffer_bytes", "_lock", "_io_lock", "_sync_lock", "_lockfd", "_segments", "_bases",
-                 "_first_seq", "_next_seq", "_last_ts", "_tail_end", "_pending", "_pending_bytes",
+                 "buffer_bytes", "files", "_fds", "_lock", "_io_lock", "_sync_lock", "_lockfd", "_segments",
+                 "_bases", "_first_seq", "_next_seq", "_last_ts", "_tail_end", "_pending", "_pending_bytes",
                  "_written_seq", "_synced_seq", "_wfd", "_wseg", "_cache", "_cache_bytes", "_error",
                  "_fatal", "_refuse", "_index_at", "_evict_at", "_stats", "closed")
 
     def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = 64 << 20,
                  retain_bytes: int | None = None, retain_seconds: float | None = None,
-                 tail_cache_bytes: int = 32 << 20, buffer_bytes: int = 256 << 20) -> None:
+                 tail_cache_bytes: int = 32 << 20, buffer_bytes: int = 256 << 20,
+                 open_segments: int = 16, files: Files | None = None) -> None:
         if segment_bytes < HEADER_SIZE + RECORD_OVERHEAD:
             raise ValueError("segment_bytes too small: %r" % segment_bytes)
+        self.files = files = OS_FILES if files is None else files
+        self._fds = _FdCache(files, open_segments)
         self.directory = os.fspath(directory)
         self.segment_bytes = segment_bytes
         self.retain_bytes = retain_bytes
@@ -493,7 +601,7 @@ class Journal:
         self._io_lock = threading.Lock()    # the write descriptor: write(), roll, the sync snapshot
         self._sync_lock = threading.Lock()  # one fsync at a time
         self._stats: dict[str, Any] = dict(truncated_bytes=0, crc_errors=0, written_bytes=0, writes=0,
-                           syncs=0, segments_removed=0, write_errors=0)
+                           syncs=0, segments_removed=0, write_errors=0, fsync_errors=0)
         self._error: JournalError | None = None
         self._fatal: JournalError | None = None
         self._refuse: JournalError | None = None
@@ -502,13 +610,13 @@ class Journal:
         self.closed = True
         try:
             os.makedirs(self.directory, exist_ok=True)
-            self._lockfd = os.open(os.path.join(self.directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+            self._lockfd = files.open(os.path.join(self.directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise _oserror("open", self.directory, exc) from None
         try:
             fcntl.flock(self._lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            os.close(self._lockfd)
+            files.close(self._lockfd)
             self._lockfd = None
             raise JournalError("journal %s is open by another writer" % self.directory) from None
         try:
@@ -522,24 +630,24 @@ class Journal:
         self.closed = False
 
     def _release(self):
-        for seg in getattr(self, "_segments", ()):
-            seg.close()
+        self._fds.close_all()
         if self._wfd is not None:
-            os.close(self._wfd)
+            self.files.close(self._wfd)
             self._wfd = None
         if self._lockfd is not None:
-            os.close(self._lockfd)
+            self.files.close(self._lockfd)
             self._lockfd = None
 
     def _open(self):
-        for name in os.listdir(self.directory):
+        files = self.files
+        for name in files.listdir(self.directory):
             if name.endswith(".tmp"):
-                os.unlink(os.path.join(self.directory, name))
-        found = _list_segments(self.directory)
+                files.unlink(os.path.join(self.directory, name))
+        found = _list_segments(self.directory, files)
         if not found:
             self._create_segment_file(1)
             found = [(1, os.path.join(self.directory, segment_name(1)))]
-        segments = [_Segment(base, path) for base, path in found]
+        segments = [_Segment(base, path, self._fds) for base, path in found]
         for seg in segments[:-1]:
             seg.end = os.stat(seg.path).st_size
         active = segments[-1]
@@ -563,9 +671,9 @@ class Journal:
         self._pending_bytes = 0
         self._written_seq = self._synced_seq = active.last_seq
         self._wseg = active
-        self._wfd = os.open(active.path, os.O_WRONLY | os.O_APPEND)
+        self._wfd = files.open(active.path, os.O_WRONLY | os.O_APPEND)
         if not active.empty:
-            os.fsync(self._wfd)     # what a killed writer left in the page cache: synced_seq holds
+            files.fsync(self._wfd)  # what a killed writer left in the page cache: synced_seq holds
         self._cache = []
         self._cache_bytes = 0
         self._evict_at = self.tail_cache_bytes
@@ -593,34 +701,32 @@ class Journal:
             if reason == "bad segment header":
                 raise JournalError("%s: bad segment header (not a version %d journal segment?)"
                                    % (seg.path, FORMAT_VERSION))
-            fd = os.open(seg.path, os.O_WRONLY)
+            files = self.files
+            fd = files.open(seg.path, os.O_WRONLY)
             try:
-                os.ftruncate(fd, seg.end)
-                os.fsync(fd)
+                files.ftruncate(fd, seg.end)
+                files.fsync(fd)
             finally:
-                os.close(fd)
+                files.close(fd)
             seg.close()
 
     def _create_segment_file(self, base):
         """Create the segment file of ``base`` (header written and fsynced, directory synced)."""
+        files = self.files
         path = os.path.join(self.directory, segment_name(base))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        fd = files.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:
-            os.write(fd, _SEG_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, 0, base))
-            os.fsync(fd)
-            dfd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            files.write(fd, _SEG_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, 0, base))
+            files.fsync(fd)
+            files.fsync_dir(self.directory)
         except BaseException:
-            os.close(fd)
+            files.close(fd)
             try:
-                os.unlink(path)
+                files.unlink(path)
             except OSError:
                 pass
             raise
-        os.close(fd)
+        files.close(fd)
         return path
 
     # -- sequences ------------------------------------------------------
@@ -720,7 +826,7 @@ class Journal:
                               % (self.directory, self._pending_bytes))
         if pos + size > self.segment_bytes and pos > HEADER_SIZE:
             self._settle()
-            seg = _Segment(seq, os.path.join(self.directory, segment_name(seq)))
+            seg = _Segment(seq, os.path.join(self.directory, segment_name(seq)), self._fds)
             seg.indexed = True
             self._segments.append(seg)
             self._bases.append(seq)
@@ -745,7 +851,9 @@ class Journal:
     def _refusal(self):
         if self.closed:
             return JournalError("journal %s is closed" % self.directory)
-        cause = self._fatal or self._error
+        if self._fatal is not None:
+            return self._stopped()
+        cause = self._error
         return type(cause)("journal %s refuses appends: %s" % (self.directory, cause), cause.errno)
 
     def _evict(self):
@@ -773,14 +881,17 @@ class Journal:
     def write(self) -> int:
         """Hand the buffered records to the OS; return ``written_seq``.
 
-        Fast (a write per segment touched; a segment roll also fsyncs the
-        full segment and the directory).  May run in a thread while the loop
-        appends.  On an I/O error raises :class:`JournalFull` /
-        :class:`JournalError` and keeps the records for a retry.
+        Fast (a write per segment touched) unless a segment rolls over
+        (:attr:`rolling`): the roll fsyncs the full segment, creates the next
+        one and fsyncs the directory (blocks for milliseconds: an actor runs
+        that write on its threadpool, as GroupCommit does).  May run in a
+        thread while the loop appends.  On an I/O error raises
+        :class:`JournalFull` / :class:`JournalError` and keeps the records
+        for a retry; after a failed fsync raises :class:`JournalError` for good.
         """
         with self._io_lock:
             if self._fatal is not None:
-                raise self._fatal
+                raise self._stopped()
             if self.closed:
                 raise JournalError("journal %s is closed" % self.directory)
             with self._lock:
@@ -793,6 +904,7 @@ class Journal:
                 self._pending = [[last[0], bytearray(), last[2]]]
                 self._pending_bytes = 0
             rolled = False
+            write = self.files.write
             for i, (seg, data, last_seq) in enumerate(pending):
                 try:
                     if seg is not self._wseg:
@@ -801,10 +913,14 @@ class Journal:
                     if data:
                         view = memoryview(data)
                         while view:
-                            view = view[os.write(self._wfd, view):]
+                            view = view[write(self._wfd, view):]
+                        del view
                 except OSError as exc:
                     self._write_failed(exc, pending[i:])
-                    raise self._error from None  # type: ignore[misc]  # set by _write_failed
+                    raise _fresh(self._error) from None  # type: ignore[arg-type]  # set by _write_failed
+                except JournalError:                # a failed fsync: the journal stopped
+                    self._requeue(pending[i:])
+                    raise
                 seg.end += len(data)
                 self._written_seq = last_seq
                 self._stats["written_bytes"] += len(data)
@@ -815,6 +931,13 @@ class Journal:
             self.apply_retention()
         return self._written_seq
 
+    @property
+    def rolling(self) -> bool:
+        """True when the next :meth:`write` rolls over to a new segment (and so
+        blocks on fsyncs: run it off the hub)."""
+        pending = self._pending
+        return len(pending) > 1 or pending[0][0] is not self._wseg
+
     def _write_failed(self, exc, unwritten):
         """Cut the file back to its last complete record and requeue ``unwritten``."""
         self._stats["write_errors"] += 1
@@ -823,71 +946,99 @@ class Journal:
         log.error("%s; %d records held in memory, appends refused until a write succeeds",
                   self._error, unwritten[-1][2] - self._written_seq)
         try:
-            os.ftruncate(self._wfd, seg.end)
+            self.files.ftruncate(self._wfd, seg.end)
         except OSError as exc2:
             self._set_error(self._error, fatal=_oserror("truncate", seg.path, exc2))
             log.error("%s: the journal must be reopened", self._fatal)
+        self._requeue(unwritten)
+
+    def _requeue(self, unwritten):
+        """Put the chunks a failed write took back in front of what was appended meanwhile."""
         with self._lock:
-            head = self._pending[0]
-            tail = unwritten[-1]
-            if head[0] is tail[0]:
-                tail[1] += head[1]
-                tail[2] = head[2]
-                self._pending[0] = tail
-                unwritten = unwritten[:-1]
-            self._pending[:0] = unwritten
+            held = self._pending
+            chunks = [list(chunk) for chunk in unwritten]
+            head = held[0]              # the chunk appends went to, on the segment written last
+            if head[0] is chunks[-1][0]:
+                # a new bytearray: the failed write may still hold a view of the old one
+                chunks[-1] = [head[0], chunks[-1][1] + head[1], head[2]]
+                held = held[1:]
+            self._pending = chunks + held
             self._pending_bytes = sum(len(c[1]) for c in self._pending)
+
+    def _fsync(self, fd, path):
+        """fsync ``fd``; a failure stops the journal for good (it never retries an fsync:
+        the kernel may have dropped the pages it failed to write, and a retry that
+        succeeds would vouch for data that is gone).  Raises a :class:`JournalError`."""
+        try:
+            self.files.fsync(fd)
+        except OSError as exc:
+            raise self._fsync_failed(path, exc) from None
+
+    def _fsync_failed(self, path, exc):
+        """Stop the journal (once, logged once); the error to raise."""
+        with self._lock:
+            first = self._fatal is None
+            if first:
+                self._stats["fsync_errors"] += 1
+                self._set_error(self._error, fatal=_oserror("fsync", path, exc, JournalError))
+        if first:
+            log.error("%s: the journal stopped (an fsync is never retried); reopen it", self._fatal)
+        return self._stopped()
+
+    def _stopped(self):
+        """A fresh error saying why the journal stopped (a stored one re-raised grows its traceback)."""
+        return JournalError("journal %s stopped: %s; it must be reopened (records not synced may be lost)"
+                            % (self.directory, self._fatal), self._fatal.errno)  # type: ignore[union-attr]
 
     def _roll_file(self, seg):
         """Seal the segment being written and start writing ``seg``."""
         old = self._wseg
-        try:
-            os.fsync(self._wfd)
-        except OSError as exc:
-            self._set_error(self._error, fatal=_oserror("fsync", old.path, exc))
-            raise self._fatal from None
+        files = self.files
+        self._fsync(self._wfd, old.path)
         self._synced_seq = max(self._synced_seq, self._written_seq)
         self._create_segment_file(seg.base)
-        fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
-        os.close(self._wfd)
+        fd = files.open(seg.path, os.O_WRONLY | os.O_APPEND)
+        files.close(self._wfd)
         self._wfd = fd
         self._wseg = seg
         seg.end = HEADER_SIZE
         old.indexed = True
         ipath = old.path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX
-        try:
-            with open(ipath + ".tmp", "wb") as f:
-                f.write(old.index_bytes())
-            os.replace(ipath + ".tmp", ipath)
+        try:    # derived data, so not fsynced: a torn or missing index is rebuilt by a scan
+            ifd = files.open(ipath + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                files.write(ifd, old.index_bytes())
+            finally:
+                files.close(ifd)
+            files.replace(ipath + ".tmp", ipath)
         except OSError as exc:
             log.warning("journal %s: could not write the index %s (%s); it will be rebuilt by a scan",
                         self.directory, ipath, exc)
             try:
-                os.unlink(ipath + ".tmp")
+                files.unlink(ipath + ".tmp")
             except OSError:
                 pass
 
     def sync(self) -> int:
-        """fsync what was written; return ``synced_seq``.  Blocks ~1 ms: run it in a thread."""
+        """fsync what was written; return ``synced_seq``.  Blocks ~1 ms: run it in a thread.
+
+        A failed fsync stops the journal: this and every later call raise
+        :class:`JournalError` (logged once) until the journal is reopened."""
         with self._sync_lock:
             with self._io_lock:
                 if self._fatal is not None:
-                    raise self._fatal
+                    raise self._stopped()
                 if self.closed:
                     raise JournalError("journal %s is closed" % self.directory)
                 seq = self._written_seq
                 if seq <= self._synced_seq:
                     return self._synced_seq
-                fd = os.dup(self._wfd)
+                fd = self.files.dup(self._wfd)
                 path = self._wseg.path
             try:
-                os.fsync(fd)
-            except OSError as exc:
-                self._set_error(self._error, fatal=_oserror("fsync", path, exc))
-                log.error("%s: the journal refuses appends until reopened", self._fatal)
-                raise self._fatal from None  # type: ignore[misc]  # set by _set_error
+                self._fsync(fd, path)
             finally:
-                os.close(fd)
+                self.files.close(fd)
             self._stats["syncs"] += 1
             with self._io_lock:
                 if seq > self._synced_seq:
@@ -934,15 +1085,20 @@ class Journal:
                 del self._segments[:len(victims)]
                 del self._bases[:len(victims)]
                 self._first_seq = self._segments[0].base
+            files = self.files
             for seg in victims:
                 seg.close()
                 for path in (seg.path, seg.path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX):
                     try:
-                        os.unlink(path)
+                        files.unlink(path)
                     except FileNotFoundError:
                         pass
                     except OSError as exc:
                         log.warning("journal %s: could not remove %s (%s)", self.directory, path, exc)
+            try:    # removed for good, or a power loss brings the segments back
+                files.fsync_dir(self.directory)
+            except OSError as exc:
+                log.warning("journal %s: could not fsync the directory (%s)", self.directory, exc)
             self._stats["segments_removed"] += len(victims)
             log.info("journal %s: retention removed %d segments; first sequence now %d",
                      self.directory, len(victims), self._first_seq)
@@ -957,7 +1113,7 @@ class Journal:
                 or len(self._pending) != 1 or self._pending[0][1]:
             return
         seq = self._next_seq
-        seg = _Segment(seq, os.path.join(self.directory, segment_name(seq)))
+        seg = _Segment(seq, os.path.join(self.directory, segment_name(seq)), self._fds)
         seg.indexed = True
         try:
             self._roll_file(seg)
@@ -1059,8 +1215,9 @@ class Journal:
         ``synced_seq``, ``pending_bytes`` (appended, not yet written),
         ``cache_records``/``cache_bytes``, ``truncated_bytes`` and ``crc_errors``
         (recovery at open), ``written_bytes``, ``writes``, ``syncs``,
-        ``write_errors``, ``segments_removed``, ``error`` (why appends are
-        refused, or None), ``directory``.
+        ``write_errors``, ``fsync_errors``, ``segments_removed``,
+        ``open_fds``/``fd_opens``/``fd_evictions`` (the read-descriptor cache),
+        ``error`` (why appends are refused, or None), ``directory``.
         """
         with self._lock:
             self._settle()
@@ -1072,7 +1229,8 @@ class Journal:
                 first_seq=self._first_seq, last_seq=self._next_seq - 1,
                 written_seq=self._written_seq, synced_seq=self._synced_seq,
                 pending_bytes=self._pending_bytes, cache_records=len(self._cache),
-                cache_bytes=self._cache_bytes,
+                cache_bytes=self._cache_bytes, open_fds=len(self._fds), fd_opens=self._fds.opens,
+                fd_evictions=self._fds.evictions,
                 error=None if self.error is None else str(self.error))
         return out
 
@@ -1135,23 +1293,26 @@ class JournalReader:
     notices new segments and retention as it reads.
     """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, open_segments: int = 16,
+                 files: Files | None = None) -> None:
         self.directory = os.fspath(directory)
         if not os.path.isdir(self.directory):
             raise JournalError("no journal directory %s" % self.directory)
+        self.files = OS_FILES if files is None else files
+        self._fds = _FdCache(self.files, open_segments)
         self._segments: dict[int, Any] = {}
         self._order: list[int] = []
         self.refresh()
 
     def refresh(self) -> None:
         """Re-list the segment files (new segments, retention)."""
-        found = _list_segments(self.directory)
+        found = _list_segments(self.directory, self.files)
         old = self._segments
         self._segments = {}
         for base, path in found:
             seg = old.get(base)
             if seg is None:
-                seg = _Segment(base, path)
+                seg = _Segment(base, path, self._fds)
             self._segments[base] = seg
         for base, seg in old.items():
             if base not in self._segments:
@@ -1285,13 +1446,14 @@ class JournalReader:
         if not (name.endswith(SEGMENT_SUFFIX) and len(name) == 24 and name[:20].isascii() and name[:20].isdigit()):
             raise JournalError("not a journal segment: %s" % path)
         base = int(name[:20])
-        seg = self._segments.get(base) or _Segment(base, os.path.join(self.directory, name))
+        seg = self._segments.get(base) or _Segment(base, os.path.join(self.directory, name), self._fds)
         try:
-            seg.fileno()
+            self._fds.acquire(seg)             # it may be gone: retention
+            self._fds.release(seg)
         except FileNotFoundError:
             raise SequenceGone(self.first_seq) from None
         if not seg.indexed:
-            later = [b for b in _list_segments(self.directory) if b[0] > base]
+            later = [b for b in _list_segments(self.directory, self.files) if b[0] > base]
             if later:
                 seg.ensure_index(later[0][0] - 1)
             else:
@@ -1307,8 +1469,7 @@ class JournalReader:
             seq = out[-1].seq + 1
 
     def close(self) -> None:
-        for seg in self._segments.values():
-            seg.close()
+        self._fds.close_all()
         self._segments = {}
 
     def __enter__(self) -> Self:

@@ -12,7 +12,8 @@ Commands (arguments and replies are msgpack values):
 ``FLUSH [durable]``
     deferred reply: ``written_seq`` once every record appended before it is
     written (survives ``kill -9``), or with ``durable`` true ``synced_seq``
-    once fsynced (survives power loss).
+    once fsynced (survives power loss).  Error: the write or fsync failed
+    (the journal error's message; after a failed fsync the journal stopped).
 ``READ from_seq [max_records] [max_bytes]``
     reply: ``[[seq, timestamp, key, body], ...]`` (read on the threadpool,
     so a cold disk never stalls the actor).  Error ``SequenceGone`` (its
@@ -26,11 +27,12 @@ Commands (arguments and replies are msgpack values):
 ``RETAIN``
     reply: the number of segments retention removed.
 
-Events: ``JOURNAL_ERROR message`` when a write or fsync fails (appends are
-refused with the same error until a retried write succeeds).
+Events: ``JOURNAL_ERROR message`` when a write fails (appends are refused
+with the same error until a retried write succeeds), or once when an fsync
+fails (the journal stopped: appends are refused until the actor is restarted).
 """
 from .actor import Actor, command
-from .group_commit import GroupCommit
+from .group_commit import SYNCED, WRITTEN, GroupCommit
 from .journal import Journal
 
 __all__ = ["JournalActor"]
@@ -77,10 +79,7 @@ class JournalActor(Actor):
 
     @command(deferred=True)
     def flush(self, reply, durable=False):
-        if durable:
-            self.commit.when_synced(reply)
-        else:
-            self.commit.when_written(reply)
+        self.commit.when(SYNCED if durable else WRITTEN, reply, None, reply.error)
 
     @command(deferred=True)
     def read(self, reply, from_seq, max_records=1024, max_bytes=1 << 20):
