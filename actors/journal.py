@@ -25,6 +25,23 @@ ones from the segment files with separate descriptors and large ``pread``
 calls, never blocking the writer.  Seeking by time uses the sparse index,
 then a scan; timestamps are kept non-decreasing for that.
 
+What blocks (an actor calls these through ``Actor.run_in_thread``, as
+:class:`~zactors.actors.group_commit.GroupCommit` does):
+
+- never: ``append``, ``stats``, the sequence properties, ``epoch``/``epochs``/
+  ``check_resume``, ``rolling``, ``cached``;
+- ``write``: a ``write(2)`` per segment touched (fast, like a send), except
+  when ``rolling``: the roll fsyncs the full segment, creates the next one and
+  fsyncs the directory (milliseconds);
+- ``sync``: an fsync (about a millisecond, far more on a busy disk);
+- ``read`` / ``seq_at_time``: memory when the tail cache holds the records
+  (``cached(seq)``), else ``pread`` on segment files (a cold disk);
+- ``apply_retention``: unlinks and a directory fsync;
+- opening (recovery scans the active segment, fsyncs) and ``close``.
+
+Read descriptors of segment files live in an LRU cache of ``open_segments``
+(default 16): a replay over a thousand segments keeps 16 open, not a thousand.
+
 Threads: ``append``, ``read``, ``seq_at_time``, ``stats`` and the sequence
 properties are meant for the owner's loop; :meth:`write` and :meth:`sync` may
 run in another thread while the loop keeps appending (appends go to a fresh
@@ -1127,6 +1144,12 @@ class Journal:
         self._index_at = 0
 
     # -- reading --------------------------------------------------------
+
+    def cached(self, from_seq: int) -> bool:
+        """True when :meth:`read` from ``from_seq`` is served from memory (no disk read)."""
+        with self._lock:
+            cache = self._cache
+            return from_seq >= self._next_seq or bool(cache) and from_seq >= cache[0].seq
 
     def read(self, from_seq: int, max_records: int = 1024, max_bytes: int | None = 1 << 20) -> list[Record]:
         """Records from ``from_seq`` on, at most ``max_records`` and about
