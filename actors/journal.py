@@ -89,6 +89,24 @@ One directory per stream, holding:
 ``LOCK``
     Held with ``flock`` by the one writer (a second writer is refused).
 
+``EPOCHS``
+    The epoch history, ASCII: the line ``zactors journal epochs 1``, then one
+    line ``epoch start_seq`` per epoch, oldest first.  Replaced atomically
+    (temp file, fsync, rename, directory fsync).
+
+``CLEAN``
+    Empty; present only while the journal is closed cleanly (everything
+    synced).  Opening removes it (durably) before accepting records.
+
+Epochs: sequences are never handed to two different records within one
+epoch.  A power loss can drop records that were written (and maybe already
+delivered) but not synced, and recovery can cut a corrupt record and what
+follows; the sequences after the cut would then be reused.  So when the
+journal is opened without ``CLEAN`` (a crash, a kill) or recovery cut
+anything, a new epoch starts at the next sequence.  A client that remembers
+(epoch, last sequence seen) asks :meth:`Journal.check_resume` whether it can
+resume (Kafka's leader epochs are the model).
+
 The newest segment is the active one; it is never removed, so the next
 sequence survives a journal whose records retention removed entirely (an
 empty segment named by the next sequence).
@@ -239,6 +257,37 @@ def _oserror(action, path, exc, cls=None):
 def _fresh(error):
     """A new exception like ``error``: re-raising one stored exception grows its traceback."""
     return type(error)(str(error), error.errno)
+
+
+EPOCHS_NAME = "EPOCHS"
+CLEAN_NAME = "CLEAN"
+_EPOCHS_HEAD = "zactors journal epochs 1\n"
+
+
+def _format_epochs(epochs):
+    return (_EPOCHS_HEAD + "".join("%d %d\n" % pair for pair in epochs)).encode("ascii")
+
+
+def _read_epochs(path):
+    """[(epoch, start_seq)] from the epochs file; None when there is none."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("ascii")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JournalError("journal epochs file %s unreadable: %s" % (path, exc)) from None
+    lines = text.splitlines()
+    try:
+        if not lines or lines[0] + "\n" != _EPOCHS_HEAD:
+            raise ValueError("bad header")
+        epochs = [(int(a), int(b)) for a, b in (line.split() for line in lines[1:])]
+        if not epochs or any(e2 <= e1 or s2 < 1 for (e1, _), (e2, s2) in zip(epochs, epochs[1:])):
+            raise ValueError("epochs out of order")
+    except ValueError as exc:
+        raise JournalError("journal epochs file %s is damaged (%s): the journal cannot tell "
+                           "which sequences clients may hold" % (path, exc)) from None
+    return epochs
 
 
 class _FdCache:
@@ -598,7 +647,7 @@ class Journal:
                  "buffer_bytes", "files", "_fds", "_lock", "_io_lock", "_sync_lock", "_lockfd", "_segments",
                  "_bases", "_first_seq", "_next_seq", "_last_ts", "_tail_end", "_pending", "_pending_bytes",
                  "_written_seq", "_synced_seq", "_wfd", "_wseg", "_cache", "_cache_bytes", "_error",
-                 "_fatal", "_refuse", "_index_at", "_evict_at", "_stats", "closed")
+                 "_fatal", "_refuse", "_index_at", "_evict_at", "_stats", "_epochs", "closed")
 
     def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = 64 << 20,
                  retain_bytes: int | None = None, retain_seconds: float | None = None,
@@ -661,14 +710,16 @@ class Journal:
             if name.endswith(".tmp"):
                 files.unlink(os.path.join(self.directory, name))
         found = _list_segments(self.directory, files)
-        if not found:
+        fresh = not found
+        if fresh:
             self._create_segment_file(1)
             found = [(1, os.path.join(self.directory, segment_name(1)))]
+        clean = os.path.exists(os.path.join(self.directory, CLEAN_NAME))
         segments = [_Segment(base, path, self._fds) for base, path in found]
         for seg in segments[:-1]:
             seg.end = os.stat(seg.path).st_size
         active = segments[-1]
-        self._recover(active)
+        cut = self._recover(active)
         self._segments = segments
         self._bases = [seg.base for seg in segments]
         self._first_seq = segments[0].base
@@ -691,13 +742,38 @@ class Journal:
         self._wfd = files.open(active.path, os.O_WRONLY | os.O_APPEND)
         if not active.empty:
             files.fsync(self._wfd)  # what a killed writer left in the page cache: synced_seq holds
+        self._open_epoch(fresh, clean, cut, active.last_seq + 1)
         self._cache = []
         self._cache_bytes = 0
         self._evict_at = self.tail_cache_bytes
         self._index_at = active._next_index
 
+    def _open_epoch(self, fresh, clean, cut, next_seq):
+        """Load the epoch history; start a new epoch at ``next_seq`` after an
+        unclean shutdown or a cut (written durably before any record of the
+        new epoch); then remove the clean-close marker, durably: from now on a
+        crash is unclean."""
+        files = self.files
+        path = os.path.join(self.directory, EPOCHS_NAME)
+        epochs = None if fresh else _read_epochs(path)
+        changed = epochs is None
+        if epochs is None:              # a new journal, or one from before epochs: the history starts here
+            epochs = [(1, 1)]
+        if not fresh and (cut or not clean):
+            epochs.append((epochs[-1][0] + 1, next_seq))
+            changed = True
+            log.warning("journal %s: %s; epoch %d starts at sequence %d", self.directory,
+                        "recovery cut records" if cut else "not closed cleanly", epochs[-1][0], next_seq)
+        if changed:
+            files.write_atomic(path, _format_epochs(epochs))
+        self._epochs = epochs
+        if clean:
+            files.unlink(os.path.join(self.directory, CLEAN_NAME))
+            files.fsync_dir(self.directory)
+
     def _recover(self, seg):
-        """Scan the active segment; cut it at the first torn or corrupt record."""
+        """Scan the active segment; cut it at the first torn or corrupt record.
+        True when records (or a torn header) were cut."""
         size = os.stat(seg.path).st_size
         reason = seg.scan()
         seg.indexed = True
@@ -706,7 +782,7 @@ class Journal:
             log.warning("journal %s: rewriting the torn header of %s", self.directory, seg.path)
             self._create_segment_file(seg.base)
             seg.close()
-            return
+            return size > 0
         if seg.end < size:
             cut = size - seg.end
             self._stats["truncated_bytes"] += cut
@@ -726,6 +802,8 @@ class Journal:
             finally:
                 files.close(fd)
             seg.close()
+            return True
+        return False
 
     def _create_segment_file(self, base):
         """Create the segment file of ``base`` (header written and fsynced, directory synced)."""
@@ -767,6 +845,36 @@ class Journal:
     def synced_seq(self) -> int:
         """Last sequence fsynced: survives a power loss."""
         return self._synced_seq
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch: a new one starts (at the next sequence) whenever
+        the journal is opened after an unclean shutdown or recovery cut records."""
+        return self._epochs[-1][0]
+
+    @property
+    def epochs(self) -> list[tuple[int, int]]:
+        """The epoch history: [(epoch, start_seq)], oldest first (a copy)."""
+        return list(self._epochs)
+
+    def check_resume(self, epoch: int, seq: int) -> int | None:
+        """Can a client that last saw ``seq`` in ``epoch`` resume at ``seq + 1``?
+
+        None when it can: every record up to ``seq`` of that epoch is still
+        the one it saw.  Otherwise the last sequence of ``epoch`` that survived
+        (the client holds records after it that were lost, and their sequences
+        went, or will go, to other records): it must drop what it holds past
+        that sequence and resume after it.  0 for an epoch this journal never had.
+        """
+        epochs = self._epochs
+        if epoch == epochs[-1][0]:
+            last = self._next_seq - 1
+        else:
+            later = [start for e, start in epochs if e > epoch]
+            if not later or not any(e == epoch for e, _ in epochs):
+                return 0
+            last = min(later) - 1
+        return None if seq <= last else last
 
     @property
     def error(self) -> JournalError | None:
@@ -1253,7 +1361,7 @@ class Journal:
                 written_seq=self._written_seq, synced_seq=self._synced_seq,
                 pending_bytes=self._pending_bytes, cache_records=len(self._cache),
                 cache_bytes=self._cache_bytes, open_fds=len(self._fds), fd_opens=self._fds.opens,
-                fd_evictions=self._fds.evictions,
+                fd_evictions=self._fds.evictions, epoch=self._epochs[-1][0],
                 error=None if self.error is None else str(self.error))
         return out
 
@@ -1268,6 +1376,8 @@ class Journal:
                 self.write()
                 if sync:
                     self.sync()
+                if self._synced_seq == self._next_seq - 1 and self._error is None and self._fatal is None:
+                    self._mark_clean()
         except JournalError as exc:
             log.error("journal %s closed with records unwritten: %s", self.directory, exc)
         finally:
@@ -1276,6 +1386,16 @@ class Journal:
                 self._set_error(self._error)
                 self._release()
                 self._cache = []
+
+    def _mark_clean(self):
+        """Leave the clean-close marker: every record is synced, the next open keeps the epoch."""
+        files = self.files
+        try:
+            files.close(files.open(os.path.join(self.directory, CLEAN_NAME), os.O_WRONLY | os.O_CREAT))
+            files.fsync_dir(self.directory)
+        except OSError as exc:
+            log.warning("journal %s: no clean-close marker (%s): the next open starts a new epoch",
+                        self.directory, exc)
 
     def __enter__(self) -> Self:
         return self
