@@ -1042,7 +1042,7 @@ class Journal:
                         del view
                 except OSError as exc:
                     self._write_failed(exc, pending[i:])
-                    raise _fresh(self._error) from None  # type: ignore[arg-type]  # set by _write_failed
+                    raise _fresh(self._error) from None  # set by _write_failed
                 except JournalError:                # a failed fsync: the journal stopped
                     self._requeue(pending[i:])
                     raise
@@ -1113,7 +1113,7 @@ class Journal:
     def _stopped(self):
         """A fresh error saying why the journal stopped (a stored one re-raised grows its traceback)."""
         return JournalError("journal %s stopped: %s; it must be reopened (records not synced may be lost)"
-                            % (self.directory, self._fatal), self._fatal.errno)  # type: ignore[union-attr]
+                            % (self.directory, self._fatal), self._fatal.errno)
 
     def _roll_file(self, seg):
         """Seal the segment being written and start writing ``seg``."""

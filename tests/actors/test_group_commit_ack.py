@@ -109,3 +109,54 @@ def test_ack_levels_are_named(tmp_path):
         assert "written, synced" in actor.call("BAD")
     finally:
         actor.destroy()
+
+
+class CountFsync(CrashFiles):
+    def __init__(self, *dirs):
+        super().__init__(*dirs)
+        self.fsyncs = 0
+
+    def fsync(self, fd):
+        self.fsyncs += 1
+        super().fsync(fd)
+
+
+class Waiters(Actor):
+    """Many synced waiters in one round: group commit serves them with one fsync."""
+
+    def __init__(self, directory, files, fsync):
+        self.directory, self.files, self.fsync = directory, files, fsync
+
+    def setup(self):
+        self.journal = Journal(self.directory, files=self.files)
+        self.commit = GroupCommit(self, self.journal, fsync=self.fsync, interval=0.05)
+        self.commit.start()
+
+    def teardown(self):
+        self.commit.stop()
+        self.journal.close()
+
+    @command(deferred=True)
+    def publish(self, reply, n):
+        served = []
+        before = self.files.fsyncs
+
+        def acked(seq):
+            served.append(seq)
+            if len(served) == n:
+                reply([sorted(served) == served, self.files.fsyncs - before])
+
+        for i in range(n):
+            self.commit.when(SYNCED, acked, self.journal.append(b"k", b"v%d" % i))
+        self.commit.kick()
+
+
+@pytest.mark.parametrize("fsync", ["batch", "interval", "never"])
+def test_one_fsync_serves_many_synced_waiters(tmp_path, fsync):
+    files = CountFsync(tmp_path)
+    actor = Waiters(str(tmp_path / "s"), files, fsync)
+    try:
+        in_order, fsyncs = actor.call("PUBLISH", 500, timeout=10)
+        assert in_order and 1 <= fsyncs <= 2, "500 synced waiters, %d fsyncs" % fsyncs
+    finally:
+        actor.destroy()
