@@ -19,7 +19,7 @@ must.  Thread-safe (one lock).
 import os
 import threading
 
-from zactors.actors.journal_files import Files
+from zactors.actors.journal import Files
 
 
 class SimulatedCrash(BaseException):

@@ -10,7 +10,7 @@ import pytest
 from zactors.actors import CommandError
 from zactors.actors.journal import Journal, JournalError
 from zactors.actors.journal_actor import JournalActor
-from zactors.actors.journal_files import Files
+from zactors.actors.journal import Files
 
 pytestmark = pytest.mark.timeout(60)
 

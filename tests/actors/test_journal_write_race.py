@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from zactors.actors.journal import Journal, JournalFull
-from zactors.actors.journal_files import Files
+from zactors.actors.journal import Files
 
 pytestmark = pytest.mark.timeout(60)
 
