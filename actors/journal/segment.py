@@ -27,14 +27,27 @@ _IDX_HEADER = struct.Struct("<4sHHQQdQI")   # magic, version, flags, base, last 
 _IDX_ENTRY = struct.Struct("<QdQ")          # seq, timestamp, offset
 _PREFIX = struct.Struct("<II")              # length, crc
 _U32 = struct.Struct("<I")
-_REC = struct.Struct("<IIQdI")              # the fixed head of a record: length, crc, seq, timestamp, key_len
 _pack_u32 = _U32.pack
 _unpack_prefix = _PREFIX.unpack_from
 _unpack_u32 = _U32.unpack_from
-_unpack_rec = _REC.unpack_from
 _MIN_LENGTH = _codec.MIN_LENGTH             # length of a record with empty key and body
 _MAX_LENGTH = _MIN_LENGTH + MAX_RECORD
 _decode = _codec.decode                     # a chunk of records decoded into Records, in one call
+
+
+_OVERHEAD = _codec.RECORD_HEAD + 4          # framing bytes per record
+_LAST_SEQ = (1 << 64) - 1
+_MANY = (1 << 62)
+
+
+def _corruption(buf, at):
+    """Why the codec's walker refused the record at ``at`` of ``buf``."""
+    length, crc = _unpack_prefix(buf, at)
+    if not _MIN_LENGTH <= length <= _MAX_LENGTH:
+        return "bad record length %d" % length
+    if _crc(memoryview(buf)[at + 8:at + 8 + length]) != crc:
+        return "bad CRC"
+    return "bad key/body lengths"
 
 
 class FdCache:
@@ -198,29 +211,18 @@ class Segment:
         idx_seq, idx_ts, idx_off = self.idx_seq, self.idx_ts, self.idx_off
         chunk = 1 << 20
         reason = None
+        records = []
         while pos < size and reason is None:
             buf = os.pread(fd, min(chunk, size - pos), pos)
             n = len(buf)
             if n == 0:
                 break
-            mv = memoryview(buf)
+            records.clear()         # the codec's walker checks lengths and CRCs; here, sequence and time
+            _, _, status = _decode(buf, 0, records, 0, _LAST_SEQ, _MANY, _MANY, 0)
             at = 0
-            while at + _REC.size <= n:
-                length, crc, seq, ts, klen = _unpack_rec(buf, at)
-                stop = at + 8 + length
-                if length < _MIN_LENGTH or length > _MAX_LENGTH:
-                    reason = "bad record length %d" % length
-                    break
-                if stop > n:
-                    break
-                if _crc(mv[at + 8:stop]) != crc:
-                    reason = "bad CRC"
-                    break
+            for seq, ts, key, body in records:
                 if seq != expect:
                     reason = "sequence %d where %d was due" % (seq, expect)
-                    break
-                if klen > length - _MIN_LENGTH or _unpack_u32(buf, at + _REC.size + klen)[0] != length - _MIN_LENGTH - klen:
-                    reason = "bad key/body lengths"
                     break
                 if ts < last_ts:
                     reason = "timestamp going backwards"
@@ -232,7 +234,9 @@ class Segment:
                     next_index = pos + at + INDEX_INTERVAL
                 last_ts = ts
                 expect = seq + 1
-                at = stop
+                at += _OVERHEAD + len(key) + len(body)
+            if status == 2 and reason is None:
+                reason = _corruption(buf, at)
             if at:
                 if self.checked == self.end:
                     self.checked = pos + at
