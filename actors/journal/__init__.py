@@ -72,7 +72,18 @@ the unwritten records stay in memory.  From then on ``append`` refuses new
 records with that error, until a later ``write`` succeeds (call it again once
 space is freed: it retries the held records) or the journal is reopened
 (held records are then lost, but they were never reported written).  A
-failed ``fsync`` is final: the journal refuses everything until reopened.
+failed ``fsync`` (of ``sync`` or of a segment roll) is final: the journal
+stops, logs it once, and ``append``, ``write`` and ``sync`` raise a fresh
+:class:`JournalError` each time saying that the fsync failed and the journal
+must be reopened.  It never retries an fsync: after a failure the kernel may
+have dropped the dirty pages, and a retry that succeeds would vouch for data
+that is gone (PostgreSQL's "fsyncgate").
+
+Directories: creating a segment fsyncs the new file and the directory (a
+segment whose directory entry is lost takes its records with it), and so do
+retention's removals, the epoch history's replacement, and the clean-close
+marker.  ``tests/actors/test_journal_crash.py`` checks all this over a file
+layer that simulates power loss.
 
 File format, version 1 (public and stable; all integers little-endian)
 -----------------------------------------------------------------------
