@@ -571,7 +571,7 @@ class Journal:
                 del self._bases[:len(victims)]
                 self._first_seq = self._segments[0].base
             files = self.files
-            for seg in victims:
+            for n, seg in enumerate(victims, 1):
                 seg.close()
                 for path in (seg.path, seg.path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX):
                     try:
@@ -580,10 +580,11 @@ class Journal:
                         pass
                     except OSError as exc:
                         log.warning("journal %s: could not remove %s (%s)", self.directory, path, exc)
-            try:    # removed for good, or a power loss brings the segments back
-                files.fsync_dir(self.directory)
-            except OSError as exc:
-                log.warning("journal %s: could not fsync the directory (%s)", self.directory, exc)
+                if n % 16 == 0 or n == len(victims):
+                    try:    # removed for good (a power loss would bring them back), 16 at a time
+                        files.fsync_dir(self.directory)
+                    except OSError as exc:
+                        log.warning("journal %s: could not fsync the directory (%s)", self.directory, exc)
             self._stats["segments_removed"] += len(victims)
             log.info("journal %s: retention removed %d segments; first sequence now %d",
                      self.directory, len(victims), self._first_seq)

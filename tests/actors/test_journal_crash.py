@@ -196,6 +196,7 @@ def test_crash_points_keep_every_promise(fast_dir):
 
 @pytest.mark.skipif(not os.environ.get("ZACTORS_JOURNAL_CRASH_SOAK"),
                     reason="the long soak: set ZACTORS_JOURNAL_CRASH_SOAK=cycles per seed")
+@pytest.mark.timeout(0)             # as long as it was asked to run
 def test_crash_soak(fast_dir):
     tmp_path = fast_dir
     cycles = int(os.environ["ZACTORS_JOURNAL_CRASH_SOAK"])
