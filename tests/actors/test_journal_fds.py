@@ -5,9 +5,8 @@ import threading
 import pytest
 
 from tests.conftest import wait_for
-from zactors.actors.journal import Journal, JournalReader
+from zactors.actors.journal import Files, Journal, JournalReader
 from zactors.actors.journal_actor import JournalActor
-from zactors.actors.journal import Files
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,9 +8,8 @@ import traceback
 import pytest
 
 from zactors.actors import CommandError
-from zactors.actors.journal import Journal, JournalError
+from zactors.actors.journal import Files, Journal, JournalError
 from zactors.actors.journal_actor import JournalActor
-from zactors.actors.journal import Files
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,8 +5,7 @@ import threading
 
 import pytest
 
-from zactors.actors.journal import Journal, JournalFull
-from zactors.actors.journal import Files
+from zactors.actors.journal import Files, Journal, JournalFull
 
 pytestmark = pytest.mark.timeout(60)
 
