@@ -278,7 +278,7 @@ decode(PyObject *self, PyObject *args)
                 break;
             }
             uint32_t klen = get32(r + 24);
-            if (klen > length - MIN_LENGTH) {
+            if (klen > length - MIN_LENGTH || get32(r + REC_HEAD + klen) != length - MIN_LENGTH - klen) {
                 status = 2;
                 break;
             }

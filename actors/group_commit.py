@@ -4,8 +4,10 @@ The owner of a :class:`~zactors.actors.journal.Journal` (a ZEPS broker, a
 Clone server, :class:`~zactors.actors.journal_actor.JournalActor`) appends in
 its loop and calls :meth:`GroupCommit.kick`; the records appended in one
 round are handed to the OS together at the start of the next round
-(``write()``, fast, in the loop) and fsynced off the hub on its threadpool
-(``Actor.run_in_thread``), so the loop keeps serving while the disk syncs:
+(``write()``, fast, in the loop; a write that rolls over to a new segment
+fsyncs, so it runs on the threadpool) and fsynced off the hub on its
+threadpool (``Actor.run_in_thread``), so the loop keeps serving while the
+disk syncs:
 
 - ``fsync="interval"`` (default): an fsync every ``interval`` seconds
   (default 0.1) when something new was written, like Redis ``appendfsync
@@ -15,12 +17,23 @@ round are handed to the OS together at the start of the next round
 - ``fsync="never"``: the OS decides (records still survive a ``kill -9``
   once written).
 
-:meth:`when_written` / :meth:`when_synced` run a callback once everything
-appended so far (or up to a given sequence) is written / fsynced; with
-``on_error`` a waiter is told of a failed write instead of waiting for the
-retry (a ZEPS broker answers PING with PING-OK or INVALID that way).
-A failed write is reported to ``on_error`` (once) and retried every ``retry``
-seconds (the journal refuses appends meanwhile); a failed fsync is final.
+Acknowledgement levels (:data:`ACK_LEVELS`, the names used everywhere):
+
+- ``"written"``: handed to the OS.  Survives a crash of the process
+  (``kill -9``), not a power loss or a kernel crash.
+- ``"synced"``: an fsync covered it.  Survives a power loss too.  Under
+  every policy a ``synced`` waiter is served by group commit: one fsync
+  covers every record written before it, whoever waits for them.
+
+:meth:`when` (or :meth:`when_written` / :meth:`when_synced`) runs a callback
+once everything appended so far (or up to a given sequence) is at that
+level; with ``on_error`` a waiter is told of a failure instead of waiting
+(a ZEPS broker answers PING with PING-OK or INVALID that way).  A failed
+write is reported to ``on_error`` (once) and retried every ``retry`` seconds
+(the journal refuses appends meanwhile).  A failed fsync is final: the
+journal stops (it logs that once), GroupCommit stops writing and syncing,
+reports it to ``on_error`` once and fails every waiter that gave an
+``on_error`` (the others are dropped: their records will never be acknowledged).
 
 Everything here runs in the actor's greenlet; nothing is thread-safe.
 """
@@ -37,11 +50,18 @@ if TYPE_CHECKING:
     from .actor import Actor
     from .reactor import Timer
 
-__all__ = ["GroupCommit", "FSYNC_POLICIES"]
+__all__ = ["GroupCommit", "FSYNC_POLICIES", "ACK_LEVELS", "WRITTEN", "SYNCED"]
 
 log = logging.getLogger(__name__)
 
 FSYNC_POLICIES = ("interval", "batch", "never")
+
+#: handed to the OS: survives a crash of the process, not a power loss
+WRITTEN = "written"
+#: covered by an fsync: survives a power loss
+SYNCED = "synced"
+#: the acknowledgement levels, weakest first (see the module docstring)
+ACK_LEVELS = (WRITTEN, SYNCED)
 
 
 def _first(item):
@@ -58,7 +78,7 @@ class GroupCommit:
 
     __slots__ = ("actor", "journal", "fsync", "interval", "retry", "on_written", "on_synced", "on_error",
                  "_write_timer", "_sync_timer", "_syncing", "_sync_again", "_wait_written", "_wait_synced",
-                 "_stopped", "_failing")
+                 "_stopped", "_failing", "_writing", "_write_again", "_halted")
 
     def __init__(self, actor: Actor, journal: Journal, *, fsync: str = "interval", interval: float = 0.1,
                  retry: float = 1.0, on_written: Callable[[int], object] | None = None,
@@ -84,6 +104,9 @@ class GroupCommit:
         self._wait_synced: deque[tuple[int, Callable[[int], object], Any]] = deque()
         self._stopped = False
         self._failing = False           # a write failed and is being retried
+        self._writing = False           # a write (a segment roll) runs on the threadpool
+        self._write_again = False       # records were appended meanwhile
+        self._halted = False            # an fsync failed: the journal stopped for good
 
     def start(self) -> None:
         if self.fsync == "interval":
@@ -91,8 +114,23 @@ class GroupCommit:
 
     def kick(self) -> None:
         """Records were appended: write them at the start of the next round."""
-        if self._write_timer is None and not self._stopped:
+        if self._write_timer is None and not self._stopped and not self._halted:
             self._write_timer = self.actor.call_later(0, self._write)
+
+    @property
+    def halted(self) -> bool:
+        """True once an fsync failed: the journal stopped, nothing more is written."""
+        return self._halted
+
+    def when(self, level: str, callback: Callable[[int], object], seq: int | None = None,
+             on_error: Callable[[JournalError], object] | None = None) -> None:
+        """:meth:`when_written` or :meth:`when_synced`, by ``level`` (one of :data:`ACK_LEVELS`)."""
+        if level == WRITTEN:
+            self.when_written(callback, seq, on_error)
+        elif level == SYNCED:
+            self.when_synced(callback, seq, on_error)
+        else:
+            raise ValueError("ack level must be one of %s, not %r" % (", ".join(ACK_LEVELS), level))
 
     def when_written(self, callback: Callable[[int], object], seq: int | None = None,
                      on_error: Callable[[JournalError], object] | None = None) -> None:
@@ -102,10 +140,12 @@ class GroupCommit:
         wait ends; without, the wait lasts until a retried write succeeds."""
         self._wait(self._wait_written, self.journal.written_seq, callback, seq, on_error)
 
-    def when_synced(self, callback: Callable[[int], object], seq: int | None = None) -> None:
+    def when_synced(self, callback: Callable[[int], object], seq: int | None = None,
+                    on_error: Callable[[JournalError], object] | None = None) -> None:
         """``callback(synced_seq)`` once every record up to ``seq`` (default:
-        all appended so far) is fsynced."""
-        self._wait(self._wait_synced, self.journal.synced_seq, callback, seq, None)
+        all appended so far) is fsynced.  With ``on_error``, a failed write or
+        fsync calls ``on_error(exc)`` instead and the wait ends."""
+        self._wait(self._wait_synced, self.journal.synced_seq, callback, seq, on_error)
         if self.fsync != "batch":
             self._sync_soon()
 
@@ -113,6 +153,10 @@ class GroupCommit:
         target = self.journal.last_seq if seq is None else min(seq, self.journal.last_seq)
         if target <= done:
             callback(done)
+            return
+        if self._halted:
+            if on_error is not None:
+                on_error(self.journal._stopped())
             return
         if queue and queue[-1][0] > target:  # keep the queue sorted (an explicit seq may be lower)
             items = sorted([*queue, (target, callback, on_error)], key=_first)
@@ -128,22 +172,33 @@ class GroupCommit:
 
     def _write(self):
         self._write_timer = None
+        if self._halted:
+            return
+        if self._writing:               # a roll is being written on the threadpool
+            self._write_again = True
+            return
+        journal = self.journal
+        if journal.rolling:             # fsyncs the full segment and the directory: off the hub
+            self._writing = True
+            self.actor.run_in_thread(journal.write, on_done=self._written)
+            return
         try:
-            seq = self.journal.write()
+            seq = journal.write()
         except JournalError as exc:
-            if not self._failing:       # report once per failure, not once per retry
-                self._failing = True
-                log.error("journal write failed: %s (retrying every %ss)", exc, self.retry)
-                if self.on_error is not None:
-                    self.on_error(exc)
-            if self._wait_written:  # waiters that asked to hear of a failure hear of it now
-                waiting = self._wait_written
-                self._wait_written = deque(w for w in waiting if w[2] is None)
-                for _, _, failed in waiting:
-                    if failed is not None:
-                        failed(exc)
-            if self._write_timer is None and not self._stopped and not self.journal.broken:
-                self._write_timer = self.actor.call_later(self.retry, self._write)
+            self._written(None, exc)
+            return
+        self._written(seq, None)
+
+    def _written(self, seq, error):
+        if self._writing:
+            self._writing = False
+            if self._write_again:
+                self._write_again = False
+                self.kick()
+        if error is not None:
+            if not isinstance(error, JournalError):
+                raise error
+            self._write_failed(error)
             return
         if self._failing:
             self._failing = False
@@ -154,8 +209,49 @@ class GroupCommit:
         if self.fsync == "batch" or self._sync_again:
             self._sync()
 
+    def _write_failed(self, exc):
+        if self.journal.broken:
+            self._halt(exc)
+            return
+        if not self._failing:           # report once per failure, not once per retry
+            self._failing = True
+            log.error("journal write failed: %s (retrying every %ss)", exc, self.retry)
+            if self.on_error is not None:
+                self.on_error(exc)
+        self._fail_waiters(self._wait_written, exc)     # waiters that asked to hear of a failure hear of it now
+        self._fail_waiters(self._wait_synced, exc)
+        if self._write_timer is None and not self._stopped:
+            self._write_timer = self.actor.call_later(self.retry, self._write)
+
+    @staticmethod
+    def _fail_waiters(queue, exc):
+        if queue:
+            waiting = list(queue)
+            queue.clear()
+            queue.extend(w for w in waiting if w[2] is None)
+            for _, _, failed in waiting:
+                if failed is not None:
+                    failed(exc)
+
+    def _halt(self, exc):
+        """The journal stopped (a failed fsync, said once by the journal): stop for good."""
+        if self._halted:
+            return
+        self._halted = True
+        for timer in (self._write_timer, self._sync_timer):
+            if timer is not None:
+                timer.cancel()
+        self._write_timer = self._sync_timer = None
+        if self.on_error is not None:
+            self.on_error(exc)
+        for queue in (self._wait_written, self._wait_synced):
+            self._fail_waiters(queue, exc)
+            queue.clear()               # nothing more will be acknowledged
+
     def _sync(self):
         journal = self.journal
+        if self._halted:
+            return
         if self._syncing:
             self._sync_again = True
             return
@@ -168,9 +264,14 @@ class GroupCommit:
     def _synced(self, seq, error):
         self._syncing = False
         if error is not None:
-            log.error("journal fsync failed: %s", error)
-            if self.on_error is not None:
-                self.on_error(error)
+            if not isinstance(error, JournalError):
+                raise error
+            if self.journal.broken:
+                self._halt(error)
+            elif not self.journal.closed:
+                log.error("journal fsync failed: %s", error)
+                if self.on_error is not None:
+                    self.on_error(error)
             return
         if self.on_synced is not None:
             self.on_synced(seq)
@@ -191,7 +292,7 @@ class GroupCommit:
             if timer is not None:
                 timer.cancel()
         self._write_timer = self._sync_timer = None
-        if self.journal.closed:
+        if self.journal.closed or self._halted:
             return
         try:
             self.journal.write()

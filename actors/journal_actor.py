@@ -12,25 +12,28 @@ Commands (arguments and replies are msgpack values):
 ``FLUSH [durable]``
     deferred reply: ``written_seq`` once every record appended before it is
     written (survives ``kill -9``), or with ``durable`` true ``synced_seq``
-    once fsynced (survives power loss).
+    once fsynced (survives power loss).  Error: the write or fsync failed
+    (the journal error's message; after a failed fsync the journal stopped).
 ``READ from_seq [max_records] [max_bytes]``
     reply: ``[[seq, timestamp, key, body], ...]`` (read on the threadpool,
     so a cold disk never stalls the actor).  Error ``SequenceGone`` (its
     message names the first available sequence) before ``first_seq``.
 ``SEQ_AT_TIME timestamp``
-    reply: the first sequence at or after it.
+    reply: the first sequence at or after it (on the threadpool).
 ``RANGE``
     reply: ``[first_seq, last_seq, written_seq, synced_seq]``.
 ``STATS``
     reply: the journal's ``stats()`` dict.
 ``RETAIN``
-    reply: the number of segments retention removed.
+    reply: the number of segments retention removed (unlinks and a directory
+    fsync, on the threadpool).
 
-Events: ``JOURNAL_ERROR message`` when a write or fsync fails (appends are
-refused with the same error until a retried write succeeds).
+Events: ``JOURNAL_ERROR message`` when a write fails (appends are refused
+with the same error until a retried write succeeds), or once when an fsync
+fails (the journal stopped: appends are refused until the actor is restarted).
 """
 from .actor import Actor, command
-from .group_commit import GroupCommit
+from .group_commit import SYNCED, WRITTEN, GroupCommit
 from .journal import Journal
 
 __all__ = ["JournalActor"]
@@ -77,10 +80,7 @@ class JournalActor(Actor):
 
     @command(deferred=True)
     def flush(self, reply, durable=False):
-        if durable:
-            self.commit.when_synced(reply)
-        else:
-            self.commit.when_written(reply)
+        self.commit.when(SYNCED if durable else WRITTEN, reply, None, reply.error)
 
     @command(deferred=True)
     def read(self, reply, from_seq, max_records=1024, max_bytes=1 << 20):
@@ -92,9 +92,19 @@ class JournalActor(Actor):
 
         self.run_in_thread(self.journal.read, from_seq, max_records, max_bytes, on_done=done)
 
-    @command(reply=True)
-    def seq_at_time(self, timestamp):
-        return self.journal.seq_at_time(timestamp)
+    def _in_thread(self, reply, func, *args):
+        """Run a call that may touch the disk on the threadpool; answer with its result or error."""
+        def done(result, error):
+            if error is not None:
+                reply.error(error)
+            else:
+                reply(result)
+
+        self.run_in_thread(func, *args, on_done=done)
+
+    @command(deferred=True)
+    def seq_at_time(self, reply, timestamp):
+        self._in_thread(reply, self.journal.seq_at_time, timestamp)
 
     @command("RANGE", reply=True)
     def range_(self):
@@ -105,6 +115,6 @@ class JournalActor(Actor):
     def stats_(self):
         return self.journal.stats()
 
-    @command(reply=True)
-    def retain(self):
-        return self.journal.apply_retention()
+    @command(deferred=True)
+    def retain(self, reply):
+        self._in_thread(reply, self.journal.apply_retention)

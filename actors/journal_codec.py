@@ -25,7 +25,9 @@ zmq; every function is pure (thread-safe on distinct buffers).
   checked, skipped ones included (a flipped sequence never hides a record).  Returns ``(at, total, status)``: the offset after the last record
   consumed, the payload bytes added, and ``status`` 0 (out of complete
   records: a partial one, or none, at ``at``), 1 (stopped) or 2 (the record
-  at ``at`` is corrupt: bad length, key length or CRC).
+  at ``at`` is corrupt: bad length, CRC, or key/body lengths).  The one
+  record walker: reads use it, and so does the journal's recovery scan
+  (``decode`` with every sequence wanted, then sequence and time checks).
 * ``crc(data, value=0)``: CRC-32C.
 * ``columns``: the C extension's ``columns(buf, from_seq, to_seq)`` (records
   as Arrow column buffers, see ``actors/_journal.c``), or None without it:
@@ -48,6 +50,7 @@ _MAX_LENGTH = MIN_LENGTH + (1 << 30)
 _pack_prefix = _PREFIX.pack
 _pack_head = _HEAD.pack
 _pack_u32 = _U32.pack
+_unpack_u32 = _U32.unpack_from
 _unpack_rec = _REC.unpack_from
 _join = b"".join
 _tuple_new = tuple.__new__
@@ -99,7 +102,7 @@ def py_decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at):
         if seq >= from_seq:
             if seq > to_seq:
                 return at, total, 1
-            if klen > length - 24:
+            if klen > length - 24 or _unpack_u32(buf, at + 28 + klen)[0] != length - 24 - klen:
                 return at, total, 2
             size = length - 24
             if total + size > budget and out:

@@ -112,3 +112,26 @@ def test_age_retention_empties_an_idle_journal_and_keeps_the_sequence(tmp_path):
         assert j.append(b"k", b"after") == 101
     reader = JournalReader(tmp_path)
     assert [r.body for r in reader.records()] == [b"after"]
+
+
+def test_retention_removals_survive_a_power_loss(tmp_path):
+    """apply_retention fsyncs the directory: removed segments do not come back after a crash."""
+    from tests.actors.crashfs import CrashFiles
+
+    files = CrashFiles(tmp_path)
+    d = tmp_path / "s"
+    j = Journal(d, segment_bytes=512, files=files)
+    for i in range(400):
+        j.append(b"k", b"x" * 100)
+        if i % 10 == 9:
+            j.write()
+    j.write()
+    j.sync()
+    assert j.stats()["segments"] > 40
+    j.retain_bytes = 2048
+    assert j.apply_retention() > 30
+    first, last = j.first_seq, j.last_seq
+    files.crash()                   # the power goes right after retention returned
+    files.restore()
+    with Journal(d, files=files) as j:
+        assert (j.first_seq, j.last_seq) == (first, last), "removed segments stay removed"
