@@ -32,6 +32,10 @@ Behaviour:
   by the new server's snapshot, and a change event is sent for each key
   that differs.  A client of the whole map (no subtree) also re-syncs when
   it sees a gap in the sequence (updates lost in transit).
+- Never backwards: a snapshot older than the map we hold (its KTHXBAI
+  sequence lower than ours: a server that lost state) is refused and
+  counted (``stale_snapshots``); we keep our map and ask the next server
+  ``timeout`` seconds later.
 - ``set``/``delete`` publish a KVSET with a fresh UUID to *every* server's
   collector (so a passive backup holds it as pending until it sees it from
   the active).  The local map changes when the server's KVPUB comes back,
@@ -333,6 +337,13 @@ class Clone(Actor):
         msg = decode_kvmsg(frames)
         built, buffered = self._building, self._buffer
         self._building, self._buffer = None, []
+        if msg.sequence < self.sequence:
+            self.stats["stale_snapshots"] += 1
+            log.warning("%s: %s sent a snapshot at sequence %d, older than ours (%d); kept ours, asking again in %ss",
+                        self.name, self.servers[self.current][0], msg.sequence, self.sequence, self.timeout)
+            nxt = (self.current + 1) % len(self.servers)
+            self._ask_timer = self.call_later(self.timeout, self._connect, nxt, True)
+            return
         old, self.map = self.map, built
         self.sequence = seq = msg.sequence
         self.stats["snapshots"] += 1

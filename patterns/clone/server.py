@@ -38,6 +38,8 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   takeover (a client's ICANHAZ? while the active is silent) the pending
   updates are applied and published *before* that snapshot is answered.
   Split brain: the primary wins; the backup yields, logs and re-syncs.
+  A passive that has not completed a sync (just started, or re-syncing)
+  refuses the client vote, so it never takes over with a partial map.
   A server re-syncs through the peer's snapshot port with the routing id
   :data:`PEER_IDENTITY`: those snapshots (a zactors extension, invisible to
   clients) carry each entry's sequence, UUID and properties, with ttl as
@@ -278,6 +280,7 @@ class CloneServer(Actor):
             "clients_syncing": len(self._snapshots),
             "pending": len(self._pending),
             "syncing": self._syncing is not None,
+            "ready": fsm.ready if fsm else True,
             "peer_state": bstar.STATES.get(fsm.peer_state) if fsm else None,
             "peer_silent": fsm.peer_silent(_monotonic()) if fsm else None,
             "endpoints": list(self.endpoints),
@@ -485,6 +488,8 @@ class CloneServer(Actor):
             return
         if self.fsm is not None and not self.fsm.handle(bstar.CLIENT_REQUEST, _monotonic()):
             self.stats["requests_refused"] += 1
+            if not self.fsm.ready:
+                self.stats["requests_refused_unsynced"] += 1
             return
         self._start_snapshot(identity, subtree)
 
@@ -561,7 +566,7 @@ class CloneServer(Actor):
 
     # -- Binary Star ------------------------------------------------------------
     def _send_state(self):
-        self.state_pub.send_multipart(encode_state(self.fsm.state, self.sequence))
+        self.state_pub.send_multipart(encode_state(self.fsm.advertised, self.sequence))
 
     def _on_state(self, frames):
         decoded = decode_state(frames)
@@ -592,9 +597,6 @@ class CloneServer(Actor):
 
     def _take_over(self, reason):
         """Become active: apply and publish the pending client updates, before any snapshot."""
-        if self._syncing is not None:
-            log.warning("%s: taking over in the middle of a re-sync; keeping the map we had", self.name)
-            self._finish_sync(None)
         now = _monotonic()
         pending, self._pending = self._pending, OrderedDict()
         for msg, ttl, _arrived in pending.values():
@@ -650,6 +652,7 @@ class CloneServer(Actor):
         if self._sync_socket is not None:
             self.close_socket(self._sync_socket)
         self._syncing = {}
+        self.fsm.ready = False
         self._sync_buffer = []
         self._sync_sequence = 0
         self._sync_deadline = _monotonic() + 5.0
@@ -682,6 +685,7 @@ class CloneServer(Actor):
             self._sync_socket = None
         if sequence is None:  # abandoned
             return
+        self.fsm.ready = True
         self.map = built
         self.sequence = sequence
         self._ttl = [(e.deadline, e.sequence, k) for k, e in built.items() if e.deadline is not None]
