@@ -37,6 +37,9 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   kept as *pending* by UUID until the active's stream shows them.  On
   takeover (a client's ICANHAZ? while the active is silent) the pending
   updates are applied and published *before* that snapshot is answered.
+  A re-sync drops the pending updates its map shows applied or overtaken
+  (the key written after the update arrived), so a takeover never turns a
+  key back to an older value.
   Split brain: the primary wins; the backup yields, logs and re-syncs.
   A passive that has not completed a sync (just started, or re-syncing)
   refuses the client vote, so it never takes over with a partial map.
@@ -180,7 +183,8 @@ class CloneServer(Actor):
             self._restore(*self.store.recover())
         self._snapshots: dict[bytes, Any] = {}      # identity -> task
         self._cut_ref = None      # weak reference to the newest _Cut
-        self._pending: OrderedDict[bytes, Any] = OrderedDict()  # uuid -> (KVMsg, ttl): client updates the active has not published yet
+        # uuid -> (KVMsg, ttl, arrival time, our sequence then): client updates the active has not published yet
+        self._pending: OrderedDict[bytes, Any] = OrderedDict()
         self._seen: OrderedDict[bytes, Any] = OrderedDict()     # uuids the active published before their KVSET reached us
         self._syncing = None      # while re-syncing from the peer: dict being built
         self._sync_buffer: list[Any] = []
@@ -420,8 +424,11 @@ class CloneServer(Actor):
             return
         if self._seen.pop(msg.uuid, None) is not None:
             return
+        entry = self.map.get(msg.key)
+        if entry is not None and entry.uuid == msg.uuid:
+            return  # a sync brought it before its KVSET reached us
         pending = self._pending
-        pending[msg.uuid] = (msg, ttl, _monotonic())
+        pending[msg.uuid] = (msg, ttl, _monotonic(), self.sequence)
         if len(pending) > self.max_pending:
             pending.popitem(last=False)
             self.stats["pending_dropped"] += 1
@@ -466,7 +473,7 @@ class CloneServer(Actor):
         horizon = _monotonic() - 10.0
         pending = self._pending
         while pending:
-            _msg, _ttl, arrived = next(iter(pending.values()))
+            _msg, _ttl, arrived, _seq = next(iter(pending.values()))
             if arrived > horizon:
                 break
             pending.popitem(last=False)
@@ -599,7 +606,7 @@ class CloneServer(Actor):
         """Become active: apply and publish the pending client updates, before any snapshot."""
         now = _monotonic()
         pending, self._pending = self._pending, OrderedDict()
-        for msg, ttl, _arrived in pending.values():
+        for msg, ttl, _arrived, _seq in pending.values():
             self._apply(msg, ttl, now)
         self._seen.clear()
         self.stats["takeovers"] += 1
@@ -677,6 +684,28 @@ class CloneServer(Actor):
         deadline = None if ttl is None else _monotonic() + ttl
         self._syncing[msg.key] = _Entry(msg.value, msg.sequence, msg.uuid, msg.properties, deadline)
 
+    def _drop_superseded(self, built, sequence):
+        """Forget the pending updates a sync at ``sequence`` shows applied or overtaken.
+
+        An update pending since our sequence was S is kept only if the synced
+        map holds its key at a sequence <= S under another UUID: nothing
+        touched the key since, so the active has not applied it (yet).  If the
+        map holds the key newer than S, or not at all while the cut is newer
+        than S, the update may have been applied and overwritten: applying it
+        on a takeover could turn the key back to an older value.  Dropping it
+        loses at most an update no client was told of (it never saw a KVPUB).
+        """
+        pending = self._pending
+        for uid, (msg, _ttl, _arrived, since) in list(pending.items()):
+            entry = built.get(msg.key)
+            if entry is None:
+                superseded = sequence > since
+            else:
+                superseded = entry.uuid == uid or entry.sequence > since
+            if superseded:
+                del pending[uid]
+                self.stats["pending_superseded"] += 1
+
     def _finish_sync(self, sequence):
         built, buffered = self._syncing, self._sync_buffer
         self._syncing, self._sync_buffer = None, []
@@ -690,9 +719,7 @@ class CloneServer(Actor):
         self.sequence = sequence
         self._ttl = [(e.deadline, e.sequence, k) for k, e in built.items() if e.deadline is not None]
         heapq.heapify(self._ttl)
-        for entry in built.values():
-            if entry.uuid:
-                self._pending.pop(entry.uuid, None)
+        self._drop_superseded(built, sequence)
         if self.store is not None:  # the journal describes the old map: write the new one
             self.store.compact(self.map, self._expires)
         log.info("%s: synced from the peer at sequence %d (%d keys)", self.name, sequence, len(built))
