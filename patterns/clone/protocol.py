@@ -4,7 +4,16 @@ Every CHP message but ``ICANHAZ?`` is a kvmsg of five frames::
 
     key | sequence (8 bytes, network order) | UUID (0 or 16 bytes) | properties | value
 
-``ICANHAZ?`` is two frames (the command, a subtree specification).  Encoders
+``ICANHAZ?`` is two frames (the command, a subtree specification).
+
+``KVERR`` (a zactors extension) is how a server refuses a client's KVSET
+(its journal could not hold it: a full disk), on the publisher socket::
+
+    "KVERR" | sequence 0 | the refused KVSET's UUID | empty | reason (UTF-8, at most MAX_REASON bytes)
+
+Its sequence is 0, so a client that does not know it discards it as an old
+KVPUB (the spec's rule); zactors clients subscribe to it and fail the
+update that carries that UUID.  Encoders
 return lists of frames (without a ROUTER identity); decoders take them and
 raise a :class:`ProtocolError` subclass, and nothing else, for any other input.
 Pure functions: no sockets, safe everywhere.
@@ -40,18 +49,21 @@ import re
 import struct
 
 __all__ = [
-    "ICANHAZ", "KTHXBAI", "HUGZ", "RESERVED_KEYS", "MAX_KEY", "MAX_PROPERTIES", "MAX_PROPERTY",
+    "ICANHAZ", "KTHXBAI", "HUGZ", "KVERR", "MAX_REASON", "RESERVED_KEYS", "MAX_KEY", "MAX_PROPERTIES", "MAX_PROPERTY",
     "KVMsg", "Dialect", "SPEC", "GUIDE", "dialect",
     "ProtocolError", "BadFrames", "BadKey", "BadSequence", "BadUUID", "BadProperties", "BadSubtree", "BadCommand",
-    "encode_icanhaz", "encode_kvmsg", "encode_kthxbai", "encode_properties",
+    "encode_icanhaz", "encode_kvmsg", "encode_kthxbai", "encode_kverr", "encode_properties",
     "decode_icanhaz", "decode_kvmsg", "decode_kvset", "decode_properties", "check_subtree", "parse_ttl",
 ]
 
 ICANHAZ = b"ICANHAZ?"
 KTHXBAI = b"KTHXBAI"
 HUGZ = b"HUGZ"
+KVERR = b"KVERR"
 #: keys a client may not set: they are command names on the same sockets
-RESERVED_KEYS = frozenset((ICANHAZ, KTHXBAI, HUGZ))
+RESERVED_KEYS = frozenset((ICANHAZ, KTHXBAI, HUGZ, KVERR))
+#: longest reason a KVERR carries (bytes)
+MAX_REASON = 512
 
 #: longest key accepted (bytes)
 MAX_KEY = 1024
@@ -211,6 +223,11 @@ def encode_kvmsg(key, sequence, value=b"", uuid=b"", properties=b""):
 
 def encode_kthxbai(sequence, subtree=b""):
     return [KTHXBAI, pack_sequence(sequence), b"", b"", subtree]
+
+
+def encode_kverr(uuid, reason):
+    """KVERR: the server refuses the KVSET with ``uuid``; ``reason`` (bytes) says why."""
+    return [KVERR, pack_sequence(0), uuid, b"", reason[:MAX_REASON]]
 
 
 # -- decoders ---------------------------------------------------------------

@@ -49,7 +49,17 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   the seconds left, so the backup can expire keys after a takeover.
 - Malformed messages on any socket are dropped and counted (``malformed``).
 - ``persist=DIR`` keeps the map in the kernel's Journal (see :mod:`.persist`):
-  a restarted server starts from it, at the same sequence.
+  a restarted server starts from it, at the same sequence.  An update is
+  journaled *before* it is applied and published: its KVPUB (and any
+  snapshot holding it) waits until the journal holds it at the ``ack``
+  level: ``"written"`` (survives a crash of the process) or ``"synced"``
+  (fsynced: survives a power loss; pair it with ``fsync="batch"``).  When a
+  write fails (a full disk) the updates waiting for it are refused, and so
+  is every update until a retried write succeeds: the server publishes
+  ``KVERR`` with the update's UUID and the reason (see
+  :func:`.protocol.encode_kverr`; :meth:`.Clone.set` raises
+  :class:`.UpdateRefused`), voids the refused records in the journal and
+  goes on serving.
 - ``curve=keys`` (an ``actors.auth`` Keypair or secret key) makes every
   socket CURVE; peers use ``peer_public`` (default: our own public key).
 
@@ -66,6 +76,7 @@ from __future__ import annotations
 
 import heapq
 import os
+from collections import deque
 import logging
 import time
 import uuid as _uuid
@@ -74,17 +85,19 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+import msgpack
 import zmq
 
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import Keypair, curve_client, curve_server
+from zactors.actors.journal import JournalError
 from zactors.actors.router import Router
 from zactors.actors.speedups import send_message
 
 from . import bstar
 from .bstar import BinaryStar, decode_state, encode_state
 from .persist import MapJournal
-from .protocol import (HUGZ, Dialect, KTHXBAI, MAX_KEY, RESERVED_KEYS, SPEC, ProtocolError, decode_icanhaz, decode_kvmsg, decode_kvset,
+from .protocol import (HUGZ, Dialect, KTHXBAI, MAX_KEY, MAX_REASON, encode_kverr, RESERVED_KEYS, SPEC, ProtocolError, decode_icanhaz, decode_kvmsg, decode_kvset,
                        decode_properties, dialect as _dialect, encode_icanhaz, encode_kthxbai, encode_properties,
                        pack_sequence, parse_ttl)
 
@@ -146,7 +159,7 @@ class CloneServer(Actor):
                  snapshot_timeout: float = 30.0, snapshot_hwm: int = 20000, expire_batch: int = 10000,
                  max_pending: int = 1000000, curve: Keypair | bytes | str | None = None,
                  peer_public: bytes | str | None = None, persist: str | os.PathLike[str] | None = None,
-                 fsync: str = "interval", name: str | None = None) -> None:
+                 fsync: str = "interval", ack: str = "written", name: str | None = None) -> None:
         if role not in (None, "primary", "backup"):
             raise ValueError("role must be None (alone), 'primary' or 'backup'")
         if port is not None:
@@ -170,6 +183,9 @@ class CloneServer(Actor):
         self.peer_public = peer_public
         self.persist = persist
         self.fsync = fsync
+        if ack not in ("written", "synced"):
+            raise ValueError("ack must be 'written' or 'synced', not %r" % (ack,))
+        self.ack = ack
         self.name = name or "clone-%s" % (role or "server")
 
     # -- setup ----------------------------------------------------------------
@@ -178,9 +194,13 @@ class CloneServer(Actor):
         self.sequence = 0
         self._ttl: list[tuple[float, int, bytes]] = []            # heap of (deadline, sequence, key)
         self.store = None
+        self._journal_gap = False
         if self.persist is not None:
-            self.store = MapJournal(self, self.persist, fsync=self.fsync)
+            self.store = MapJournal(self, self.persist, fsync=self.fsync, ack=self.ack, on_durable=self._publish_durable,
+                                    on_error=self._journal_failed)
             self._restore(*self.store.recover())
+        self._assigned = self.sequence      # the last sequence handed out (journaled; published once durable)
+        self._outbox: deque[tuple[Any, ...]] = deque()  # (journal seq, sequence, key, value, uuid, props, ttl, body)
         self._snapshots: dict[bytes, Any] = {}      # identity -> task
         self._cut_ref = None      # weak reference to the newest _Cut
         # uuid -> (KVMsg, ttl, arrival time, our sequence then): client updates the active has not published yet
@@ -258,6 +278,11 @@ class CloneServer(Actor):
         heapq.heapify(self._ttl)
         self.sequence = sequence
 
+    @staticmethod
+    def _body(item):
+        _jseq, seq, key, value, uid, props, ttl = item
+        return msgpack.packb((seq, uid, props, value, None if ttl is None or not value else time.time() + ttl))
+
     def _expires(self, entry):
         """An entry's deadline as wall-clock time (for the journal), or None."""
         return None if entry.deadline is None else time.time() + (entry.deadline - _monotonic())
@@ -291,7 +316,9 @@ class CloneServer(Actor):
             "dialect": self.dialect.name,
             "persist": None if self.store is None else {"directory": self.store.directory,
                                                         "generation": self.store.generation,
-                                                        "compactions": self.store.compactions},
+                                                        "compactions": self.store.compactions,
+                                                        "ack": self.ack, "unpublished": len(self._outbox),
+                                                        "error": str(self.store.journal.error or "") or None},
             "counters": dict(self.stats),
         }
 
@@ -373,8 +400,8 @@ class CloneServer(Actor):
         return True
 
     # -- the map ----------------------------------------------------------------
-    def _store(self, key, value, sequence, uuid, properties, ttl, now):
-        """Apply one update at ``sequence`` (already assigned)."""
+    def _set(self, key, value, sequence, uuid, properties, ttl, now):
+        """Put one update at ``sequence`` into the map (and the ttl heap)."""
         if value:
             deadline = None
             if ttl is not None:
@@ -383,17 +410,74 @@ class CloneServer(Actor):
             self.map[key] = _Entry(value, sequence, uuid, properties, deadline)
         else:
             self.map.pop(key, None)
-        if self.store is not None:
+
+    def _follow_store(self, key, value, sequence, uuid, properties, ttl):
+        """Passive: journal an update of the active's (nothing is published, so no waiting)."""
+        try:
             self.store.record(key, sequence, uuid, properties, value,
                               None if ttl is None or not value else time.time() + ttl)
+        except JournalError as exc:
+            self.stats["journal_refused"] += 1
+            self._journal_gap = True   # compacted from the map once the journal takes appends again
+            log.debug("%s: journal refused a followed update: %s", self.name, exc)
 
     def _apply(self, msg, ttl, now):
-        """Active: give a client update the next sequence, store it and publish it."""
-        self.sequence = seq = self.sequence + 1
-        self._store(msg.key, msg.value, seq, msg.uuid, msg.properties, ttl, now)
+        """Active: give a client update the next sequence, store it and publish it.
+
+        With a journal, it is journaled now and applied and published once
+        durable (:meth:`_publish_durable`), or refused (:meth:`_refuse`)."""
+        if self.store is None:
+            self.sequence = seq = self.sequence + 1
+            self._set(msg.key, msg.value, seq, msg.uuid, msg.properties, ttl, now)
+            pub = self.pub
+            send_message(pub, pub.handle, (msg.key, pack_sequence(seq), msg.uuid, msg.properties, msg.value))
+            self.stats["updates"] += 1
+            return
+        self._journal(msg.key, msg.value, msg.uuid, msg.properties, ttl)
+
+    def _journal(self, key, value, uid, props, ttl):
+        """Journal one change at the next sequence, to publish once durable; False if refused."""
+        seq = self._assigned + 1
+        body = msgpack.packb((seq, uid, props, value, None if ttl is None or not value else time.time() + ttl))
+        try:
+            jseq = self.store.append(key, body)
+        except JournalError as exc:
+            self._refuse(uid, exc)
+            return False
+        self._assigned = seq
+        self._outbox.append((jseq, seq, key, value, uid, props, ttl))
+        return True
+
+    def _publish_durable(self, jseq):
+        """The journal holds everything up to ``jseq`` (None: all) at the ack level: apply and publish it."""
+        outbox = self._outbox
+        if not outbox:
+            return
+        pub, now = self.pub, _monotonic()
+        while outbox and (jseq is None or outbox[0][0] <= jseq):
+            _jseq, seq, key, value, uid, props, ttl = outbox.popleft()
+            self.sequence = seq
+            self._set(key, value, seq, uid, props, ttl, now)
+            send_message(pub, pub.handle, (key, pack_sequence(seq), uid, props, value))
+            self.stats["updates"] += 1
+
+    def _journal_failed(self, exc):
+        """A journal write (or fsync) failed: refuse every update waiting for it, and void their records."""
+        refused, self._outbox = self._outbox, deque()
+        if refused:
+            self.store.void(refused[0][0], refused[-1][0])
+        for item in refused:
+            self._refuse(item[4], exc)
+        self._assigned = self.sequence    # the refused sequences were never published: hand them out again
+        log.error("%s: journal failed (%s): %d update(s) refused; refusing updates until a write succeeds",
+                  self.name, exc, len(refused))
+
+    def _refuse(self, uid, exc):
+        """Tell the client (by the update's UUID) that its update was not applied."""
+        self.stats["refused"] += 1
+        reason = str(exc).encode("utf-8", "replace")[:MAX_REASON]
         pub = self.pub
-        send_message(pub, pub.handle, (msg.key, pack_sequence(seq), msg.uuid, msg.properties, msg.value))
-        self.stats["updates"] += 1
+        send_message(pub, pub.handle, encode_kverr(uid, reason))
 
     def _on_collect(self, frames):
         # The hot path: an active server, a KVSET without properties (so no ttl to parse).
@@ -444,12 +528,16 @@ class CloneServer(Actor):
             if entry is None or entry.sequence != seq:
                 continue  # changed or deleted since
             n += 1
+            uid = _uuid.uuid4().bytes
+            if self.store is not None:  # journaled first: the delete is applied once durable
+                if not self._journal(key, b"", uid, entry.properties, None):
+                    heapq.heappush(heap, (now + 1.0, seq, key))  # try again in a second
+                    break
+                self.stats["expired"] += 1
+                continue
             del self.map[key]
             self.sequence = new = self.sequence + 1
-            uid = _uuid.uuid4().bytes
             send_message(pub, pub.handle, (key, pack_sequence(new), uid, entry.properties, b""))
-            if self.store is not None:
-                self.store.record(key, new, uid, entry.properties, b"", None)
             self.stats["expired"] += 1
 
     def _send_hugz(self):
@@ -457,8 +545,14 @@ class CloneServer(Actor):
             self.pub.send_multipart(self.dialect.hugz(self.sequence, _uuid.uuid4().bytes))
 
     def _housekeeping(self):
-        if self.store is not None:
-            self.store.maybe_compact(self.map, self._expires)
+        store = self.store
+        if store is not None:
+            if self._journal_gap and store.journal.error is None and store._next is None:
+                self._journal_gap = False
+                store.compact(self.map, self._expires, self.sequence)
+            else:
+                store.maybe_compact(self.map, self._expires, self.sequence,
+                                    [(item[2], self._body(item)) for item in self._outbox])
         if self._stalled:
             horizon = _monotonic() - self.snapshot_timeout
             for identity, since in list(self._stalled.items()):
@@ -647,8 +741,10 @@ class CloneServer(Actor):
             ttl = parse_ttl(decode_properties(msg.properties)) if msg.properties else None
         except ProtocolError:
             ttl = None
-        self.sequence = msg.sequence
-        self._store(msg.key, msg.value, msg.sequence, msg.uuid, msg.properties, ttl, _monotonic())
+        self.sequence = self._assigned = msg.sequence
+        self._set(msg.key, msg.value, msg.sequence, msg.uuid, msg.properties, ttl, _monotonic())
+        if self.store is not None:
+            self._follow_store(msg.key, msg.value, msg.sequence, msg.uuid, msg.properties, ttl)
         self.stats["followed"] += 1
 
     def _resync(self, reason):
@@ -716,12 +812,13 @@ class CloneServer(Actor):
             return
         self.fsm.ready = True
         self.map = built
-        self.sequence = sequence
+        self.sequence = self._assigned = sequence
         self._ttl = [(e.deadline, e.sequence, k) for k, e in built.items() if e.deadline is not None]
         heapq.heapify(self._ttl)
         self._drop_superseded(built, sequence)
         if self.store is not None:  # the journal describes the old map: write the new one
-            self.store.compact(self.map, self._expires)
+            self._journal_gap = False
+            self.store.compact(self.map, self._expires, sequence)
         log.info("%s: synced from the peer at sequence %d (%d keys)", self.name, sequence, len(built))
         self.stats["synced"] += 1
         self._feed_progress = True

@@ -1,6 +1,8 @@
 """Clone test helpers: servers and clients on ephemeral loopback ports, raw peers."""
+import os
 import random
 import socket
+import subprocess
 
 import pytest
 import zmq
@@ -43,6 +45,20 @@ def raw():
     yield raw
     for sock in made:
         sock.close(0)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 256 KiB tmpfs (root only), unmounted after the test."""
+    path = tmp_path / "disk"
+    path.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: %s" % done.stderr.decode().strip())
+    yield path
+    subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def rebind(make, cls, timeout=5.0, **kwargs):
