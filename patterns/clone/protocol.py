@@ -11,6 +11,12 @@ Every CHP message but ``ICANHAZ?`` is a kvmsg of five frames::
 
     "KVERR" | sequence 0 | the refused KVSET's UUID | empty | reason (UTF-8, at most MAX_REASON bytes)
 
+A server of a Binary Star pair re-syncs from its peer with a third frame,
+``ICANHAZ? | "" | "peer"`` (:func:`encode_peer_icanhaz`): the snapshot then
+carries each entry's sequence, UUID and properties, with ttl as the seconds
+left.  It is asked from a socket whose routing id libzmq assigns (no peer can
+claim it) and casts no Binary Star vote.
+
 Its sequence is 0, so a client that does not know it discards it as an old
 KVPUB (the spec's rule); zactors clients subscribe to it and fail the
 update that carries that UUID.  Encoders
@@ -52,6 +58,7 @@ __all__ = [
     "ICANHAZ", "KTHXBAI", "HUGZ", "KVERR", "MAX_REASON", "RESERVED_KEYS", "MAX_KEY", "MAX_PROPERTIES", "MAX_PROPERTY",
     "KVMsg", "Dialect", "SPEC", "GUIDE", "dialect",
     "ProtocolError", "BadFrames", "BadKey", "BadSequence", "BadUUID", "BadProperties", "BadSubtree", "BadCommand",
+    "PEER_SYNC", "encode_peer_icanhaz", "is_peer_icanhaz",
     "encode_icanhaz", "encode_kvmsg", "encode_kthxbai", "encode_kverr", "encode_properties",
     "decode_icanhaz", "decode_kvmsg", "decode_kvset", "decode_properties", "check_subtree", "parse_ttl",
 ]
@@ -62,6 +69,8 @@ HUGZ = b"HUGZ"
 KVERR = b"KVERR"
 #: keys a client may not set: they are command names on the same sockets
 RESERVED_KEYS = frozenset((ICANHAZ, KTHXBAI, HUGZ, KVERR))
+#: third frame of a server's ICANHAZ? to its Binary Star peer
+PEER_SYNC = b"peer"
 #: longest reason a KVERR carries (bytes)
 MAX_REASON = 512
 
@@ -214,6 +223,15 @@ def check_subtree(subtree):
 # -- encoders ---------------------------------------------------------------
 def encode_icanhaz(subtree=b""):
     return [ICANHAZ, check_subtree(subtree)]
+
+
+def encode_peer_icanhaz():
+    """A server's re-sync request to its peer (the whole map, with each entry's details)."""
+    return [ICANHAZ, b"", PEER_SYNC]
+
+
+def is_peer_icanhaz(frames):
+    return len(frames) == 3 and frames[0] == ICANHAZ and not frames[1] and frames[2] == PEER_SYNC
 
 
 def encode_kvmsg(key, sequence, value=b"", uuid=b"", properties=b""):

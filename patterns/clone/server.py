@@ -26,7 +26,10 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   drops an entry however large the map or slow the client, and HUGZ, the
   pair's heartbeats and other clients keep flowing.  KTHXBAI is queued
   after the last KVSYNC.  A client that disappears (unroutable) or stops
-  reading for ``snapshot_timeout`` seconds costs nothing more.
+  reading for ``snapshot_timeout`` seconds costs nothing more.  The cuts
+  in flight share a budget (``snapshot_budget`` entries in all,
+  ``max_snapshots`` at once): requests past it wait, or are refused once
+  ``snapshot_queue`` wait (see :mod:`.snapshots`).
 - HUGZ every ``hugz`` seconds from the active server, from a reactor timer
   that nothing can starve (reactor rounds run due timers every round).
 - Binary Star (:mod:`.bstar`): state heartbeats on their own sockets.  The
@@ -43,9 +46,10 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   Split brain: the primary wins; the backup yields, logs and re-syncs.
   A passive that has not completed a sync (just started, or re-syncing)
   refuses the client vote, so it never takes over with a partial map.
-  A server re-syncs through the peer's snapshot port with the routing id
-  :data:`PEER_IDENTITY`: those snapshots (a zactors extension, invisible to
-  clients) carry each entry's sequence, UUID and properties, with ttl as
+  A server re-syncs through the peer's snapshot port with a request of its
+  own (:func:`.protocol.encode_peer_icanhaz`) from a socket whose routing
+  id libzmq assigns, so no client can take that link over: those snapshots
+  (a zactors extension) carry each entry's sequence, UUID and properties, with ttl as
   the seconds left, so the backup can expire keys after a takeover.
 - Malformed messages on any socket are dropped and counted (``malformed``).
 - ``persist=DIR`` keeps the map in the kernel's Journal (see :mod:`.persist`):
@@ -80,7 +84,6 @@ from collections import deque
 import logging
 import time
 import uuid as _uuid
-import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -91,25 +94,21 @@ import zmq
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import Keypair, curve_client, curve_server
 from zactors.actors.journal import JournalError
-from zactors.actors.router import Router
 from zactors.actors.speedups import send_message
 
 from . import bstar
 from .bstar import BinaryStar, decode_state, encode_state
 from .persist import MapJournal
-from .protocol import (HUGZ, Dialect, KTHXBAI, MAX_KEY, MAX_REASON, encode_kverr, RESERVED_KEYS, SPEC, ProtocolError, decode_icanhaz, decode_kvmsg, decode_kvset,
-                       decode_properties, dialect as _dialect, encode_icanhaz, encode_kthxbai, encode_properties,
-                       pack_sequence, parse_ttl)
+from .snapshots import Snapshots
+from .protocol import (HUGZ, Dialect, KTHXBAI, MAX_KEY, MAX_REASON, encode_kverr, encode_peer_icanhaz,
+                       is_peer_icanhaz, RESERVED_KEYS, SPEC, ProtocolError, decode_icanhaz, decode_kvmsg,
+                       decode_kvset, decode_properties, dialect as _dialect, pack_sequence, parse_ttl)
 
-__all__ = ["CloneServer", "endpoints", "PEER_IDENTITY"]
+__all__ = ["CloneServer", "endpoints"]
 
 log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
-
-#: routing id a server's snapshot DEALER uses with its peer: its snapshots carry UUIDs and relative ttls
-PEER_IDENTITY = b"zactors.clone.peer"
-
 
 def endpoints(host: str = "127.0.0.1", port: int = 5556, transport: str = "tcp") -> tuple[str, ...]:
     """``(snapshot, publisher, collector, state)`` endpoints of a server at base ``port``."""
@@ -127,26 +126,42 @@ class _Entry:
         self.deadline = deadline
 
 
-def _with_ttl(properties, ttl_text):
-    props = decode_properties(properties)
-    props["ttl"] = ttl_text
-    return encode_properties(props)
+#: keys a KEYS listing looks at per loop round
+LISTING_STEP = 20000
 
 
-class _Cut:
-    """A copy of the map at one sequence, shared by the snapshots started while nothing changed."""
+class _Smallest:
+    """The ``limit`` smallest distinct items added (sorted by :meth:`items`); ``dropped``: some were not kept."""
 
-    __slots__ = ("entries", "sequence", "__weakref__")
+    __slots__ = ("limit", "kept", "bound", "dropped")
 
-    def __init__(self, entries, sequence):
-        self.entries = entries
-        self.sequence = sequence
+    def __init__(self, limit):
+        self.limit = limit
+        self.kept: list[bytes] = []
+        self.bound = None       # items above this are past the limit for good
+        self.dropped = False
 
+    def add(self, item):
+        """Keep ``item`` if it may be among the smallest; True if kept."""
+        if self.bound is not None and item >= self.bound:
+            self.dropped = True
+            return False
+        self.kept.append(item)
+        if len(self.kept) >= 2 * self.limit + 64:
+            self._trim()
+        return True
 
-class _SnapshotRouter(Router):
-    """The snapshot ROUTER: a peer at its HWM is retried within 5 ms, not 50, so a fast reader never idles."""
+    def _trim(self):
+        kept = self.kept
+        kept.sort()
+        if len(kept) > self.limit:
+            self.bound = kept[self.limit]
+            del kept[self.limit:]
+            self.dropped = True
 
-    retry_max = 0.005
+    def items(self):
+        self._trim()
+        return self.kept
 
 
 class CloneServer(Actor):
@@ -156,7 +171,8 @@ class CloneServer(Actor):
                  publisher: str | None = None, collector: str | None = None, state: str | None = None,
                  role: str | None = None, peer: Sequence[str] | None = None, hugz: float = 0.2,
                  heartbeat: float = 0.2, dialect: str | Dialect = SPEC, window: int = 2000, chunk: int = 100,
-                 snapshot_timeout: float = 30.0, snapshot_hwm: int = 20000, expire_batch: int = 10000,
+                 snapshot_timeout: float = 30.0, snapshot_hwm: int = 20000, snapshot_budget: int = 2000000,
+                 max_snapshots: int = 64, snapshot_queue: int = 10000, expire_batch: int = 10000,
                  max_pending: int = 1000000, curve: Keypair | bytes | str | None = None,
                  peer_public: bytes | str | None = None, persist: str | os.PathLike[str] | None = None,
                  fsync: str = "interval", ack: str = "written", name: str | None = None) -> None:
@@ -177,6 +193,9 @@ class CloneServer(Actor):
         self.chunk = chunk
         self.snapshot_timeout = snapshot_timeout
         self.snapshot_hwm = snapshot_hwm
+        self.snapshot_budget = snapshot_budget
+        self.max_snapshots = max_snapshots
+        self.snapshot_queue = snapshot_queue
         self.expire_batch = expire_batch
         self.max_pending = max_pending
         self.curve = curve
@@ -201,8 +220,6 @@ class CloneServer(Actor):
             self._restore(*self.store.recover())
         self._assigned = self.sequence      # the last sequence handed out (journaled; published once durable)
         self._outbox: deque[tuple[Any, ...]] = deque()  # (journal seq, sequence, key, value, uuid, props, ttl, body)
-        self._snapshots: dict[bytes, Any] = {}      # identity -> task
-        self._cut_ref = None      # weak reference to the newest _Cut
         # uuid -> (KVMsg, ttl, arrival time, our sequence then): client updates the active has not published yet
         self._pending: OrderedDict[bytes, Any] = OrderedDict()
         self._seen: OrderedDict[bytes, Any] = OrderedDict()     # uuids the active published before their KVSET reached us
@@ -213,18 +230,16 @@ class CloneServer(Actor):
         self._peer_seq = self._peer_seq_prev = 0
         self._feed_progress = False
         curve = self.curve
-        self._stalled: dict[bytes, float] = {}        # identity -> when its snapshot was held by backpressure
-        self.router = _SnapshotRouter(self, self._on_snapshot, backlog=self.window + self.chunk + 16, high=self.window,
-                             on_held=self._on_held, on_drained=self._on_drained,
-                             on_unroutable=self._on_unroutable, router_handover=1, sndhwm=self.snapshot_hwm,
-                             heartbeat_ivl=1000, heartbeat_timeout=5000)
+        self.snapshots = Snapshots(self, self._on_snapshot, window=self.window, chunk=self.chunk,
+                                   timeout=self.snapshot_timeout, hwm=self.snapshot_hwm, budget=self.snapshot_budget,
+                                   max_active=self.max_snapshots, max_waiting=self.snapshot_queue)
         self.pub = self.socket(zmq.PUB, sndhwm=100000)
         self.collector = self.socket(zmq.SUB, rcvhwm=100000)
         self.collector.setsockopt(zmq.SUBSCRIBE, b"")
-        for sock in (self.router.socket, self.pub, self.collector):
+        for sock in (self.snapshots.router.socket, self.pub, self.collector):
             if curve is not None:
                 curve_server(sock, curve)
-        self.endpoints[0] = self.router.bind(self.endpoints[0])  # type: ignore[arg-type]  # None only for a lone server's state
+        self.endpoints[0] = self.snapshots.router.bind(self.endpoints[0])  # type: ignore[arg-type]  # None only for a lone server's state
         self.pub.bind(self.endpoints[1])  # type: ignore[arg-type]  # None only for a lone server's state
         self.endpoints[1] = self.pub.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
         self.collector.bind(self.endpoints[2])  # type: ignore[arg-type]  # None only for a lone server's state
@@ -306,7 +321,8 @@ class CloneServer(Actor):
             "sequence": self.sequence,
             "keys": len(self.map),
             "ttl_keys": sum(1 for e in self.map.values() if e.deadline is not None) if len(self.map) < 100000 else None,
-            "clients_syncing": len(self._snapshots),
+            "clients_syncing": len(self.snapshots),
+            "snapshots": self.snapshots.info(),
             "pending": len(self._pending),
             "syncing": self._syncing is not None,
             "ready": fsm.ready if fsm else True,
@@ -327,9 +343,9 @@ class CloneServer(Actor):
         entry = self.map.get(key if isinstance(key, bytes) else key.encode())
         return None if entry is None else entry.value
 
-    @command(reply=True)
-    def keys(self, prefix: bytes | str = b"", limit: int = 1000, preview: int | None = None,
-             delimiter: bytes | str | None = None) -> Any:
+    @command(deferred=True)
+    def keys(self, reply, prefix: bytes | str = b"", limit: int = 1000, preview: int | None = None,
+             delimiter: bytes | str | None = None) -> None:
         """The sorted keys starting with ``prefix``, at most ``limit``.
 
         ``preview=N``: each item is ``[key, value[:N], len(value), ttl]``
@@ -340,35 +356,59 @@ class CloneServer(Actor):
         ``prefix`` holds the delimiter (past its first byte, and not as its
         last) counts under ``prefix + rest`` up to that delimiter instead of
         being listed.  At most ``limit`` keys and ``limit`` subtrees.
+
+        A cooperative task (:data:`LISTING_STEP` keys a round, no sort of
+        the whole map), so a large map never holds the loop; the listing is
+        of the keys there when it was asked (a key deleted meanwhile is left out).
         """
         prefix = prefix if isinstance(prefix, bytes) else prefix.encode()
+        if delimiter is not None:
+            delimiter = delimiter if isinstance(delimiter, bytes) else delimiter.encode()
         if preview is not None and preview < 0:
-            raise ValueError("preview is a number of bytes >= 0")
-        found = sorted(k for k in self.map if k.startswith(prefix))
+            reply.error(ValueError("preview is a number of bytes >= 0"))
+            return
+        if delimiter is not None and not delimiter:
+            reply.error(ValueError("a delimiter is at least one byte"))
+            return
+
+        def done(task):
+            if task.error is not None:
+                reply.error(task.error)
+            elif not task.cancelled:
+                reply(task.result)
+        self.start_task(self._listing(prefix, max(0, int(limit)), preview, delimiter), on_done=done)
+
+    def _listing(self, prefix, limit, preview, delimiter):
+        names = list(self.map)  # references only: a few ms at 500k keys
+        keys = _Smallest(limit)
+        subtrees = _Smallest(limit)
+        counts: dict[bytes, int] = {}
+        skip = len(prefix)
+        width = len(delimiter) if delimiter else 0
+        for start in range(0, len(names), LISTING_STEP):
+            for key in names[start:start + LISTING_STEP]:
+                if not key.startswith(prefix):
+                    continue
+                if delimiter:
+                    cut = key.find(delimiter, skip + 1)
+                    if cut >= 0 and cut + width < len(key):
+                        subtree = key[:cut + width]
+                        if subtree in counts:
+                            counts[subtree] += 1
+                        elif subtrees.add(subtree):
+                            counts[subtree] = 1
+                        continue
+                keys.add(key)
+            if len(counts) > 2 * limit + LISTING_STEP:  # forget the subtrees past the limit
+                kept = set(subtrees.items())
+                counts = {sub: n for sub, n in counts.items() if sub in kept}
+            yield
+        entries = self.map
+        listed = [self._listed(key, preview) for key in keys.items() if key in entries]
         if delimiter is None:
-            return [self._listed(k, preview) for k in found[:limit]]
-        delimiter = delimiter if isinstance(delimiter, bytes) else delimiter.encode()
-        if not delimiter:
-            raise ValueError("a delimiter is at least one byte")
-        subtrees: dict[bytes, int] = {}
-        keys: list[Any] = []
-        truncated = False
-        skip, width = len(prefix), len(delimiter)
-        for key in found:
-            cut = key.find(delimiter, skip + 1)
-            if cut >= 0 and cut + width < len(key):
-                subtree = key[:cut + width]
-                if subtree in subtrees:
-                    subtrees[subtree] += 1
-                elif len(subtrees) < limit:
-                    subtrees[subtree] = 1
-                else:
-                    truncated = True
-            elif len(keys) < limit:
-                keys.append(self._listed(key, preview))
-            else:
-                truncated = True
-        return {"keys": keys, "subtrees": [[sub, n] for sub, n in subtrees.items()], "truncated": truncated}
+            return listed
+        return {"keys": listed, "subtrees": [[sub, counts[sub]] for sub in subtrees.items()],
+                "truncated": keys.dropped or subtrees.dropped}
 
     def _listed(self, key, preview):
         if preview is None:
@@ -553,13 +593,7 @@ class CloneServer(Actor):
             else:
                 store.maybe_compact(self.map, self._expires, self.sequence,
                                     [(item[2], self._body(item)) for item in self._outbox])
-        if self._stalled:
-            horizon = _monotonic() - self.snapshot_timeout
-            for identity, since in list(self._stalled.items()):
-                if since < horizon:
-                    log.info("%s: client %r stopped reading its snapshot; dropped", self.name, identity)
-                    self.stats["snapshots_abandoned"] += 1
-                    self._end_snapshot(identity)
+        self.snapshots.expire_stalled(_monotonic())
         # Pending updates older than this were lost by the active, or never reached it: applying them
         # on a takeover much later would re-order the map.  The active's stream had 10 s to show them.
         if self.active or not self._pending:
@@ -577,9 +611,9 @@ class CloneServer(Actor):
 
     # -- snapshots --------------------------------------------------------------
     def _on_snapshot(self, identity, frames):
-        if identity == PEER_IDENTITY:
-            if frames and frames[0] == b"ICANHAZ?" and self.active:
-                self._start_snapshot(identity, b"", peer=True)
+        if is_peer_icanhaz(frames):  # the pair's re-sync: no vote
+            if self.active:
+                self.snapshots.start(identity, b"", peer=True)
             return
         try:
             subtree = decode_icanhaz(frames)
@@ -592,78 +626,7 @@ class CloneServer(Actor):
             if not self.fsm.ready:
                 self.stats["requests_refused_unsynced"] += 1
             return
-        self._start_snapshot(identity, subtree)
-
-    def _start_snapshot(self, identity, subtree, peer=False):
-        self._end_snapshot(identity)
-        task = self.start_task(self._snapshot(identity, subtree, peer),
-                               on_done=lambda task, identity=identity: self._snapshot_done(identity, task))
-        self._snapshots[identity] = task
-        self.stats["snapshots"] += 1
-
-    def _snapshot(self, identity, subtree, peer):
-        """Send a consistent cut of the map, a chunk per step; backpressure pauses the task."""
-        held = self._cut_ref() if self._cut_ref is not None else None
-        if held is None or held.sequence != self.sequence:  # share a cut while nothing changed
-            held = _Cut(self.map.copy(), self.sequence)
-            self._cut_ref = weakref.ref(held)
-        cut, sequence = held.entries, held.sequence
-        send, chunk = self.router.send, self.chunk
-        details = peer or self.dialect.sync_details
-        seq_frame = pack_sequence(sequence)
-        n = 0
-        now = _monotonic()
-        for key, entry in cut.items():
-            if subtree and not key.startswith(subtree):
-                continue
-            if details:
-                props = entry.properties
-                if entry.deadline is not None:
-                    remaining = max(entry.deadline - now, 0.001)
-                    props = _with_ttl(props, "%.3f" % remaining if peer else "%f" % (time.time() + remaining))
-                frames = [key, pack_sequence(entry.sequence), entry.uuid, props, entry.value]
-            else:
-                frames = [key, seq_frame, b"", b"", entry.value]
-            if not send(identity, frames):
-                return  # gone: on_unroutable counted it
-            n += 1
-            if n % chunk == 0:
-                yield  # while the client's backlog is full, on_held has paused us
-                now = _monotonic()
-        send(identity, encode_kthxbai(sequence, subtree))
-        self.stats["snapshots_sent"] += 1
-
-    def _snapshot_done(self, identity, task):
-        if self._snapshots.get(identity) is task:
-            del self._snapshots[identity]
-            self._stalled.pop(identity, None)
-
-    def _end_snapshot(self, identity):
-        """Cancel a snapshot in progress and forget its backlog."""
-        task = self._snapshots.pop(identity, None)
-        self._stalled.pop(identity, None)
-        if task is not None:
-            task.cancel()
-            self.router.drop(identity)
-
-    def _on_held(self, identity):
-        task = self._snapshots.get(identity)
-        if task is not None:
-            task.pause()
-            self._stalled[identity] = _monotonic()
-
-    def _on_drained(self, identity):
-        self._stalled.pop(identity, None)
-        task = self._snapshots.get(identity)
-        if task is not None:
-            task.resume()
-
-    def _on_unroutable(self, identity, frames):
-        self.stats["unroutable"] += 1
-        task = self._snapshots.pop(identity, None)
-        self._stalled.pop(identity, None)
-        if task is not None:  # its backlog is being cleared by the router itself
-            task.cancel()
+        self.snapshots.start(identity, subtree)
 
     # -- Binary Star ------------------------------------------------------------
     def _send_state(self):
@@ -693,7 +656,7 @@ class CloneServer(Actor):
             if old == bstar.ACTIVE:
                 log.warning("%s: yielding to the peer (%s); re-syncing from it", self.name, reason)
                 self.stats["yielded"] += 1
-                self._cancel_snapshots()
+                self.snapshots.cancel_all()
             self._resync("became passive")
 
     def _take_over(self, reason):
@@ -706,10 +669,6 @@ class CloneServer(Actor):
         self.stats["takeovers"] += 1
         log.info("%s: active at sequence %d (%s); %d pending update(s) applied",
                  self.name, self.sequence, reason, len(pending))
-
-    def _cancel_snapshots(self):
-        for identity in list(self._snapshots):
-            self._end_snapshot(identity)
 
     def _on_feed(self, frames):
         if self.active:
@@ -759,9 +718,10 @@ class CloneServer(Actor):
         self._sync_buffer = []
         self._sync_sequence = 0
         self._sync_deadline = _monotonic() + 5.0
-        sock = self._sync_socket = self._peer_socket(zmq.DEALER, routing_id=PEER_IDENTITY, rcvhwm=0)
+        # No routing id of ours: libzmq assigns one that no other peer can claim and take over.
+        sock = self._sync_socket = self._peer_socket(zmq.DEALER, rcvhwm=0)
         sock.connect(self.peer[0])
-        sock.send_multipart(encode_icanhaz(b""))
+        sock.send_multipart(encode_peer_icanhaz())
         self.add_reader(sock, self._on_sync)
 
     def _on_sync(self, frames):

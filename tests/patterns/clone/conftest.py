@@ -3,11 +3,13 @@ import os
 import random
 import socket
 import subprocess
+import uuid
 
 import pytest
 import zmq
 
 from zactors.actors.sockets import Socket, context
+from tests.conftest import wait_for
 from zactors.patterns.clone.client import Clone
 from zactors.patterns.clone.server import CloneServer
 
@@ -59,6 +61,25 @@ def small_disk(tmp_path):
         pytest.skip("cannot mount a tmpfs here: %s" % done.stderr.decode().strip())
     yield path
     subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def load_keys(collector, client, n, value=b"v%d"):
+    """Publish ``n`` KVSETs (``k000000``... = ``value % i``) at full speed through a raw PUB to a server's
+    ``collector``; return once ``client`` holds them all (and the key ``probe``)."""
+    pub = context().socket(zmq.PUB, socket_class=Socket)
+    pub.linger = 0
+    pub.sndhwm = 0
+    pub.connect(collector)
+    try:
+        def probe():
+            pub.send_multipart([b"probe", bytes(8), uuid.uuid4().bytes, b"", b"1"])
+            return client.get("probe") == b"1"
+        wait_for(probe, timeout=20, what="the raw publisher reaches the primary")
+        for i in range(n):
+            pub.send_multipart([b"k%06d" % i, bytes(8), uuid.uuid4().bytes, b"", value % i if b"%" in value else value])
+        wait_for(lambda: len(client) == n + 1, timeout=60, what="the client holds every key")
+    finally:
+        pub.close(0)
 
 
 def rebind(make, cls, timeout=5.0, **kwargs):

@@ -9,38 +9,17 @@ the pair and the client go on with nothing lost.
 import os
 import signal
 import sys
-import uuid
 
 import pytest
-import zmq
 
-from zactors.actors.sockets import Socket, context
 from zactors.patterns.clone.client import Clone
 from zactors.patterns.clone.server import CloneServer, endpoints
 from tests.conftest import wait_for
-from tests.patterns.clone.conftest import free_base_port
+from tests.patterns.clone.conftest import free_base_port, load_keys
 
 pytestmark = pytest.mark.timeout(180)
 
 KEYS = 30000
-
-
-def _load(primary_collector, client, n):
-    """Publish ``n`` KVSETs at full speed through a raw PUB; return once the client holds them all."""
-    pub = context().socket(zmq.PUB, socket_class=Socket)
-    pub.linger = 0
-    pub.sndhwm = 0
-    pub.connect(primary_collector)
-    try:
-        def probe():
-            pub.send_multipart([b"probe", bytes(8), uuid.uuid4().bytes, b"", b"1"])
-            return client.get("probe") == b"1"
-        wait_for(probe, timeout=20, what="the raw publisher reaches the primary")
-        for i in range(n):
-            pub.send_multipart([b"k%06d" % i, bytes(8), uuid.uuid4().bytes, b"", b"v%d" % i])
-        wait_for(lambda: len(client) == n + 1, timeout=60, what="the client holds every key")
-    finally:
-        pub.close(0)
 
 
 def test_primary_dies_while_backup_resyncs_nothing_lost(processes, make, tmp_path):
@@ -51,7 +30,7 @@ def test_primary_dies_while_backup_resyncs_nothing_lost(processes, make, tmp_pat
     servers = ["tcp://127.0.0.1:%d" % p, "tcp://127.0.0.1:%d" % b]
     client = make(Clone, servers, name="client")
     assert client.wait_synced(30)
-    _load("tcp://127.0.0.1:%d" % (p + 2), client, KEYS)
+    load_keys("tcp://127.0.0.1:%d" % (p + 2), client, KEYS)
     held, seq = dict(client.items()), client.sequence
 
     backup = make(CloneServer, port=b, role="backup", name="backup", peer=endpoints("127.0.0.1", p))
