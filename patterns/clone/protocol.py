@@ -60,7 +60,7 @@ __all__ = [
     "ProtocolError", "BadFrames", "BadKey", "BadSequence", "BadUUID", "BadProperties", "BadSubtree", "BadCommand",
     "PEER_SYNC", "encode_peer_icanhaz", "is_peer_icanhaz",
     "encode_icanhaz", "encode_kvmsg", "encode_kthxbai", "encode_kverr", "encode_properties",
-    "decode_icanhaz", "decode_kvmsg", "decode_kvset", "decode_properties", "check_subtree", "parse_ttl",
+    "decode_icanhaz", "decode_kvmsg", "decode_kvset", "parse_kvset", "decode_properties", "check_subtree", "parse_ttl",
 ]
 
 ICANHAZ = b"ICANHAZ?"
@@ -274,13 +274,27 @@ def decode_kvmsg(frames):
     return KVMsg(key, _unpack(seq)[0], uuid, properties, value)
 
 
+def parse_kvset(frames):
+    """A client's KVSET -> ``(key, uuid, properties, value, ttl seconds or None)``: the server's one
+    parser, no object made; reserved keys and bad properties rejected."""
+    if len(frames) != 5:
+        raise BadFrames("a kvmsg has 5 frames, got %d" % len(frames))
+    key, seq, uuid, properties, value = frames
+    if not key or len(key) > MAX_KEY:
+        raise BadKey("key must be 1-%d bytes, got %d" % (MAX_KEY, len(key)))
+    if len(seq) != 8:
+        raise BadSequence("sequence must be 8 bytes, got %d" % len(seq))
+    if len(uuid) not in (0, 16):
+        raise BadUUID("UUID must be empty or 16 bytes, got %d" % len(uuid))
+    if key in RESERVED_KEYS:
+        raise BadKey("key %r is a command name" % key)
+    return key, uuid, properties, value, parse_ttl(decode_properties(properties)) if properties else None
+
+
 def decode_kvset(frames):
-    """A client's KVSET -> ``(KVMsg, ttl seconds or None)``; reserved keys and bad properties rejected."""
-    msg = decode_kvmsg(frames)
-    if msg.key in RESERVED_KEYS:
-        raise BadKey("key %r is a command name" % msg.key)
-    ttl = parse_ttl(decode_properties(msg.properties)) if msg.properties else None
-    return msg, ttl
+    """A client's KVSET -> ``(KVMsg, ttl seconds or None)`` (see :func:`parse_kvset`)."""
+    key, uuid, properties, value, ttl = parse_kvset(frames)
+    return KVMsg(key, _unpack(frames[1])[0], uuid, properties, value), ttl
 
 
 # -- dialects ---------------------------------------------------------------

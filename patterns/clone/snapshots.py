@@ -129,15 +129,15 @@ class Snapshots:
         if len(self._tasks) >= self.max_active:
             return False
         newest = self._newest
-        if newest is not None and newest.users and newest.sequence == self.server.sequence:
+        if newest is not None and newest.users and newest.sequence == self.server.map.sequence:
             return True  # shares the newest cut: costs nothing more
         return self.held == 0 or self.held + len(self.server.map) <= self.budget
 
     def _run(self, identity, subtree, peer):
         server = self.server
-        cut = self._newest
-        if cut is None or not cut.users or cut.sequence != server.sequence:
-            cut = self._newest = _Cut(server.map.copy(), server.sequence)
+        cut, hashmap = self._newest, server.map
+        if cut is None or not cut.users or cut.sequence != hashmap.sequence:
+            cut = self._newest = _Cut(hashmap.entries.copy(), hashmap.sequence)
             self.held += len(cut.entries)
         cut.users += 1
         task = server.start_task(self._send(identity, subtree, peer, cut),

@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from zactors.patterns.clone.bstar import (
+from zactors.actors.bstar import (
     ACTIVE, BACKUP, CLIENT_REQUEST, PASSIVE, PRIMARY, BinaryStar, decode_state, encode_state,
 )
 
