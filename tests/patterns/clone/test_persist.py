@@ -132,3 +132,21 @@ def test_refused_updates_stay_refused_once_the_disk_has_room(make, small_disk):
     dump = server.call("DUMP")
     assert refused.encode() not in dump and dump[b"after"] == b"1" and len(dump) == len(acked) + 1
     assert server.call("INFO")["sequence"] == seq
+
+
+def test_synced_ack_publishes_once_fsynced(make, tmp_path):
+    """ack="synced": the KVPUB waits for the fsync that covers the update (group commit with fsync="batch")."""
+    from zactors.actors.journal import JournalReader
+
+    server = make(CloneServer, persist=str(tmp_path), ack="synced", fsync="batch")
+    a = make(Clone, [client_of(server)])
+    assert a.wait_synced(5)
+    for i in range(200):
+        a.set("k%d" % i, str(i))
+    seq = a.set("last", "1", wait=10)
+    info = server.call("INFO")
+    assert info["persist"]["ack"] == "synced" and info["sequence"] == seq == 201
+    with JournalReader(tmp_path / "gen-00000000") as reader:
+        assert reader.last_seq >= seq
+    server = _restart(server, make, tmp_path)
+    assert server.call("INFO")["sequence"] == seq
