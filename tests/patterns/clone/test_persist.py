@@ -150,3 +150,48 @@ def test_synced_ack_publishes_once_fsynced(make, tmp_path):
         assert reader.last_seq >= seq
     server = _restart(server, make, tmp_path)
     assert server.call("INFO")["sequence"] == seq
+
+
+def test_sigkill_under_load_loses_no_published_update(processes, make, tmp_path):
+    """A server process with --persist is killed (SIGKILL) while a client updates as fast as it can:
+    restarted on its journal, it holds every update any subscriber saw, at a sequence no lower."""
+    import sys
+
+    from tests.patterns.clone.conftest import free_base_port
+
+    port = free_base_port()
+    cli = [sys.executable, "-m", "zactors.apps.cli", "-q", "clone", "server", "--port", str(port),
+           "--persist", str(tmp_path)]
+    server = processes(cli)
+    at = "tcp://127.0.0.1:%d" % port
+    a = make(Clone, [at], name="writer")
+    assert a.wait_synced(20)
+    seen, top = {}, [0]
+
+    def saw(key, value, seq):
+        if value:
+            seen[key] = max(seen.get(key, -1), int(value))
+        top[0] = max(top[0], seq)
+    a.on_change(saw)
+    running = [True]
+
+    def write():
+        i = 0
+        while running[0]:
+            a.set("k%d" % (i % 100), str(i))
+            i += 1
+            if i % 50 == 0:
+                gevent.sleep(0.001)
+    writer = gevent.spawn(write)
+    wait_for(lambda: top[0] > 3000, timeout=30, what="updates flowing")
+    server.kill()
+    server.wait()
+    running[0] = False
+    writer.join(5)
+    a.destroy()
+    processes(cli)
+    b = make(Clone, [at], name="checker")
+    assert b.wait_synced(20)
+    assert b.sequence >= top[0], "restarted at %d, a subscriber saw %d" % (b.sequence, top[0])
+    lost = {k: v for k, v in seen.items() if int(b.get(k, b"-1")) < v}
+    assert not lost, "published updates lost by the restart: %r" % list(lost.items())[:5]
