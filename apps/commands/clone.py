@@ -46,6 +46,10 @@ def register(sub):
                         help="keep the map in a journal in DIR; a restarted server starts from it")
     server.add_argument("--fsync", choices=("interval", "batch", "never"), default="interval",
                         help="with --persist: fsync every 0.1 s, after every write, or never (default: %(default)s)")
+    server.add_argument("--ack", choices=("written", "synced"), default="written",
+                        help="with --persist: publish an update once the journal holds it written (survives a "
+                             "crash of the server) or synced (fsynced: survives a power loss; use with "
+                             "--fsync batch) (default: %(default)s)")
     options.curve_options(server, "server")
     server.add_argument("--stats", type=options.non_negative_float, default=0, metavar="SECONDS",
                         help="log state, sequence and counters every SECONDS (default: never)")
@@ -121,7 +125,7 @@ def run_server(args):
         server = CloneServer(args.port, host=args.host, role=role,
                              peer=endpoints(*_base(args.peer)) if args.peer else None, hugz=args.hugz,
                              heartbeat=args.heartbeat, dialect=args.dialect, curve=args.curve,
-                             persist=args.persist, fsync=args.fsync)
+                             persist=args.persist, fsync=args.fsync, ack=args.ack)
     except BaseException as exc:
         if auth is not None:
             auth.destroy()
@@ -196,22 +200,31 @@ def run_get(args):
     return exitstatus.OK
 
 
-def run_set(args):
+class _Refused(RuntimeError):
+    exit_status = exitstatus.REFUSED
+
+
+def _update(args, value, ttl=None):
+    """Publish KEY=value, wait for its KVPUB: its sequence (one clear line if the server refuses it)."""
+    from zactors.patterns.clone.client import UpdateRefused
+
     clone = _open(args)
     try:
-        seq = clone.set(args.key, args.value, ttl=args.ttl, wait=args.timeout)
+        return clone.set(args.key, value, ttl=ttl, wait=args.timeout)
+    except UpdateRefused as exc:
+        raise _Refused("%s: the server refused the update: %s" % (args.key, exc)) from None
     finally:
         clone.destroy()
+
+
+def run_set(args):
+    seq = _update(args, args.value, args.ttl)
     log.info("%s set at sequence %d", args.key, seq)
     return exitstatus.OK
 
 
 def run_del(args):
-    clone = _open(args)
-    try:
-        seq = clone.delete(args.key, wait=args.timeout)
-    finally:
-        clone.destroy()
+    seq = _update(args, b"")
     log.info("%s deleted at sequence %d", args.key, seq)
     return exitstatus.OK
 

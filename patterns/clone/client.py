@@ -32,10 +32,17 @@ Behaviour:
   by the new server's snapshot, and a change event is sent for each key
   that differs.  A client of the whole map (no subtree) also re-syncs when
   it sees a gap in the sequence (updates lost in transit).
+- Never backwards: a snapshot older than the map we hold (its KTHXBAI
+  sequence lower than ours: a server that lost state) is refused and
+  counted (``stale_snapshots``); we keep our map and ask the next server
+  ``timeout`` seconds later.
 - ``set``/``delete`` publish a KVSET with a fresh UUID to *every* server's
   collector (so a passive backup holds it as pending until it sees it from
   the active).  The local map changes when the server's KVPUB comes back,
-  never before: the map is always a state some server published.
+  never before: the map is always a state some server published.  A
+  server that cannot keep the update (its journal's disk is full) refuses
+  it with KVERR: ``set(wait=...)`` raises :class:`UpdateRefused`; without
+  ``wait`` it is only counted (``refused``: every KVERR heard, any client's).
 - Change events: ``on_change(key, value, sequence)`` callbacks run in the
   client's loop (they must not block); :meth:`changes` iterators each get a
   bounded queue (``max_events``); a full queue drops events and counts them
@@ -62,10 +69,14 @@ from zactors.actors.actor import Actor, command
 from zactors.actors.auth import Keypair, curve_client
 from zactors.actors.errors import ActorTimeout
 
-from .protocol import (HUGZ, KTHXBAI, ProtocolError, check_subtree, decode_kvmsg, encode_icanhaz,
+from .protocol import (HUGZ, KTHXBAI, KVERR, ProtocolError, check_subtree, decode_kvmsg, encode_icanhaz,
                        encode_properties, pack_sequence)
 
-__all__ = ["Clone", "server_endpoints"]
+__all__ = ["Clone", "UpdateRefused", "server_endpoints"]
+
+
+class UpdateRefused(Exception):
+    """The server refused the update (KVERR): it was not applied.  The message is the server's reason."""
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +175,7 @@ class Clone(Actor):
         ``ttl``: seconds after which the server deletes the key.  ``wait``:
         seconds to wait for the server's KVPUB of this update, then return its
         sequence (ActorTimeout if it does not come; the update may still be
-        applied later).  Across a failover or re-sync, a snapshot that holds
+        applied later; :class:`UpdateRefused` if the server refused it).  Across a failover or re-sync, a snapshot that holds
         ``value`` for ``key`` counts as that KVPUB (its sequence is returned).
         Safe from many greenlets.
         """
@@ -252,6 +263,7 @@ class Clone(Actor):
         sub.setsockopt(zmq.SUBSCRIBE, self.subtree)
         if self.subtree:
             sub.setsockopt(zmq.SUBSCRIBE, HUGZ)
+            sub.setsockopt(zmq.SUBSCRIBE, KVERR)
         sub.connect(publisher)
         self.snapshot = self._secure(self.socket(zmq.DEALER, rcvhwm=0))
         self.snapshot.connect(snapshot)
@@ -333,6 +345,13 @@ class Clone(Actor):
         msg = decode_kvmsg(frames)
         built, buffered = self._building, self._buffer
         self._building, self._buffer = None, []
+        if msg.sequence < self.sequence:
+            self.stats["stale_snapshots"] += 1
+            log.warning("%s: %s sent a snapshot at sequence %d, older than ours (%d); kept ours, asking again in %ss",
+                        self.name, self.servers[self.current][0], msg.sequence, self.sequence, self.timeout)
+            nxt = (self.current + 1) % len(self.servers)
+            self._ask_timer = self.call_later(self.timeout, self._connect, nxt, True)
+            return
         old, self.map = self.map, built
         self.sequence = seq = msg.sequence
         self.stats["snapshots"] += 1
@@ -380,6 +399,12 @@ class Clone(Actor):
             self.stats["malformed"] += 1
             return
         key, seq = frames[0], _unpack_seq(frames[1])[0]  # only what a client uses: no full decode
+        if key == KVERR:
+            self.stats["refused"] += 1
+            ack = self._acks.get(frames[2])
+            if ack is not None:
+                ack[0].set_exception(UpdateRefused(frames[4].decode("utf-8", "replace")))
+            return
         if key == HUGZ:
             if seq > self.sequence and not self.subtree:  # the Guide's HUGZ carry the sequence: a lost tail
                 self._resync("HUGZ at %d, we are at %d" % (seq, self.sequence))

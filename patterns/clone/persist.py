@@ -4,8 +4,20 @@ Layout: ``DIR/gen-NNNNNNNN/`` journals, one *generation* each.  Every change
 the server applies (a set, a delete, an expiry) is one record: key = the map
 key, body = msgpack ``[sequence, uuid, properties, value, expires]``
 (``expires``: wall-clock epoch seconds or None; an empty value is a delete).
+Two other bodies: ``[sequence]`` (a *mark*: the map was at ``sequence``,
+written first in a compacted generation, so that a restart never hands out a
+sequence again even when the last change was a delete), and ``[first, last]``
+(a *void*: the records of journal sequences first..last of this generation
+were refused to their clients after a failed write and do not count).
 Writes and fsyncs run through :class:`~zactors.actors.group_commit.GroupCommit`
 (fsync every ``interval`` s by default, off the loop).
+
+Acknowledgement: ``ack="written"`` (survives a crash of the process) or
+``"synced"`` (fsynced: survives a power loss).  ``on_durable(jseq)`` runs in
+the loop whenever the records up to journal sequence ``jseq`` (what
+:meth:`MapJournal.record` returned) reach that level; ``on_error(exc)``
+when a write or an fsync fails (the records not written are then
+:meth:`voided <MapJournal.void>` by the owner, who refuses them).
 
 Compaction: when a generation holds more than ``4 x keys + 10,000`` records,
 or when the map was replaced (a re-sync from the peer), a new generation
@@ -26,7 +38,7 @@ import time
 import msgpack
 
 from zactors.actors.group_commit import GroupCommit
-from zactors.actors.journal import Journal, JournalReader
+from zactors.actors.journal import Journal, JournalError, JournalReader
 
 __all__ = ["MapJournal"]
 
@@ -43,11 +55,41 @@ def _generations(directory):
     return sorted(out)
 
 
+def _replay(path, voids):
+    """``(latest {key: change}, sequence, voids)`` from one generation, skipping the ``voids`` ranges."""
+    latest, sequence, found = {}, 0, []
+    with JournalReader(path) as reader:
+        for record in reader.records():
+            body = msgpack.unpackb(record.body)
+            if len(body) != 5:
+                if len(body) == 2:
+                    found.append(tuple(body))
+                else:
+                    sequence = max(sequence, body[0])
+                continue
+            if voids and any(first <= record.seq <= last for first, last in voids):
+                continue
+            seq, uuid, props, value, expires = body
+            sequence = max(sequence, seq)
+            old = latest.get(record.key)
+            if old is None or seq > old[0]:
+                latest[record.key] = (seq, uuid, props, value, expires)
+    return latest, sequence, found
+
+
 class MapJournal:
     """The journal of one server's map in ``directory`` (see the module docstring)."""
 
-    def __init__(self, actor, directory, *, fsync="interval", interval=0.1, chunk=1000):
+    def __init__(self, actor, directory, *, fsync="interval", interval=0.1, chunk=1000, ack="written",
+                 on_durable=None, on_error=None, retry=1.0):
+        if ack not in ("written", "synced"):
+            raise ValueError("ack must be 'written' or 'synced', not %r" % (ack,))
         self.actor = actor
+        self.ack = ack
+        self.on_durable = on_durable
+        self.on_error = on_error
+        self.retry = retry
+        self._voids = []            # (first, last) journal sequences to void once appends are taken again
         self.directory = os.fspath(directory)
         self.fsync = fsync
         self.interval = interval
@@ -70,25 +112,67 @@ class MapJournal:
         latest, sequence = {}, 0
         if complete:
             self.generation, path = complete[-1]
-            with JournalReader(path) as reader:
-                for record in reader.records():
-                    seq, uuid, props, value, expires = msgpack.unpackb(record.body)
-                    sequence = max(sequence, seq)
-                    old = latest.get(record.key)
-                    if old is None or seq > old[0]:
-                        latest[record.key] = (seq, uuid, props, value, expires)
+            latest, sequence, voids = _replay(path, ())
+            if voids:
+                latest, sequence, _ = _replay(path, voids)
         else:
             self.generation = 0
             path = self._path(0)
             os.makedirs(path, exist_ok=True)
             self._mark_complete(path)
         self.journal = Journal(path)
-        self.commit = GroupCommit(self.actor, self.journal, fsync=self.fsync, interval=self.interval)
-        self.commit.start()
+        self.commit = self._commit(self.journal, main=True)
         now = time.time()
         live = {k: v for k, v in latest.items() if v[3] and (v[4] is None or v[4] > now)}
         log.info("%s: recovered %d key(s) at sequence %d from %s", self.actor.name, len(live), sequence, path)
         return live, sequence
+
+    def _commit(self, journal, main):
+        if main:
+            durable = self._durable
+            commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval, retry=self.retry,
+                                 on_written=durable if self.ack == "written" else self._written,
+                                 on_synced=durable if self.ack == "synced" else None, on_error=self._failed)
+        else:
+            commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval, retry=self.retry,
+                                 on_error=self._next_failed)
+        commit.start()
+        return commit
+
+    def _written(self, jseq):
+        self._append_voids()
+
+    def _durable(self, jseq):
+        self._append_voids()
+        if self.on_durable is not None:
+            self.on_durable(jseq)
+
+    def _failed(self, exc):
+        if self._next is not None:  # the new generation holds the records being refused too
+            self._task.cancel()
+            self._abandon()
+        if self.on_error is not None:
+            self.on_error(exc)
+
+    def _next_failed(self, exc):
+        if self._next is not None:
+            log.error("%s: compaction abandoned: %s", self.actor.name, exc)
+            self._task.cancel()
+            self._abandon()
+
+    def void(self, first, last):
+        """Records ``first``..``last`` (journal sequences) do not count: written as soon as the journal
+        takes appends again (a restart before then may find them)."""
+        self._voids.append((first, last))
+        self._append_voids()
+
+    def _append_voids(self):
+        if not self._voids or self.journal.error is not None:
+            return
+        while self._voids:
+            self.journal.append(b"", msgpack.packb(self._voids[0]))
+            self._voids.pop(0)
+        self.commit.kick()
 
     def _path(self, n):
         return os.path.join(self.directory, "gen-%08d" % n)
@@ -107,21 +191,30 @@ class MapJournal:
 
     # -- appending -------------------------------------------------------------
     def record(self, key, sequence, uuid, properties, value, expires):
-        """Journal one change (value b"": a delete); compacts when the journal outgrew the map."""
-        body = msgpack.packb((sequence, uuid, properties, value, expires))
-        self.journal.append(key, body)
+        """Journal one change (value b"": a delete); return its journal sequence.
+
+        Raises :class:`~zactors.actors.journal.JournalError` while the journal
+        refuses appends (a write failed and was not yet retried successfully)."""
+        return self.append(key, msgpack.packb((sequence, uuid, properties, value, expires)))
+
+    def append(self, key, body):
+        """Journal a record packed by :meth:`record`; return its journal sequence."""
+        jseq = self.journal.append(key, body)
         self.commit.kick()
         if self._next is not None:
             self._next[1].append(key, body)
             self._next[2].kick()
+        return jseq
 
-    def maybe_compact(self, entries, expires_of):
+    def maybe_compact(self, entries, expires_of, sequence, tail=()):
         """Start a compaction if the journal holds far more records than the map has keys."""
-        if self._next is None and self.journal.last_seq > 4 * len(entries) + 10000:
-            self.compact(entries, expires_of)
+        if (self._next is None and not self._voids and self.journal.error is None
+                and self.journal.last_seq > 4 * len(entries) + 10000):
+            self.compact(entries, expires_of, sequence, tail)
 
-    def compact(self, entries, expires_of):
-        """Write a cut of ``entries`` ({key: entry}) into a new generation, as a cooperative task."""
+    def compact(self, entries, expires_of, sequence, tail=()):
+        """Write a cut of ``entries`` ({key: entry}) at ``sequence`` into a new generation, as a
+        cooperative task; ``tail``: ``(key, body)`` records journaled but not yet in ``entries``."""
         if self._next is not None:
             self._task.cancel()
             self._abandon()
@@ -129,8 +222,10 @@ class MapJournal:
         path = self._path(n)
         shutil.rmtree(path, ignore_errors=True)
         journal = Journal(path)
-        commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval)
-        commit.start()
+        commit = self._commit(journal, main=False)
+        journal.append(b"", msgpack.packb((sequence,)))
+        for key, body in tail:
+            journal.append(key, body)
         self._next = (n, journal, commit)
         self._task = self.actor.start_task(self._write_cut(dict(entries), expires_of, journal, commit),
                                            on_done=self._cut_done)
@@ -158,15 +253,26 @@ class MapJournal:
         if self._next is None or self._next[0] != n:
             return
         _n, journal, commit = self._next
+        try:  # the changes appended since the cut was synced: the new generation must hold them all
+            journal.write()
+            journal.sync()
+        except JournalError as exc:
+            log.error("%s: compaction abandoned: %s", self.actor.name, exc)
+            self._abandon()
+            return
         self._mark_complete(self._path(n))
         old_path = self._path(self.generation)
         self.commit.stop()
         self.journal.close()
-        self.generation, self.journal, self.commit = n, journal, commit
+        commit.stop(sync=False)   # re-made as the main one: it reports durability from now on
+        self.generation, self.journal = n, journal
+        self.commit = self._commit(journal, main=True)
         self._next = self._task = None
         shutil.rmtree(old_path, ignore_errors=True)
         self.compactions += 1
         log.info("%s: journal compacted into generation %d", self.actor.name, n)
+        if self.on_durable is not None:  # both generations were synced: everything so far is durable
+            self.on_durable(None)
 
     def _abandon(self):
         n, journal, commit = self._next

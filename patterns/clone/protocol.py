@@ -4,7 +4,22 @@ Every CHP message but ``ICANHAZ?`` is a kvmsg of five frames::
 
     key | sequence (8 bytes, network order) | UUID (0 or 16 bytes) | properties | value
 
-``ICANHAZ?`` is two frames (the command, a subtree specification).  Encoders
+``ICANHAZ?`` is two frames (the command, a subtree specification).
+
+``KVERR`` (a zactors extension) is how a server refuses a client's KVSET
+(its journal could not hold it: a full disk), on the publisher socket::
+
+    "KVERR" | sequence 0 | the refused KVSET's UUID | empty | reason (UTF-8, at most MAX_REASON bytes)
+
+A server of a Binary Star pair re-syncs from its peer with a third frame,
+``ICANHAZ? | "" | "peer"`` (:func:`encode_peer_icanhaz`): the snapshot then
+carries each entry's sequence, UUID and properties, with ttl as the seconds
+left.  It is asked from a socket whose routing id libzmq assigns (no peer can
+claim it) and casts no Binary Star vote.
+
+Its sequence is 0, so a client that does not know it discards it as an old
+KVPUB (the spec's rule); zactors clients subscribe to it and fail the
+update that carries that UUID.  Encoders
 return lists of frames (without a ROUTER identity); decoders take them and
 raise a :class:`ProtocolError` subclass, and nothing else, for any other input.
 Pure functions: no sockets, safe everywhere.
@@ -40,18 +55,24 @@ import re
 import struct
 
 __all__ = [
-    "ICANHAZ", "KTHXBAI", "HUGZ", "RESERVED_KEYS", "MAX_KEY", "MAX_PROPERTIES", "MAX_PROPERTY",
+    "ICANHAZ", "KTHXBAI", "HUGZ", "KVERR", "MAX_REASON", "RESERVED_KEYS", "MAX_KEY", "MAX_PROPERTIES", "MAX_PROPERTY",
     "KVMsg", "Dialect", "SPEC", "GUIDE", "dialect",
     "ProtocolError", "BadFrames", "BadKey", "BadSequence", "BadUUID", "BadProperties", "BadSubtree", "BadCommand",
-    "encode_icanhaz", "encode_kvmsg", "encode_kthxbai", "encode_properties",
-    "decode_icanhaz", "decode_kvmsg", "decode_kvset", "decode_properties", "check_subtree", "parse_ttl",
+    "PEER_SYNC", "encode_peer_icanhaz", "is_peer_icanhaz",
+    "encode_icanhaz", "encode_kvmsg", "encode_kthxbai", "encode_kverr", "encode_properties",
+    "decode_icanhaz", "decode_kvmsg", "decode_kvset", "parse_kvset", "decode_properties", "check_subtree", "parse_ttl",
 ]
 
 ICANHAZ = b"ICANHAZ?"
 KTHXBAI = b"KTHXBAI"
 HUGZ = b"HUGZ"
+KVERR = b"KVERR"
 #: keys a client may not set: they are command names on the same sockets
-RESERVED_KEYS = frozenset((ICANHAZ, KTHXBAI, HUGZ))
+RESERVED_KEYS = frozenset((ICANHAZ, KTHXBAI, HUGZ, KVERR))
+#: third frame of a server's ICANHAZ? to its Binary Star peer
+PEER_SYNC = b"peer"
+#: longest reason a KVERR carries (bytes)
+MAX_REASON = 512
 
 #: longest key accepted (bytes)
 MAX_KEY = 1024
@@ -204,6 +225,15 @@ def encode_icanhaz(subtree=b""):
     return [ICANHAZ, check_subtree(subtree)]
 
 
+def encode_peer_icanhaz():
+    """A server's re-sync request to its peer (the whole map, with each entry's details)."""
+    return [ICANHAZ, b"", PEER_SYNC]
+
+
+def is_peer_icanhaz(frames):
+    return len(frames) == 3 and frames[0] == ICANHAZ and not frames[1] and frames[2] == PEER_SYNC
+
+
 def encode_kvmsg(key, sequence, value=b"", uuid=b"", properties=b""):
     """KVSYNC, KVPUB or KVSET: five frames (``properties`` is the raw frame)."""
     return [key, pack_sequence(sequence), uuid, properties, value]
@@ -211,6 +241,11 @@ def encode_kvmsg(key, sequence, value=b"", uuid=b"", properties=b""):
 
 def encode_kthxbai(sequence, subtree=b""):
     return [KTHXBAI, pack_sequence(sequence), b"", b"", subtree]
+
+
+def encode_kverr(uuid, reason):
+    """KVERR: the server refuses the KVSET with ``uuid``; ``reason`` (bytes) says why."""
+    return [KVERR, pack_sequence(0), uuid, b"", reason[:MAX_REASON]]
 
 
 # -- decoders ---------------------------------------------------------------
@@ -239,13 +274,27 @@ def decode_kvmsg(frames):
     return KVMsg(key, _unpack(seq)[0], uuid, properties, value)
 
 
+def parse_kvset(frames):
+    """A client's KVSET -> ``(key, uuid, properties, value, ttl seconds or None)``: the server's one
+    parser, no object made; reserved keys and bad properties rejected."""
+    if len(frames) != 5:
+        raise BadFrames("a kvmsg has 5 frames, got %d" % len(frames))
+    key, seq, uuid, properties, value = frames
+    if not key or len(key) > MAX_KEY:
+        raise BadKey("key must be 1-%d bytes, got %d" % (MAX_KEY, len(key)))
+    if len(seq) != 8:
+        raise BadSequence("sequence must be 8 bytes, got %d" % len(seq))
+    if len(uuid) not in (0, 16):
+        raise BadUUID("UUID must be empty or 16 bytes, got %d" % len(uuid))
+    if key in RESERVED_KEYS:
+        raise BadKey("key %r is a command name" % key)
+    return key, uuid, properties, value, parse_ttl(decode_properties(properties)) if properties else None
+
+
 def decode_kvset(frames):
-    """A client's KVSET -> ``(KVMsg, ttl seconds or None)``; reserved keys and bad properties rejected."""
-    msg = decode_kvmsg(frames)
-    if msg.key in RESERVED_KEYS:
-        raise BadKey("key %r is a command name" % msg.key)
-    ttl = parse_ttl(decode_properties(msg.properties)) if msg.properties else None
-    return msg, ttl
+    """A client's KVSET -> ``(KVMsg, ttl seconds or None)`` (see :func:`parse_kvset`)."""
+    key, uuid, properties, value, ttl = parse_kvset(frames)
+    return KVMsg(key, _unpack(frames[1])[0], uuid, properties, value), ttl
 
 
 # -- dialects ---------------------------------------------------------------

@@ -1,11 +1,15 @@
 """Clone test helpers: servers and clients on ephemeral loopback ports, raw peers."""
+import os
 import random
 import socket
+import subprocess
+import uuid
 
 import pytest
 import zmq
 
 from zactors.actors.sockets import Socket, context
+from tests.conftest import wait_for
 from zactors.patterns.clone.client import Clone
 from zactors.patterns.clone.server import CloneServer
 
@@ -43,6 +47,39 @@ def raw():
     yield raw
     for sock in made:
         sock.close(0)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 256 KiB tmpfs (root only), unmounted after the test."""
+    path = tmp_path / "disk"
+    path.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: %s" % done.stderr.decode().strip())
+    yield path
+    subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def load_keys(collector, client, n, value=b"v%d"):
+    """Publish ``n`` KVSETs (``k000000``... = ``value % i``) at full speed through a raw PUB to a server's
+    ``collector``; return once ``client`` holds them all (and the key ``probe``)."""
+    pub = context().socket(zmq.PUB, socket_class=Socket)
+    pub.linger = 0
+    pub.sndhwm = 0
+    pub.connect(collector)
+    try:
+        def probe():
+            pub.send_multipart([b"probe", bytes(8), uuid.uuid4().bytes, b"", b"1"])
+            return client.get("probe") == b"1"
+        wait_for(probe, timeout=20, what="the raw publisher reaches the primary")
+        for i in range(n):
+            pub.send_multipart([b"k%06d" % i, bytes(8), uuid.uuid4().bytes, b"", value % i if b"%" in value else value])
+        wait_for(lambda: len(client) == n + 1, timeout=60, what="the client holds every key")
+    finally:
+        pub.close(0)
 
 
 def rebind(make, cls, timeout=5.0, **kwargs):

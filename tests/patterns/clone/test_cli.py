@@ -80,3 +80,27 @@ def test_curve(make):
     wrong = make(Clone, [client_of(server)], curve=client_keys, server_public=generate_keypair().public, timeout=0.3)
     assert not wrong.wait_synced(1.0)
     assert server.call("DUMP") == {b"k": b"v"}
+
+
+def test_set_refused_on_a_full_disk_says_so_in_one_line(processes, capsys, small_disk):
+    port = free_base_port()
+    server = processes([sys.executable, "-m", "zactors.apps.cli", "clone", "server", "--port", str(port),
+                        "--persist", str(small_disk), "--ack", "written"], stderr=gevent.subprocess.PIPE)
+    line = b""
+    while b"clone server" not in line:
+        line = server.stderr.readline()
+        assert line, "server exited"
+    at = ["--connect", "tcp://127.0.0.1:%d" % port]
+    big = "x" * 60000
+    status = 0
+    for i in range(20):
+        capsys.readouterr()
+        status = main(["-q", "clone", "set", "k%d" % i, big, *at])
+        if status:
+            break
+    err = capsys.readouterr().err
+    assert status == 4, err
+    assert err.count("\n") == 1 and "refused the update" in err and "No space left" in err, err
+    assert main(["-q", "clone", "get", "k0", *at]) == 0  # still serving
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(10) == 0

@@ -74,7 +74,8 @@ def test_backup_restarted_mid_stream_resyncs(make):
 
 
 class StateLink:
-    """A real XSUB->XPUB forwarder between a server's state PUB and its peer, that can be cut."""
+    """A real XSUB->XPUB forwarder between a server's PUB (state or updates) and its peer, that can be
+    cut, or lose the messages ``drop(frames)`` picks."""
 
     def __init__(self, upstream):
         ctx = context()
@@ -86,13 +87,14 @@ class StateLink:
         self.xpub.bind("tcp://127.0.0.1:*")
         self.endpoint = self.xpub.last_endpoint.decode()
         self.cut = False
+        self.drop = None
         self.greenlets = [gevent.spawn(self._pump, self.xsub, self.xpub, True),
                           gevent.spawn(self._pump, self.xpub, self.xsub, False)]
 
     def _pump(self, source, sink, data):
         while True:
             frames = source.recv_multipart()
-            if not (data and self.cut):
+            if not (data and (self.cut or (self.drop is not None and self.drop(frames)))):
                 sink.send_multipart(frames)
 
     def close(self):
@@ -133,3 +135,33 @@ def test_split_brain_probe(make):
     finally:
         to_backup.close()
         to_primary.close()
+
+
+def test_stale_pending_update_never_reverts_a_value(make):
+    """The backup's feed misses k=v1; v2 follows (a gap: re-sync shows v2); a takeover must not bring v1 back."""
+    primary = make(CloneServer, role="primary", name="primary")
+    feed = StateLink(primary.endpoints[1])
+    try:
+        backup = make(CloneServer, role="backup", name="backup",
+                      peer=(primary.endpoints[0], feed.endpoint, primary.endpoints[2], primary.endpoints[3]))
+        primary.call("PEER", backup.endpoints[0], backup.endpoints[1], backup.endpoints[3])
+        _settled(primary, backup)
+        a = make(Clone, [client_of(primary), client_of(backup)], name="a")
+        assert a.wait_synced(10)
+        a.set("warm", "1", wait=5)
+        wait_for(lambda: backup.call("GET", b"warm") == b"1", what="the backup follows")
+        feed.drop = lambda frames: frames[0] == b"k" and frames[4] == b"v1"
+        a.set("k", "v1", wait=5)
+        wait_for(lambda: backup.call("INFO")["pending"] == 1, what="v1 pending on the backup")
+        feed.drop = None
+        a.set("k", "v2", wait=5)  # the backup sees a gap and re-syncs: the synced map has k=v2
+        wait_for(lambda: backup.call("INFO")["counters"].get("synced", 0) >= 2 and not backup.call("INFO")["syncing"]
+                 and backup.call("GET", b"k") == b"v2", timeout=10, what="the backup re-syncs")
+        assert backup.call("INFO")["pending"] == 0
+        primary.destroy()
+        wait_for(lambda: backup.call("INFO")["state"] == "active" and a.server == client_of(backup)[0]
+                 and a.call("INFO")["synced"], timeout=10, what="the backup takes over")
+        a.set("after", "1", wait=5)
+        assert backup.call("GET", b"k") == b"v2" and a.get("k") == b"v2"
+    finally:
+        feed.close()

@@ -1,7 +1,9 @@
 """A Clone server with persist=DIR: restarted, it has the same map at the same sequence."""
+import gevent
 import pytest
+import zmq
 
-from zactors.patterns.clone.client import Clone
+from zactors.patterns.clone.client import Clone, UpdateRefused
 from zactors.patterns.clone.server import CloneServer
 from tests.conftest import wait_for
 from tests.patterns.clone.conftest import client_of, rebind
@@ -48,3 +50,148 @@ def test_compaction_then_restart(make, tmp_path):
     assert len(list(tmp_path.iterdir())) == 1  # the old generation is gone
     server = _restart(server, make, tmp_path)
     assert server.call("DUMP") == before and server.call("INFO")["sequence"] == seq
+
+
+def test_kvpub_never_runs_ahead_of_the_journal(make, raw, tmp_path):
+    """Every KVPUB a subscriber sees is already in the journal on disk (written level)."""
+    from zactors.actors.journal import JournalReader
+
+    server = make(CloneServer, persist=str(tmp_path))
+    sub = raw(zmq.SUB, connect=server.endpoints[1])
+    sub.setsockopt(zmq.SUBSCRIBE, b"k")
+    a = make(Clone, [client_of(server)])
+    assert a.wait_synced(5)
+    wait_for(lambda: a.set("k-probe", "1", wait=5) and sub.poll(0), what="the raw SUB is live")
+    sub.recv_multipart()
+    reader = JournalReader(tmp_path / "gen-00000000")
+    n, checked, behind = 3000, 0, []
+    for i in range(n):
+        a.set("k%d" % (i % 100), str(i))
+    with gevent.Timeout(30):
+        while checked < n:
+            frames = sub.recv_multipart()
+            seq = int.from_bytes(frames[1], "big")
+            reader.refresh()
+            on_disk = reader.last_seq
+            if on_disk < seq:
+                behind.append((seq, on_disk))
+            checked += 1
+    reader.close()
+    assert not behind, "KVPUBs sent before the journal held them: %r" % behind[:5]
+
+
+def test_full_disk_refuses_the_update_and_keeps_serving(make, small_disk):
+    """ENOSPC: the update is refused with KVERR (UpdateRefused), the server goes on serving, and a restart
+    comes back at the sequence clients acknowledged, without the refused update."""
+    server = make(CloneServer, persist=str(small_disk))
+    a = make(Clone, [client_of(server)])
+    assert a.wait_synced(5)
+    value = b"x" * 8192
+    acked = {}
+    with pytest.raises(UpdateRefused) as refused:
+        for i in range(1000):
+            key = "k%d" % i
+            acked[key] = a.set(key, value, wait=10)
+    assert "No space left" in str(refused.value) or "full" in str(refused.value).lower()
+    info = server.call("INFO")
+    assert info["counters"]["refused"] >= 1 and info["persist"]["error"]
+    last = max(acked.values())
+    assert info["sequence"] == last and a.sequence == last
+    # Still serving: reads, snapshots, and refusing (not dying) on the next updates.
+    assert server.call("GET", b"k0") == value
+    b = make(Clone, [client_of(server)])
+    assert b.wait_synced(5) and len(b) == len(acked)
+    with pytest.raises(UpdateRefused):
+        a.set("more", "1", wait=10)
+    server = _restart(server, make, small_disk)
+    assert server.call("INFO")["sequence"] == last  # no acknowledged sequence handed out again
+    assert set(server.call("DUMP")) == {k.encode() for k in acked}
+
+
+def test_refused_updates_stay_refused_once_the_disk_has_room(make, small_disk):
+    """The journal retries the refused records' write when room comes back: they are voided, so a restart
+    does not bring them back, and the server takes updates again."""
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (96 << 10))
+    server = make(CloneServer, persist=str(small_disk / "map"))
+    a = make(Clone, [client_of(server)])
+    assert a.wait_synced(5)
+    acked, refused = {}, None
+    for i in range(1000):
+        try:
+            acked["k%d" % i] = a.set("k%d" % i, b"x" * 8192, wait=10)
+        except UpdateRefused:
+            refused = "k%d" % i
+            break
+    assert refused is not None
+    filler.unlink()
+    wait_for(lambda: server.call("INFO")["persist"]["error"] is None, timeout=10, what="writes resume")
+    seq = a.set("after", "1", wait=10)
+    assert seq == max(acked.values()) + 1
+    server = _restart(server, make, small_disk / "map")
+    dump = server.call("DUMP")
+    assert refused.encode() not in dump and dump[b"after"] == b"1" and len(dump) == len(acked) + 1
+    assert server.call("INFO")["sequence"] == seq
+
+
+def test_synced_ack_publishes_once_fsynced(make, tmp_path):
+    """ack="synced": the KVPUB waits for the fsync that covers the update (group commit with fsync="batch")."""
+    from zactors.actors.journal import JournalReader
+
+    server = make(CloneServer, persist=str(tmp_path), ack="synced", fsync="batch")
+    a = make(Clone, [client_of(server)])
+    assert a.wait_synced(5)
+    for i in range(200):
+        a.set("k%d" % i, str(i))
+    seq = a.set("last", "1", wait=10)
+    info = server.call("INFO")
+    assert info["persist"]["ack"] == "synced" and info["sequence"] == seq == 201
+    with JournalReader(tmp_path / "gen-00000000") as reader:
+        assert reader.last_seq >= seq
+    server = _restart(server, make, tmp_path)
+    assert server.call("INFO")["sequence"] == seq
+
+
+def test_sigkill_under_load_loses_no_published_update(processes, make, tmp_path):
+    """A server process with --persist is killed (SIGKILL) while a client updates as fast as it can:
+    restarted on its journal, it holds every update any subscriber saw, at a sequence no lower."""
+    import sys
+
+    from tests.patterns.clone.conftest import free_base_port
+
+    port = free_base_port()
+    cli = [sys.executable, "-m", "zactors.apps.cli", "-q", "clone", "server", "--port", str(port),
+           "--persist", str(tmp_path)]
+    server = processes(cli)
+    at = "tcp://127.0.0.1:%d" % port
+    a = make(Clone, [at], name="writer")
+    assert a.wait_synced(20)
+    seen, top = {}, [0]
+
+    def saw(key, value, seq):
+        if value:
+            seen[key] = max(seen.get(key, -1), int(value))
+        top[0] = max(top[0], seq)
+    a.on_change(saw)
+    running = [True]
+
+    def write():
+        i = 0
+        while running[0]:
+            a.set("k%d" % (i % 100), str(i))
+            i += 1
+            if i % 50 == 0:
+                gevent.sleep(0.001)
+    writer = gevent.spawn(write)
+    wait_for(lambda: top[0] > 3000, timeout=30, what="updates flowing")
+    server.kill()
+    server.wait()
+    running[0] = False
+    writer.join(5)
+    a.destroy()
+    processes(cli)
+    b = make(Clone, [at], name="checker")
+    assert b.wait_synced(20)
+    assert b.sequence >= top[0], "restarted at %d, a subscriber saw %d" % (b.sequence, top[0])
+    lost = {k: v for k, v in seen.items() if int(b.get(k, b"-1")) < v}
+    assert not lost, "published updates lost by the restart: %r" % list(lost.items())[:5]

@@ -223,3 +223,20 @@ def test_malformed_messages_at_a_live_server(make, raw):
     wait_for(lambda: server.call("INFO")["counters"].get("malformed", 0) >= bad - 10, timeout=10,
              what="every malformed message counted")
     assert server.call("INFO")["keys"] == 1 and server.alive
+
+
+def test_client_never_takes_an_older_snapshot(make):
+    """Failing over to a server that holds less (here: an empty one), the client keeps its map."""
+    server, empty = make(CloneServer), make(CloneServer)
+    a = make(Clone, [client_of(server), client_of(empty)], timeout=0.5)
+    writer = make(Clone, [client_of(server)])  # so that only `server` holds the keys
+    assert a.wait_synced(5) and writer.wait_synced(5)
+    for i in range(5):
+        writer.set("k%d" % i, "v%d" % i)
+    writer.set("last", "1", wait=5)
+    wait_for(lambda: len(a) == 6, what="the client holds the keys")
+    held, seq = dict(a.items()), a.sequence
+    server.destroy()
+    wait_for(lambda: a.call("INFO")["counters"].get("stale_snapshots", 0) >= 1, timeout=10,
+             what="the stale snapshot")
+    assert dict(a.items()) == held and a.sequence == seq

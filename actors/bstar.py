@@ -23,6 +23,12 @@ Rules (the table :data:`TABLE`):
   the backup yields to PASSIVE (reason ``"split brain"``) and its owner must
   re-sync from the primary.  The same rule settles two passives: the primary
   becomes active.  The rule needs no shared data, so both sides always agree.
+- A passive server that does not hold the active's state (its owner sets
+  :attr:`BinaryStar.ready` False while it re-syncs, True once a sync is
+  complete) never becomes active: it refuses the client vote, and ignores
+  the rules above that would make it active.  Its heartbeats say it is
+  starting (:attr:`BinaryStar.advertised`: ``PRIMARY`` or ``BACKUP``), so a
+  restarted peer that holds the state serves instead of waiting for it.
 """
 import logging
 
@@ -84,7 +90,7 @@ class BinaryStar:
     after its last one.  Times are the caller's monotonic seconds.
     """
 
-    __slots__ = ("primary", "state", "heartbeat", "peer_expiry", "peer_state", "on_change", "changes")
+    __slots__ = ("primary", "state", "heartbeat", "peer_expiry", "peer_state", "on_change", "changes", "ready")
 
     def __init__(self, primary, heartbeat=0.25, now=0.0, on_change=None):
         self.primary = bool(primary)
@@ -94,10 +100,18 @@ class BinaryStar:
         self.peer_state = None
         self.on_change = on_change
         self.changes = 0
+        self.ready = True   # the owner holds the active's state (see the module docstring)
 
     @property
     def active(self):
         return self.state == ACTIVE
+
+    @property
+    def advertised(self):
+        """The state our heartbeats announce: a passive that is not ready says it is starting."""
+        if self.state == PASSIVE and not self.ready:
+            return PRIMARY if self.primary else BACKUP
+        return self.state
 
     @property
     def name(self):
@@ -119,10 +133,12 @@ class BinaryStar:
         if action == _REJECT:
             return False
         if action == _VOTE:
-            if not self.peer_silent(now):
+            if not self.peer_silent(now) or not self.ready:
                 return False
             self._change(ACTIVE, "client request, peer silent")
             return True
+        if action == ACTIVE and self.state == PASSIVE and not self.ready:
+            return True  # we do not hold the state: the peer must serve
         if action != self.state:
             reason = "split brain: the primary wins" if self.state == event == ACTIVE else \
                 "two passives: the primary serves" if self.state == event == PASSIVE else \

@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from zactors.patterns.clone.bstar import (
+from zactors.actors.bstar import (
     ACTIVE, BACKUP, CLIENT_REQUEST, PASSIVE, PRIMARY, BinaryStar, decode_state, encode_state,
 )
 
@@ -105,3 +105,26 @@ def test_state_codec():
     for bad in ([], [b"BSTAR", b"\x09", b"\x00" * 8], [b"BSTAR", b"\x03", b"\x00"], [b"X", b"\x03", b"\x00" * 8],
                 [b"BSTAR", b"", b"\x00" * 8]):
         assert decode_state(bad) is None
+
+
+@pytest.mark.parametrize("primary", (True, False))
+def test_unready_passive_never_becomes_active(primary):
+    """A passive still re-syncing refuses the vote and every rule that would make it active."""
+    fsm = BinaryStar(primary, HB, now=0.0)
+    fsm.state = PASSIVE
+    fsm.ready = False
+    assert fsm.advertised == (PRIMARY if primary else BACKUP)  # "I hold nothing", like a starting server
+    assert not fsm.handle(CLIENT_REQUEST, 10.0)  # peer silent, yet refused
+    for event in (PRIMARY, BACKUP, PASSIVE):
+        fsm.handle(event, 11.0)
+        assert fsm.state == PASSIVE
+    fsm.ready = True
+    assert fsm.advertised == PASSIVE
+    assert fsm.handle(CLIENT_REQUEST, 20.0) and fsm.active
+
+
+def test_restarted_primary_serves_when_the_backup_holds_nothing():
+    p, b = BinaryStar(True, HB, now=0.0), BinaryStar(False, HB, now=0.0)
+    b.state, b.ready = PASSIVE, False  # the backup was re-syncing when the primary died
+    p.handle(b.advertised, 1.0); b.handle(p.advertised, 1.0)
+    assert (p.state, b.state) == (ACTIVE, PASSIVE)
