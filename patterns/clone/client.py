@@ -68,6 +68,7 @@ from gevent.queue import Empty, Full, Queue
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import Keypair, curve_client
 from zactors.actors.errors import ActorTimeout
+from zactors.actors.values import to_bytes
 
 from .protocol import (HUGZ, KTHXBAI, KVERR, ProtocolError, check_subtree, decode_kvmsg, encode_icanhaz,
                        encode_properties, pack_sequence)
@@ -100,10 +101,6 @@ def server_endpoints(server: str | Iterable[str]) -> tuple[str, ...]:
     if len(server) < 3:
         raise ValueError("a server needs (snapshot, publisher, collector) endpoints")
     return server[:3]
-
-
-def _bytes(x: bytes | str) -> bytes:
-    return x.encode() if isinstance(x, str) else bytes(x)
 
 
 class Clone(Actor):
@@ -139,13 +136,13 @@ class Clone(Actor):
     @overload
     def get(self, key: bytes | str, default: _D) -> bytes | _D: ...
     def get(self, key: bytes | str, default: Any = None) -> Any:
-        return self.map.get(_bytes(key), default)
+        return self.map.get(to_bytes(key, "key"), default)
 
     def __getitem__(self, key: bytes | str) -> bytes:
-        return self.map[_bytes(key)]
+        return self.map[to_bytes(key, "key")]
 
     def __contains__(self, key: bytes | str) -> bool:
-        return _bytes(key) in self.map
+        return to_bytes(key, "key") in self.map
 
     def __len__(self) -> int:
         return len(self.map)
@@ -179,7 +176,7 @@ class Clone(Actor):
         ``value`` for ``key`` counts as that KVPUB (its sequence is returned).
         Safe from many greenlets.
         """
-        key, value = _bytes(key), _bytes(value)
+        key, value = to_bytes(key, "key"), to_bytes(value, "value")
         if not key or key in (HUGZ, KTHXBAI, b"ICANHAZ?"):
             raise ValueError("bad key %r" % key[:40])
         props = b""

@@ -46,3 +46,23 @@ def test_zeps_publisher_follows_the_rule(tmp_path):
         finally:
             sub.destroy()
         assert [(m.key, m.body) for m in got] == [(b"k\xc3\xa9", b"b\xc3\xa9"), (b"k", b"raw")]
+
+
+def test_clone_client_follows_the_rule():
+    from zactors.patterns.clone.client import Clone
+    from zactors.patterns.clone.server import CloneServer
+    server = CloneServer()                                   # free loopback ports
+    try:
+        client = Clone([tuple(server.endpoints[:3])])
+        try:
+            assert client.wait_synced(5)
+            with pytest.raises(TypeError, match="^value must be bytes or str, not int$"):
+                client.set("k", 5)                           # not five NUL bytes
+            with pytest.raises(TypeError, match="^key must be bytes or str, not int$"):
+                client.set(5, b"v")
+            client.set("k\u00e9", "v\u00e9", wait=5)
+            assert client.get("k\u00e9") == b"v\xc3\xa9" == server.call("GET", "k\u00e9".encode())
+        finally:
+            client.destroy()
+    finally:
+        server.destroy()

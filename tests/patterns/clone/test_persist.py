@@ -1,8 +1,11 @@
 """A Clone server with persist=DIR: restarted, it has the same map at the same sequence."""
+import subprocess
+
 import gevent
 import pytest
 import zmq
 
+from zactors.actors.journal import JournalFull
 from zactors.patterns.clone.client import Clone, UpdateRefused
 from zactors.patterns.clone.server import CloneServer
 from tests.conftest import wait_for
@@ -103,7 +106,15 @@ def test_full_disk_refuses_the_update_and_keeps_serving(make, small_disk):
     assert b.wait_synced(5) and len(b) == len(acked)
     with pytest.raises(UpdateRefused):
         a.set("more", "1", wait=10)
-    server = _restart(server, make, small_disk)
+    endpoints = list(server.endpoints)
+    server.destroy()
+    # Still full: the journal cannot even record its new epoch, so the server refuses to start (it would
+    # otherwise risk handing out sequences again) and says why.
+    with pytest.raises(JournalFull):
+        CloneServer(snapshot=endpoints[0], publisher=endpoints[1], collector=endpoints[2], persist=str(small_disk))
+    subprocess.run(["mount", "-o", "remount,size=512k", str(small_disk)], check=True)   # the operator adds room
+    server = rebind(make, CloneServer, snapshot=endpoints[0], publisher=endpoints[1], collector=endpoints[2],
+                    persist=str(small_disk))
     assert server.call("INFO")["sequence"] == last  # no acknowledged sequence handed out again
     assert set(server.call("DUMP")) == {k.encode() for k in acked}
 
