@@ -466,7 +466,7 @@ class Actor(metaclass=_ActorType):
         while True:
             try:
                 sock.bind(endpoint)
-                return sock.last_endpoint.decode()
+                return sock.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
             except zmq.ZMQError as exc:
                 if exc.errno != errno.EADDRINUSE or time.monotonic() + delay > deadline:
                     raise

@@ -103,7 +103,7 @@ class Probe:
     def fish(self, name: str, *args: Any, timeout: float | None = None) -> Event:
         """Skip events until one is ``name`` with ``args`` first (Akka's fishForMessage); returns it."""
         deadline = _deadline(self.timeout if timeout is None else timeout)
-        skipped = []
+        skipped: list[Event] = []
         while True:
             event = self.recv(max(0.0, deadline - _now()))
             if event is None:
@@ -206,7 +206,7 @@ class Synchronous:
 
     def __init__(self, actor_class: type[Actor], *args: Any, setup: bool = False, **kwargs: Any) -> None:
         actor = actor_class.__new__(actor_class)
-        actor.__init__(*args, **kwargs)
+        actor_class.__init__(actor, *args, **kwargs)
         self.actor = actor
         self.events: list[Event] = []
         self.now = 0.0
@@ -215,12 +215,11 @@ class Synchronous:
         self._seq = itertools.count()
         actor.name = getattr(actor, "name", None) or actor_class.__name__
         actor.stats = _Counter()
-        actor.emit = self._emit
-        actor.call_later = self._call_later
-        actor.call_every = self._call_every
-        actor.post = lambda func, *a: self._call_later(0, func, *a)
-        actor.stop = self._stop
-        actor.socket = self._no_socket
+        kernel = {"emit": self._emit, "call_later": self._call_later, "call_every": self._call_every,
+                  "post": lambda func, *a: self._call_later(0, func, *a), "stop": self._stop,
+                  "socket": self._no_socket}
+        for attr, stand_in in kernel.items():  # the instance's own attributes shadow the kernel's methods
+            setattr(actor, attr, stand_in)
         if setup:
             actor.setup()
 
