@@ -7,7 +7,8 @@ spec says ``register=True``.  A supervisor that restarts a child puts the
 new incarnation under the same name.
 
 A :class:`Proxy` is a name that behaves like an actor: each ``call`` or
-``send`` goes to the incarnation registered at that moment.  A call in
+``send`` goes to the incarnation registered at that moment (and so do reads
+of its public attributes, such as ``endpoint``).  A call in
 flight when that incarnation dies raises :class:`~zactors.actors.ActorDied`
 (its pipe fails every pending call); the next call waits for the restarted
 one, up to the call's ``timeout`` (or the proxy's ``wait``), and then
@@ -173,6 +174,16 @@ class Proxy:
     @property
     def alive(self) -> bool:
         return self.names.whereis(self.name) is not None
+
+    def __getattr__(self, attr: str) -> Any:
+        """Public attributes (``endpoint``, ...) read from the incarnation running now; never blocks.
+
+        ``AttributeError`` while nobody runs under the name.
+        """
+        actor = None if attr.startswith("_") else self.names.whereis(self.name)
+        if actor is None:
+            raise AttributeError("%r has no attribute %r (no actor runs as %r now)" % (self, attr, self.name))
+        return getattr(actor, attr)
 
     def __repr__(self) -> str:
         return "<Proxy %r -> %r>" % (self.name, self.names.whereis(self.name))

@@ -40,8 +40,10 @@ reverse start order, each within its spec's ``shutdown`` seconds (then it
 is killed); ``shutdown=None`` uses the child's own ``term_timeout``, which
 for a supervisor covers all of its children.
 
-Commands: ``CHILDREN`` (reply: a list of ``{name, running, restarts,
-restart, last_reason}``), plus the system ones.  Events (dropped rather
+Commands (each replies): ``CHILDREN`` (a list of ``{name, running,
+restarts, restart, last_reason}``); ``STOP_CHILD name`` (stop it and leave
+it stopped: OTP's ``terminate_child``); ``RESTART_CHILD name`` (start a
+stopped child again).  Events (dropped rather
 than waited for when nobody reads them: the tree must not stall):
 ``CHILD_STARTED name restarts``, ``CHILD_DIED name reason``,
 ``CHILD_EXITED name``.  ``$STATS`` counts ``restarts``, ``child_deaths``,
@@ -192,6 +194,30 @@ class Supervisor(Actor):
     def children(self) -> list[dict[str, Any]]:
         return [{"name": c.spec.name, "running": c.actor is not None, "restarts": c.restarts,
                  "restart": c.spec.restart, "last_reason": c.last_reason} for c in self._children]
+
+    @command(reply=True)
+    def stop_child(self, name: str) -> None:
+        """Stop child ``name`` within its shutdown timeout, and leave it stopped (its name is free)."""
+        child = self._find(name)
+        child.pending = None
+        if child.actor is not None:
+            self._stop(child)
+        child.last_reason = "stopped"
+        self._forget(child)
+
+    @command(reply=True)
+    def restart_child(self, name: str) -> None:
+        """Start child ``name`` again after ``STOP_CHILD`` (or a normal exit); counts as no restart."""
+        child = self._find(name)
+        if child.actor is not None or child.pending is not None:
+            raise ValueError("child %r is running" % name)
+        self._start_child(child)
+
+    def _find(self, name):
+        for child in self._children:
+            if child.spec.name == name:
+                return child
+        raise KeyError("no child %r" % name)
 
     def _start_child(self, child):
         spec = child.spec

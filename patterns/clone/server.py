@@ -199,10 +199,9 @@ class CloneServer(Actor):
             if curve is not None:
                 curve_server(sock, curve)
         self.endpoints[0] = self.router.bind(self.endpoints[0])  # type: ignore[arg-type]  # None only for a lone server's state
-        self.pub.bind(self.endpoints[1])  # type: ignore[arg-type]  # None only for a lone server's state
-        self.endpoints[1] = self.pub.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
-        self.collector.bind(self.endpoints[2])  # type: ignore[arg-type]  # None only for a lone server's state
-        self.endpoints[2] = self.collector.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
+        # Actor.bind: a restarted server rebinds its endpoints while the old ports are being released
+        self.endpoints[1] = self.bind(self.pub, self.endpoints[1])  # type: ignore[arg-type]  # None only for a lone server's state
+        self.endpoints[2] = self.bind(self.collector, self.endpoints[2])  # type: ignore[arg-type]  # None only for a lone server's state
         self.add_reader(self.collector, self._on_collect)
         now = _monotonic()
         if self.role is None:
@@ -213,8 +212,7 @@ class CloneServer(Actor):
             self.state_pub = self.socket(zmq.PUB)
             if curve is not None:
                 curve_server(self.state_pub, curve)
-            self.state_pub.bind(self.endpoints[3])  # type: ignore[arg-type]  # None only for a lone server's state
-            self.endpoints[3] = self.state_pub.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
+            self.endpoints[3] = self.bind(self.state_pub, self.endpoints[3])  # type: ignore[arg-type]  # None only for a lone server's state
             self.state_sub = self.feed = None
             self.call_every(self.heartbeat, self._send_state)
             if self.peer:
