@@ -63,16 +63,18 @@ class Names:
         self._entries: dict[str, _Entry] = {}
 
     def register(self, name: str, actor: Actor | None, replace: bool = False) -> None:
-        """Hold ``name`` for ``actor`` (``None``: held, but restarting).
+        """Hold ``name`` for ``actor`` (``None``: held while its holder restarts it).
 
-        Raises ``ValueError`` if a live actor holds it already, unless ``replace``.
+        Raises ``ValueError`` if a live actor holds it already, or it is held
+        for a restart, unless ``replace`` (what the holder itself passes).
         """
         entry = self._entries.get(name)
         if entry is None:
             self._entries[name] = _Entry(actor)
             return
-        if not replace and entry.actor is not None and entry.actor.alive and entry.actor is not actor:
-            raise ValueError("the name %r is held by %r" % (name, entry.actor))
+        held = entry.actor
+        if not replace and held is not actor and (held is None or held.alive):
+            raise ValueError("the name %r is held by %s" % (name, "a restarting actor" if held is None else held))
         entry.actor = actor
         self._changed(entry)
 

@@ -32,7 +32,7 @@ def test_proxy_reaches_the_registered_actor_and_waits_for_the_next(names):
         waiting = gevent.spawn(proxy.call, "ECHO", 2, timeout=5)
         gevent.sleep(0)
         assert not waiting.ready()
-        names.register("echo", second)
+        names.register("echo", second, replace=True)  # its holder restarted it
         assert waiting.get(timeout=5) == 2 and proxy.actor is second
     finally:
         first.destroy()
@@ -75,3 +75,15 @@ def test_a_live_holder_keeps_its_name(names):
     finally:
         a.destroy()
         b.destroy()
+
+
+def test_a_name_held_for_a_restart_is_not_taken(names):
+    echo = Echo()
+    try:
+        names.register("x", None)
+        with pytest.raises(ValueError, match="restarting"):
+            names.register("x", echo)
+        names.register("x", echo, replace=True)  # the holder's own restart
+        assert names.whereis("x") is echo
+    finally:
+        echo.destroy()
