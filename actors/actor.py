@@ -436,18 +436,18 @@ class Actor(metaclass=_ActorType):
         return True
 
     def link(self, on_event: Callable[[Event], object]) -> None:
-        """Hand each of this actor's events to ``on_event(event)`` instead of the default queue.
+        """Also hand each of this actor's events to ``on_event(event)``, as they arrive.
 
-        Parent side.  ``on_event`` runs in the hub as events arrive and must
-        not block (``Actor.post`` to another actor's loop is the way out).
-        Its last call is the ``$EXIT``/``$DIED`` event, at once if the actor
-        has ended already.  :meth:`recv_event` then raises; :meth:`subscribe`
-        still works.  How a :class:`~zactors.actors.supervisor.Supervisor`
-        learns that a child ended.
+        Parent side; one link per actor.  ``on_event`` runs in the hub and
+        must not block (``Actor.post`` to another actor's loop is the way
+        out).  Its last call is the ``$EXIT``/``$DIED`` event, at once if the
+        actor has ended already.  The event queues are unchanged (read the
+        default one, or the actor is held back once it is full, as ever).
+        How a :class:`~zactors.actors.supervisor.Supervisor` learns that a
+        child ended.
         """
         pipe = self._pipe
         pipe._on_event = on_event
-        pipe._default.close()  # nobody reads it: it must not hold the actor back
         end = pipe._end
         if end is not None:
             on_event(Event(EXIT if isinstance(end, ActorExited) else DIED, (str(end),)))

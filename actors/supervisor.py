@@ -16,8 +16,9 @@ fails to start stops those started before it, and the error is raised in
 the parent).  A child's ``$DIED`` (abnormal) or ``$EXIT`` (normal) reaches
 the supervisor through :meth:`Actor.link <zactors.actors.Actor.link>`:
 the hub hands it over with ``post``, so the supervisor's loop is never
-held by its children's events (other child events are not queued for
-anyone: subscribe to a child through its proxy to read them).
+held by its children's events.  A child's other events stay in its own
+queues, for whoever uses the child (``proxy.actor.recv_event()``,
+``proxy.subscribe()``), as for any actor.
 
 Restart policy, per child: ``permanent`` (always restarted), ``transient``
 (restarted after ``$DIED`` only), ``temporary`` (never; forgotten when it
@@ -256,7 +257,7 @@ class Supervisor(Actor):
         actor.destroy(_shutdown_of(child.spec, actor))
 
     def _on_child_event(self, child, actor, event: Event) -> None:
-        """In the hub: hand a child's end to the supervisor's loop (other events are not kept)."""
+        """In the hub: hand a child's end to the supervisor's loop (other events are not its business)."""
         if event.name == DIED or event.name == EXIT:
             self.post(self._child_ended, child, actor, event)
 

@@ -35,7 +35,7 @@ Config file (TOML), every key optional::
     token = "..."              # required off loopback; generated if absent
     interval = 1.0
 
-The broker and server actors run under one
+The broker, server and Harmony node actors run under one
 :class:`~zactors.actors.supervisor.Supervisor` (``node.tree``): a part whose
 actor dies is restarted on the very endpoints it had (a ZEPS broker and the
 Clone server recover from their journals; clients reconnect by
@@ -52,6 +52,7 @@ import logging
 import os
 import secrets
 import tomllib
+from types import SimpleNamespace
 
 import gevent
 from gevent.event import Event
@@ -229,19 +230,25 @@ class Up:
                 lambda snapshot, publisher, collector: CloneServer(
                     host=host, snapshot=snapshot, publisher=publisher, collector=collector, persist=clone_dir,
                     name="clone"), *first)))
+        if cfg["harmony"]["enabled"]:
+            parts.append(ChildSpec("harmony", self._start_harmony))
         if parts:
             self.tree = Supervisor(parts, intensity=self.INTENSITY, period=self.PERIOD, name="up")
             self.tree.link(self._on_tree_event)
-        if cfg["harmony"]["enabled"]:
-            from zactors.patterns.harmony.node import Node
-            h = cfg["harmony"]
-            self.harmony = Node(h["name"], beacon=h["beacon"], interface=h["interface"],
-                                endpoints=h["endpoints"], host=None if h["beacon"] else h["host"]).start()
-            for group in h["groups"]:
-                self.harmony.join(group)
-            self._greenlets.append(gevent.spawn(self._follow_harmony, self.harmony))
         if cfg["dashboard"]["enabled"]:
             self._start_dashboard(cfg["dashboard"])
+
+    def _start_harmony(self):
+        """The Harmony part: a fresh node (a new identity: peers see the old one go) in its groups."""
+        from zactors.patterns.harmony.node import Node
+        h = self.config["harmony"]
+        node = Node(h["name"], beacon=h["beacon"], interface=h["interface"], endpoints=h["endpoints"],
+                    host=None if h["beacon"] else h["host"]).start()
+        for group in h["groups"]:
+            node.join(group)
+        self.harmony = node
+        self._greenlets = [g for g in self._greenlets if not g.dead] + [gevent.spawn(self._follow_harmony, node)]
+        return node.actor
 
     def _data_dir(self, part):
         path = os.path.join(self.config["data"], part)
@@ -264,8 +271,8 @@ class Up:
             parts.append(sources.Zeps(self.tree.proxy("zeps")))
         if self.clone is not None:
             parts.append(sources.Clone(self.tree.proxy("clone")))
-        if self.harmony is not None:
-            parts.append(sources.Harmony(self.harmony))
+        if self.harmony is not None:  # the node running now, whichever it is
+            parts.append(sources.Harmony(SimpleNamespace(actor=self.tree.proxy("harmony"))))
         if self.tree is not None:
             parts.append(sources.Supervision(self.tree))
         self.dashboard = Dashboard(parts, token=token, interval=float(d["interval"]), max_clients=int(d["max_clients"]))
@@ -310,12 +317,10 @@ class Up:
         if self.dashboard is not None:
             self.dashboard.close()
             self.dashboard = None
-        if self.harmony is not None:
-            self.harmony.stop()
-            self.harmony = None
         for greenlet in self._greenlets:
             greenlet.kill(block=False)
         self._greenlets = []
         tree, self.tree = self.tree, None  # first: its $EXIT is no failure
         if tree is not None:
-            tree.destroy()  # the clone server, the ZEPS broker, then the Majordomo broker
+            tree.destroy()  # Harmony, the Clone server, the ZEPS broker, then the Majordomo broker
+        self.harmony = None

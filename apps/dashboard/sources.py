@@ -345,12 +345,19 @@ class Harmony(Source):
         self._watcher = gevent.spawn(self._watch)
 
     def _watch(self):
-        for event in self._events:
-            name, args = event.name, event.args
-            if name in ("EVASIVE", "SILENT"):
-                self.evasive[args[0]] = name.lower()
-            elif args and isinstance(args[0], str):
-                self.evasive.pop(args[0], None)
+        while True:
+            for event in self._events:
+                name, args = event.name, event.args
+                if name in ("EVASIVE", "SILENT"):
+                    self.evasive[args[0]] = name.lower()
+                elif args and isinstance(args[0], str):
+                    self.evasive.pop(args[0], None)
+            # that actor ended: a supervised node (``node.actor`` a proxy) has a new one
+            self.evasive.clear()
+            try:
+                self._events = self.node.actor.subscribe(size=1000, policy="drop")
+            except (ActorError, AttributeError):
+                return
 
     def sample(self):
         actor = self.node.actor

@@ -1,5 +1,6 @@
 """``zactors up`` as a supervision tree: a killed part is back within a second, the rest never notice;
 parts dying too often stop the node with a one-line reason and a non-zero status."""
+import json
 import time
 
 import gevent
@@ -111,3 +112,22 @@ def test_parts_dying_too_often_stop_the_node_with_one_line(processes, tmp_path):
     last = err.strip().splitlines()[-1]
     assert last.startswith("zactors: error: the node stopped: RestartIntensityExceeded: up gave up: "
                            "more than 5 restarts in 10s; the last, of 'zeps', after: Crash: killed from the dashboard"), last
+
+
+def test_a_killed_harmony_node_comes_back_and_the_dashboard_follows(tmp_path):
+    node = start(tmp_path, harmony={"groups": ["ops"]})
+    try:
+        old = node.harmony
+        status, _, body = kill(node.url, "harmony")
+        assert status == 200, body
+        wait_for(lambda: node.harmony is not old and node.tree.child("harmony") is node.harmony.actor, 5,
+                 "a new Harmony node")
+        assert node.harmony.actor.call("OWN_GROUPS", timeout=5) == ["ops"], "it joined its groups again"
+
+        def sampled_new_node():
+            part = request(node.url + "api/harmony")
+            data = json.loads(part[2]).get("data") or {}
+            return data.get("uuid") == node.harmony.id
+        wait_for(sampled_new_node, 10, "the dashboard sampling the new node")
+    finally:
+        node.stop()
