@@ -291,6 +291,9 @@ class Supervisor(Actor):
             group = list(children)
         else:
             group = children[children.index(child):]
+        # only those running (or due to start) come back: a child stopped on purpose stays stopped
+        group = [other for other in group
+                 if other is child or other.actor is not None or other.pending is not None]
         for other in reversed(group):
             if other is not child and other.actor is not None:
                 self._stop(other)

@@ -362,3 +362,14 @@ def test_stop_child_leaves_it_stopped_until_restart_child(journal):
         probe.expect("CHILD_STARTED", "a", 0)
         assert sup.proxy("a").call("ECHO", 2, timeout=5) == 2
         assert "restarts" not in sup.call("$STATS")
+
+
+def test_a_child_stopped_on_purpose_stays_stopped_when_a_sibling_restarts_all(journal):
+    with Supervisor(specs(journal), strategy=ONE_FOR_ALL) as sup, Probe(sup) as probe:
+        sup.call("STOP_CHILD", "c")
+        crash(sup.child("a"))
+        probe.expect("CHILD_DIED", "a")
+        probe.expect("CHILD_STARTED", "a", 1)
+        probe.expect("CHILD_STARTED", "b", 1)
+        probe.expect_no_event(0.2)
+        assert sup.child("c") is None
