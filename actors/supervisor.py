@@ -41,6 +41,14 @@ reverse start order, each within its spec's ``shutdown`` seconds (then it
 is killed); ``shutdown=None`` uses the child's own ``term_timeout``, which
 for a supervisor covers all of its children.
 
+State across restarts is the child's business: a restart is a fresh
+object from ``factory()``, so what must survive lives outside it, where
+the factory points the new incarnation: a journal directory it recovers
+from in ``setup`` (as the ZEPS broker and ``CloneServer(persist=DIR)``
+do), and the endpoints it binds (a factory that binds ``tcp://host:*``
+the first time should pass the endpoint it got to the next incarnation,
+which rebinds it through :meth:`Actor.bind <zactors.actors.Actor.bind>`).
+
 Commands (each replies): ``CHILDREN`` (a list of ``{name, running,
 restarts, restart, last_reason}``); ``STOP_CHILD name`` (stop it and leave
 it stopped: OTP's ``terminate_child``); ``RESTART_CHILD name`` (start a
