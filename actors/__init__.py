@@ -15,11 +15,14 @@ _EXPORTS = {
     "Socket": ".sockets", "context": ".sockets",
     "ActorError": ".errors", "ActorDied": ".errors", "ActorExited": ".errors",
     "ActorTimeout": ".errors", "CommandError": ".errors", "PipeError": ".errors",
+    "Supervisor": ".supervisor", "ChildSpec": ".supervisor", "RestartIntensityExceeded": ".supervisor",
+    "Names": ".names", "Proxy": ".names", "NoSuchName": ".names",
 }
 
 __all__ = [
     "Actor", "Reply", "command", "Event", "Subscription", "Reactor", "Socket", "context",
     "ActorError", "ActorDied", "ActorExited", "ActorTimeout", "CommandError", "PipeError",
+    "Supervisor", "ChildSpec", "RestartIntensityExceeded", "Names", "Proxy", "NoSuchName",
 ]
 
 

@@ -67,7 +67,9 @@ on it then raises :class:`ActorDied`.
 """
 from __future__ import annotations
 
+import errno
 import logging
+import time
 import traceback
 from collections import Counter as _Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -77,17 +79,16 @@ import gevent
 import zmq
 from gevent import getcurrent
 
-from .errors import ActorError, PipeError
+from .errors import ActorError, ActorExited, PipeError
 from .events import BLOCK, DROP, POLICIES
 from .reactor import Reactor
 from .sockets import NOBLOCK, Socket, context, raw_send
 from .speedups import recv_message
-from .pipe import (DIED, ERROR, EVENTS_BYTES, EVENTS_SIZE, EXIT, FAILED, READY, REPLY, RESERVED, TERM, PipeEnd,
-                   decode, encode, pipe_pair)
+from .pipe import (DIED, ERROR, EVENTS_BYTES, EVENTS_SIZE, EXIT, FAILED, READY, REPLY, RESERVED, TERM, Event,
+                   PipeEnd, decode, encode, pipe_pair)
 
 if TYPE_CHECKING:
     from .events import Subscription
-    from .pipe import Event
     from .reactor import Timer
     from .task import Task
 
@@ -102,6 +103,9 @@ _NO_REPLY, _REPLY, _DEFERRED = 0, 1, 2
 # What emit does when the event window is full: send anyway (setup, teardown,
 # where the parent cannot be reading), wait for room, or end the actor.
 _SEND, _WAIT, _STOP = "send", "wait", "stop"
+
+#: seconds :meth:`Actor.bind` retries an address still in use (a restarted server's port being released)
+REBIND_TIMEOUT = 2.0
 
 #: commands a parked emit serves inside one another at most (then they wait in the pipe)
 MAX_EMIT_NESTING = 8
@@ -430,6 +434,45 @@ class Actor(metaclass=_ActorType):
         if mode is _WAIT and not drops and pipe.full():
             self._wait_for_room(pipe)
         return True
+
+    def link(self, on_event: Callable[[Event], object]) -> None:
+        """Also hand each of this actor's events to ``on_event(event)``, as they arrive.
+
+        Parent side; one link per actor.  ``on_event`` runs in the hub and
+        must not block (``Actor.post`` to another actor's loop is the way
+        out).  Its last call is the ``$EXIT``/``$DIED`` event, at once if the
+        actor has ended already.  The event queues are unchanged (read the
+        default one, or the actor is held back once it is full, as ever).
+        How a :class:`~zactors.actors.supervisor.Supervisor` learns that a
+        child ended.
+        """
+        pipe = self._pipe
+        pipe._on_event = on_event
+        end = pipe._end
+        if end is not None:
+            on_event(Event(EXIT if isinstance(end, ActorExited) else DIED, (str(end),)))
+
+    def bind(self, sock: Socket, endpoint: str, timeout: float = REBIND_TIMEOUT) -> str:
+        """Bind ``sock`` to ``endpoint``, retrying while the address is in use; returns the bound endpoint.
+
+        A server restarted in the same process rebinds the endpoint its
+        previous incarnation closed (linger 0), but libzmq releases the
+        listening port a moment later, in its I/O thread: the bind retries
+        on ``EADDRINUSE`` for up to ``timeout`` seconds (parking only this
+        greenlet), then raises the ``zmq.ZMQError``.
+        """
+        delay = 0.001
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                sock.bind(endpoint)
+                return sock.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
+            except zmq.ZMQError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() + delay > deadline:
+                    raise
+            self.stats["rebind_retries"] += 1
+            gevent.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def watch(self, child: Actor, on_event: Callable[[Event], object]) -> None:
         """Drive a child actor's pipe from this actor's loop.

@@ -101,9 +101,11 @@ class Router:
         actor.add_reader(events, disconnected)
 
     def bind(self, endpoint: str) -> str:
-        """Bind and return the actual endpoint (``tcp://127.0.0.1:*`` picks a port)."""
-        self.socket.bind(endpoint)
-        return self.socket.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
+        """Bind and return the actual endpoint (``tcp://127.0.0.1:*`` picks a port).
+
+        Retries while a restarted server's old port is being released (:meth:`Actor.bind`).
+        """
+        return self.actor.bind(self.socket, endpoint)
 
     def connect(self, endpoint: str) -> None:
         self.socket.connect(endpoint)

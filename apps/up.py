@@ -8,8 +8,8 @@
     node.stop()                # dashboard first, brokers last; the ZEPS journal is synced
 
 Parts (each may be turned off, ``enabled = false``): a Majordomo broker, a
-ZEPS broker journaling under ``<data>/zeps``, a Clone server (ports P..P+2),
-a Harmony node (beacons off unless ``beacon = true``; ``endpoints`` to
+ZEPS broker journaling under ``<data>/zeps``, a Clone server (ports P..P+2)
+journaling its map under ``<data>/clone``, a Harmony node (beacons off unless ``beacon = true``; ``endpoints`` to
 connect to known peers), and the dashboard (:mod:`zactors.apps.dashboard`)
 served by gevent's ``pywsgi``.  Everything binds 127.0.0.1 by default; a
 dashboard bound anywhere else needs a token (generated if none is given).
@@ -36,6 +36,15 @@ Config file (TOML), every key optional::
     token = "..."              # required off loopback; generated if absent
     interval = 1.0
 
+The broker, server and Harmony node actors run under one
+:class:`~zactors.actors.supervisor.Supervisor` (``node.tree``): a part whose
+actor dies is restarted on the very endpoints it had (a ZEPS broker and the
+Clone server recover from their journals; clients reconnect by
+themselves).  More than ``INTENSITY`` restarts in ``PERIOD`` seconds and
+the tree gives up: ``node.failed`` is set and ``node.failure`` says why in
+one line (``zactors up`` then exits non-zero).  ``node.broker``,
+``node.zeps`` and ``node.clone`` are the incarnations running now.
+
 All of it runs in the calling thread's gevent hub; the methods are not
 thread-safe.
 """
@@ -44,8 +53,10 @@ import logging
 import os
 import secrets
 import tomllib
+from types import SimpleNamespace
 
 import gevent
+from gevent.event import Event
 from gevent.pool import Pool
 from gevent.pywsgi import WSGIServer
 
@@ -143,16 +154,55 @@ def split_host_port(text):
     return host, int(port)
 
 
+def _same_endpoints(make, *endpoints):
+    """A factory whose later incarnations bind the endpoints the first one got (a ``*`` port stays put)."""
+    bound = list(endpoints)
+
+    def factory():
+        from zactors.apps import options
+        import zmq
+        try:
+            actor = make(*bound)
+        except zmq.ZMQError as exc:
+            raise options.bind_error(" ".join(str(e) for e in bound), exc, "port 0 / * for any free one") from None
+        bound[:] = actor.endpoints[:3] if hasattr(actor, "endpoints") else [actor.endpoint]
+        return actor
+    return factory
+
+
 class Up:
-    """The node: starts the parts of ``config`` in order and stops them in reverse."""
+    """The node: starts the parts of ``config`` in order (under one supervisor) and stops them in reverse."""
+
+    #: restarts of parts the node allows in ``PERIOD`` seconds; one more and it stops, failed
+    INTENSITY = 5
+    PERIOD = 10.0
 
     def __init__(self, config):
         self.config = config
-        self.broker = self.zeps = self.clone = self.harmony = None
+        self.tree = self.harmony = None
         self.dashboard = self.server = None
         self.token = None
         self.url = None
         self._greenlets = []
+        #: set when the supervision tree gave up; ``failure`` is the one-line reason
+        self.failed = Event()
+        self.failure = None
+
+    broker = property(lambda self: self._part("majordomo"), doc="The Majordomo broker running now (or None).")
+    zeps = property(lambda self: self._part("zeps"), doc="The ZEPS broker running now (or None).")
+    clone = property(lambda self: self._part("clone"), doc="The Clone server running now (or None).")
+
+    def _part(self, name):
+        return None if self.tree is None else self.tree.child(name)
+
+    def _on_tree_event(self, event):
+        """In the hub: log the parts' deaths; the tree's own death fails the node."""
+        if event.name == "CHILD_DIED":
+            log.warning("part %s died, restarting it: %s", *event.args)
+        elif event.name in ("$DIED", "$EXIT") and self.tree is not None:
+            reason = event.args[0] if event.args else "the supervisor stopped"
+            self.failure = "the node stopped: %s" % " ".join(str(reason).split())
+            self.failed.set()
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self):
@@ -164,48 +214,59 @@ class Up:
         return self
 
     def _start(self):
-        from zactors.apps import options
+        from zactors.actors.supervisor import ChildSpec, Supervisor
         cfg = self.config
-        import zmq
+        parts = []
         if cfg["majordomo"]["enabled"]:
             from zactors.patterns.majordomo.broker import Broker
-            endpoint = cfg["majordomo"]["bind"]
-            try:
-                self.broker = Broker(endpoint, name="majordomo")
-            except zmq.ZMQError as exc:
-                raise options.bind_error(endpoint, exc) from None
+            parts.append(ChildSpec("majordomo", _same_endpoints(lambda endpoint: Broker(endpoint, name="majordomo"),
+                                                                cfg["majordomo"]["bind"])))
         if cfg["zeps"]["enabled"]:
             from zactors.patterns.zeps.broker import Broker as ZepsBroker
-            journal = os.path.join(cfg["data"], "zeps")
-            try:
-                os.makedirs(journal, mode=0o700, exist_ok=True)
-            except OSError as exc:
-                raise ConfigError("cannot make the data directory %s: %s" % (journal, exc.strerror)) from None
-            endpoint = cfg["zeps"]["bind"]
-            try:
-                self.zeps = ZepsBroker(journal, endpoint, fsync=parse_period(cfg["zeps"]["fsync"]),
-                                       ack=parse_ack(cfg["zeps"]["ack"]), name="zeps")
-            except zmq.ZMQError as exc:
-                raise options.bind_error(endpoint, exc) from None
+            zeps_dir = self._data_dir("zeps")
+            fsync = parse_period(cfg["zeps"]["fsync"])
+            ack = parse_ack(cfg["zeps"]["ack"])
+            parts.append(ChildSpec("zeps", _same_endpoints(
+                lambda endpoint: ZepsBroker(zeps_dir, endpoint, fsync=fsync, ack=ack, name="zeps"),
+                cfg["zeps"]["bind"])))
         if cfg["clone"]["enabled"]:
-            from zactors.patterns.clone.server import CloneServer
+            from zactors.patterns.clone.server import CloneServer, endpoints
+            host = cfg["clone"]["host"]
             port = cfg["clone"]["port"]
             port = None if port in ("*", 0, "0") else int(port)
-            try:
-                self.clone = CloneServer(port, host=cfg["clone"]["host"], name="clone")
-            except zmq.ZMQError as exc:
-                raise options.bind_error("tcp://%s:%s" % (cfg["clone"]["host"], port), exc,
-                                         "port 0 for any free ones") from None
+            clone_dir = self._data_dir("clone")
+            first = endpoints(host, port)[:3] if port is not None else ("tcp://%s:*" % host,) * 3
+            parts.append(ChildSpec("clone", _same_endpoints(
+                lambda snapshot, publisher, collector: CloneServer(
+                    host=host, snapshot=snapshot, publisher=publisher, collector=collector, persist=clone_dir,
+                    name="clone"), *first)))
         if cfg["harmony"]["enabled"]:
-            from zactors.patterns.harmony.node import Node
-            h = cfg["harmony"]
-            self.harmony = Node(h["name"], beacon=h["beacon"], interface=h["interface"],
-                                endpoints=h["endpoints"], host=None if h["beacon"] else h["host"]).start()
-            for group in h["groups"]:
-                self.harmony.join(group)
-            self._greenlets.append(gevent.spawn(self._follow_harmony, self.harmony))
+            parts.append(ChildSpec("harmony", self._start_harmony))
+        if parts:
+            self.tree = Supervisor(parts, intensity=self.INTENSITY, period=self.PERIOD, name="up")
+            self.tree.link(self._on_tree_event)
         if cfg["dashboard"]["enabled"]:
             self._start_dashboard(cfg["dashboard"])
+
+    def _start_harmony(self):
+        """The Harmony part: a fresh node (a new identity: peers see the old one go) in its groups."""
+        from zactors.patterns.harmony.node import Node
+        h = self.config["harmony"]
+        node = Node(h["name"], beacon=h["beacon"], interface=h["interface"], endpoints=h["endpoints"],
+                    host=None if h["beacon"] else h["host"]).start()
+        for group in h["groups"]:
+            node.join(group)
+        self.harmony = node
+        self._greenlets = [g for g in self._greenlets if not g.dead] + [gevent.spawn(self._follow_harmony, node)]
+        return node.actor
+
+    def _data_dir(self, part):
+        path = os.path.join(self.config["data"], part)
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)    # journals hold message bodies: the owner's only
+        except OSError as exc:
+            raise ConfigError("cannot make the data directory %s: %s" % (path, exc.strerror)) from None
+        return path
 
     def _start_dashboard(self, d):
         from zactors.apps.dashboard import Dashboard, is_loopback_bind, sources
@@ -213,15 +274,17 @@ class Up:
         token = d["token"]
         if token is None and not is_loopback_bind(host):
             token = secrets.token_urlsafe(24)
-        parts = []
+        parts = []  # proxies: a source follows its part across restarts
         if self.broker is not None:
-            parts.append(sources.Majordomo(self.broker))
+            parts.append(sources.Majordomo(self.tree.proxy("majordomo")))
         if self.zeps is not None:
-            parts.append(sources.Zeps(self.zeps))
+            parts.append(sources.Zeps(self.tree.proxy("zeps")))
         if self.clone is not None:
-            parts.append(sources.Clone(self.clone))
-        if self.harmony is not None:
-            parts.append(sources.Harmony(self.harmony))
+            parts.append(sources.Clone(self.tree.proxy("clone")))
+        if self.harmony is not None:  # the node running now, whichever it is
+            parts.append(sources.Harmony(SimpleNamespace(actor=self.tree.proxy("harmony"))))
+        if self.tree is not None:
+            parts.append(sources.Supervision(self.tree))
         self.dashboard = Dashboard(parts, token=token, interval=float(d["interval"]), max_clients=int(d["max_clients"]))
         self.token = token
         self.server = WSGIServer((host, port), self.dashboard, log=None, error_log=log, spawn=Pool(10000))
@@ -264,14 +327,10 @@ class Up:
         if self.dashboard is not None:
             self.dashboard.close()
             self.dashboard = None
-        if self.harmony is not None:
-            self.harmony.stop()
-            self.harmony = None
         for greenlet in self._greenlets:
             greenlet.kill(block=False)
         self._greenlets = []
-        for name in ("clone", "zeps", "broker"):
-            actor = getattr(self, name)
-            if actor is not None:
-                actor.destroy()
-                setattr(self, name, None)
+        tree, self.tree = self.tree, None  # first: its $EXIT is no failure
+        if tree is not None:
+            tree.destroy()  # Harmony, the Clone server, the ZEPS broker, then the Majordomo broker
+        self.harmony = None

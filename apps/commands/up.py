@@ -158,12 +158,15 @@ def run_up(args):
         for part, address in node.listening():
             print("%-10s %s" % (part, address), flush=True)
         print("up: Ctrl-C stops", flush=True)
-        wait_until_stopped()
+        wait_until_stopped(node.failed)  # a signal, or the supervision tree gave up
     finally:
         if demo is not None:
             demo.stop()
         node.stop()
         print("up: stopped after %.0f s" % (time.monotonic() - started), file=sys.stderr)
+    if node.failure is not None:
+        print("zactors: error: %s" % node.failure, file=sys.stderr)
+        return exitstatus.FAILED
     return exitstatus.OK
 
 

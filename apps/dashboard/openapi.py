@@ -56,6 +56,9 @@ def describe(sources):
                                         {"key": {"type": "string"}, "value": {"type": "string"},
                                          "ttl": {"type": "number"}}, ["key", "value"])
         paths["/api/clone/delete"] = _post("Delete a key", {"key": {"type": "string"}}, ["key"])
+    if "supervisor" in names:
+        paths["/api/supervisor/kill"] = _post("Kill a part's actor (a debug command): the supervision tree "
+                                              "restarts it", {"part": {"type": "string"}}, ["part"])
     return {
         "openapi": "3.1.0",
         "info": {"title": "zactors dashboard", "version": "1",

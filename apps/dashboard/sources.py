@@ -21,7 +21,7 @@ from zactors.apps.options import client_endpoint
 
 from .render import PREVIEW, show
 
-__all__ = ["Source", "Majordomo", "Zeps", "Clone", "Harmony", "ActionError"]
+__all__ = ["Source", "Majordomo", "Zeps", "Clone", "Harmony", "Supervision", "ActionError"]
 
 log = logging.getLogger(__name__)
 
@@ -353,12 +353,19 @@ class Harmony(Source):
         self._watcher = gevent.spawn(self._watch)
 
     def _watch(self):
-        for event in self._events:
-            name, args = event.name, event.args
-            if name in ("EVASIVE", "SILENT"):
-                self.evasive[args[0]] = name.lower()
-            elif args and isinstance(args[0], str):
-                self.evasive.pop(args[0], None)
+        while True:
+            for event in self._events:
+                name, args = event.name, event.args
+                if name in ("EVASIVE", "SILENT"):
+                    self.evasive[args[0]] = name.lower()
+                elif args and isinstance(args[0], str):
+                    self.evasive.pop(args[0], None)
+            # that actor ended: a supervised node (``node.actor`` a proxy) has a new one
+            self.evasive.clear()
+            try:
+                self._events = self.node.actor.subscribe(size=1000, policy="drop")
+            except (ActorError, AttributeError):
+                return
 
     def sample(self):
         actor = self.node.actor
@@ -406,3 +413,57 @@ def _field(body, name):
 def sse(event, data):
     """One Server-Sent Event: ``event`` name and ``data`` (JSON-encoded)."""
     return b"event: %s\ndata: %s\n\n" % (event.encode(), json.dumps(data, separators=(",", ":")).encode())
+
+
+class Supervision(Source):
+    """A supervision tree (:class:`zactors.actors.supervisor.Supervisor`): its parts, restarts, last deaths.
+
+    Action ``POST kill`` ``{"part": NAME}`` (a debug command): the part's
+    actor dies as a bug would kill it, and the tree restarts it.
+    """
+
+    name = "supervisor"
+    title = "Supervision"
+    charted = {"restarts": "restarts/s"}
+
+    def __init__(self, tree):
+        self.tree = tree
+
+    def sample(self):
+        return {"children": self.tree.call("CHILDREN", timeout=CALL_TIMEOUT),
+                "counters": self.tree.call("$STATS", timeout=CALL_TIMEOUT)}
+
+    def totals(self, sample):
+        return {"restarts": sample["counters"].get("restarts", 0)}
+
+    def health(self, sample):
+        children = sample["children"]
+        down = [c["name"] for c in children if not c["running"]]
+        text = "%d parts, %d restarts" % (len(children), sample["counters"].get("restarts", 0))
+        died = [c for c in children if c["last_reason"]]
+        if died:
+            text += "; last death: %s (%s)" % (died[-1]["name"], died[-1]["last_reason"][:120])
+        if down:
+            return "warn", text + "; restarting " + ", ".join(down)
+        return "ok", text
+
+    def gauges(self, sample):
+        out = []
+        for child in sample["children"]:
+            labels = {"part": child["name"]}
+            out.append(("supervisor_part_running", "1 while the part's actor runs", labels, int(child["running"])))
+            out.append(("supervisor_part_restarts", "Restarts of the part since the node started", labels,
+                        child["restarts"]))
+        return out
+
+    def action(self, verb, method, query, body):
+        if verb == "kill" and method == "POST":
+            from zactors.actors.testkit import crash
+            part = _field(body, "part")
+            actor = self.tree.child(part)
+            if actor is None:
+                raise ActionError("no part %r is running (parts: %s)"
+                                  % (part, ", ".join(self.tree.names.names())), "404 Not Found")
+            crash(actor, "killed from the dashboard")
+            return {"part": part, "killed": True}
+        return super().action(verb, method, query, body)

@@ -174,10 +174,9 @@ class CloneServer(Actor):
             if curve is not None:
                 curve_server(sock, curve)
         self.endpoints[0] = self.snapshots.router.bind(self.endpoints[0])
-        self.pub.bind(self.endpoints[1])  # type: ignore[arg-type]  # set above
-        self.endpoints[1] = self.pub.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
-        self.collector.bind(self.endpoints[2])  # type: ignore[arg-type]  # set above
-        self.endpoints[2] = self.collector.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
+        # Actor.bind: a restarted server rebinds its endpoints while the old ports are being released
+        self.endpoints[1] = self.bind(self.pub, self.endpoints[1])  # type: ignore[arg-type]  # set above
+        self.endpoints[2] = self.bind(self.collector, self.endpoints[2])  # type: ignore[arg-type]  # set above
         self.add_reader(self.collector, self._on_collect)
         self.pair = self.state_sub = None
         if self.role is None:
@@ -189,8 +188,7 @@ class CloneServer(Actor):
             self.state_pub = self.socket(zmq.PUB)
             if curve is not None:
                 curve_server(self.state_pub, curve)
-            self.state_pub.bind(self.endpoints[3])  # type: ignore[arg-type]  # set above
-            self.endpoints[3] = self.state_pub.last_endpoint.decode()  # type: ignore[union-attr]  # bytes
+            self.endpoints[3] = self.bind(self.state_pub, self.endpoints[3])  # type: ignore[arg-type]  # set above
             self.call_every(self.heartbeat, self._send_state)
             if self.peer:
                 self._connect_peer(self.peer)

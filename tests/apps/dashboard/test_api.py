@@ -29,7 +29,7 @@ def status(node):
 
 def test_status_shows_every_part(node):
     parts = status(node)["sources"]
-    assert list(parts) == ["majordomo", "zeps", "clone", "harmony"]
+    assert list(parts) == ["majordomo", "zeps", "clone", "harmony", "supervisor"]
     for name, part in parts.items():
         assert part["status"] == "ok", (name, part)
         assert part["data"] is not None
@@ -82,7 +82,7 @@ def test_metrics_are_prometheus_text(node):
     assert status_code == 200 and headers["Content-Type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     up = {s.labels["pattern"]: s.value for s in families["zactors_up"].samples}
-    assert up == {"majordomo": 1, "zeps": 1, "clone": 1, "harmony": 1}
+    assert up == {"majordomo": 1, "zeps": 1, "clone": 1, "harmony": 1, "supervisor": 1}
     assert "zactors_clone_keys" in families and "zactors_dashboard_sse_clients" in families
 
 
@@ -272,11 +272,13 @@ def test_a_token_guards_every_request(tmp_path):
 
 
 def test_a_stopped_part_shows_down_and_comes_back_in_metrics(node):
-    node.clone.destroy()
+    node.tree.call("STOP_CHILD", "clone")  # stopped, not restarted: a dead part would be back at once
     wait_for(lambda: status(node)["sources"]["clone"]["status"] == "down", 10, "clone down")
     body = request(node.url + "metrics")[2].decode()
     assert 'zactors_up{pattern="clone"} 0.0' in body
-    node.clone = None
+    node.tree.call("RESTART_CHILD", "clone")
+    wait_for(lambda: 'zactors_up{pattern="clone"} 1.0' in request(node.url + "metrics")[2].decode(), 10,
+             "clone back")
 
 
 def test_snapshots_stay_bounded_with_many_streams(node):
