@@ -15,11 +15,13 @@ _EXPORTS = {
     "Socket": ".sockets", "context": ".sockets",
     "ActorError": ".errors", "ActorDied": ".errors", "ActorExited": ".errors",
     "ActorTimeout": ".errors", "CommandError": ".errors", "PipeError": ".errors",
+    "WrongThread": ".errors",
 }
 
 __all__ = [
     "Actor", "Reply", "command", "Event", "Subscription", "Reactor", "Socket", "context",
     "ActorError", "ActorDied", "ActorExited", "ActorTimeout", "CommandError", "PipeError",
+    "WrongThread",
 ]
 
 
