@@ -15,7 +15,7 @@ import zmq
 
 from zactors.actors.monitor import HandshakeFailed
 
-from . import commands, exitstatus
+from . import commands, contexts, exitstatus
 from .options import UsageError
 from .stopping import Interrupted, handle_signals, quiet_broken_pipe
 
@@ -90,6 +90,7 @@ def main(argv=None):
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
+        contexts.resolve(args)
         with handle_signals():
             return args.func(args) or exitstatus.OK
     except Interrupted as stop:

@@ -6,7 +6,7 @@ import time
 import gevent
 import zmq
 
-from zactors.apps import exitstatus, options
+from zactors.apps import contexts, exitstatus, options
 from zactors.apps.stopping import serve, wait_until_stopped
 
 ORDER = 40
@@ -84,12 +84,10 @@ def register(sub):
 
 
 def _client(parser, subtree=False):
-    parser.add_argument("--connect", action="append", metavar="ENDPOINT", type=options.connect_endpoint,
-                        help="server base endpoint tcp://HOST:PORT; twice for a pair, primary first "
-                             "(default: tcp://127.0.0.1:%d)" % DEFAULT_PORT)
+    contexts.connect_options(parser, "clone", "tcp://127.0.0.1:%d" % DEFAULT_PORT, role="the server's base",
+                             many=True)
     parser.add_argument("--timeout", type=options.positive_float, default=3.0,
                         help="seconds to wait for a server (default: %(default)s)")
-    options.curve_options(parser, "client")
     if subtree:
         parser.add_argument("--subtree", default="", help="only keys under /this/ (default: all)")
 
@@ -156,7 +154,7 @@ def _open(args):
     from zactors.patterns.clone.client import Clone
     from zactors.patterns.clone.protocol import check_subtree
 
-    servers = args.connect or ["tcp://127.0.0.1:%d" % DEFAULT_PORT]
+    servers = args.connect
     for server in servers:
         _base(server)
     try:

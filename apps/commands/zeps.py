@@ -10,7 +10,7 @@ import time
 import gevent
 import zmq
 
-from zactors.apps import exitstatus, options
+from zactors.apps import contexts, exitstatus, options
 from zactors.apps.stopping import Interrupted, serve
 
 ORDER = 40
@@ -100,9 +100,7 @@ def register(sub):
 
 
 def _connect(parser):
-    parser.add_argument("--connect", default=DEFAULT_ENDPOINT, type=options.connect_endpoint,
-                        help="broker endpoint (default: %(default)s)")
-    options.curve_options(parser, "client")
+    contexts.connect_options(parser, "zeps", DEFAULT_ENDPOINT)
     parser.add_argument("--timeout", type=options.positive_float, default=5.0,
                         help="seconds to wait for the broker (default: %(default)s)")
 
