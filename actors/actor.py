@@ -203,7 +203,7 @@ class Actor(metaclass=_ActorType):
         if self.events_policy not in POLICIES:
             raise ValueError("%s: events_policy must be one of %s, not %r"
                              % (self.name, ", ".join(POLICIES), self.events_policy))
-        self.stats = _Counter()
+        self.stats = _Counter(rejected=0, failed=0, events_dropped=0, emit_waits=0)  # $STATS shows them from the start
         self._owner = threading.current_thread()
         self._sockets = []
         self._setup_error = None

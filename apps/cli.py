@@ -9,7 +9,6 @@ import argparse
 import logging
 import signal
 import sys
-from importlib.metadata import PackageNotFoundError, version as _version
 
 import zmq
 
@@ -20,12 +19,6 @@ from .options import UsageError
 from .stopping import Interrupted, handle_signals, quiet_broken_pipe
 
 __all__ = ["main", "build_parser", "Parser"]
-
-try:
-    __version__ = _version("zactors")
-except PackageNotFoundError:  # running from a source tree
-    __version__ = "0.1.0+src"
-
 
 class Parser(argparse.ArgumentParser):
     """argparse, with errors on one line (``zactors mdp broker: error: ...``) and a bare group printing help."""
@@ -45,6 +38,7 @@ def build_parser():
         epilog="Run 'zactors demo' to see actors at work, 'zactors COMMAND --help' for a command. "
                "Exit status: 0 done, 1 failed, 2 wrong option, 3 nobody answered, 4 key refused, "
                "130 after Ctrl-C.")
+    from zactors import __version__
     from zactors.actors.speedups import SPEEDUPS
     parser.add_argument("--version", action="version", version="zactors %s (pyzmq %s, libzmq %s; C speedups %s)"
                         % (__version__, zmq.__version__, zmq.zmq_version(), "on" if SPEEDUPS else "off"))
