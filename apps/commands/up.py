@@ -146,6 +146,7 @@ def run_up(args):
     node = Up(config).start()
     started = time.monotonic()
     demo = None
+    served = None
     try:
         if args.demo:
             from zactors.apps.dashboard.demo import DemoTraffic
@@ -157,8 +158,12 @@ def run_up(args):
     finally:
         if demo is not None:
             demo.stop()
-        node.stop()
-        print("up: stopped after %.0f s" % (time.monotonic() - started), file=sys.stderr)
+        try:
+            served = node.summary()
+        finally:
+            node.stop()
+            print("up: stopped after %.0f s%s" % (time.monotonic() - started, "; served: %s" % served if served else ""),
+                  file=sys.stderr)
     return exitstatus.OK
 
 
