@@ -37,7 +37,7 @@ Config file (TOML), every key optional::
     endpoints = ["tcp://10.0.0.2:49152"]
     groups = ["ops"]
     [dashboard]
-    bind = "127.0.0.1:8765"    # port 0: any free one
+    bind = "127.0.0.1:8765"    # port 0 or *: any free one
     token = "..."              # required off loopback; generated if absent
     interval = 1.0
 
@@ -137,11 +137,12 @@ def parse_period(text):
 
 
 def split_host_port(text):
-    """``HOST:PORT`` (``[v6]:PORT``) -> (host, port); port 0 is any free one."""
+    """``HOST:PORT`` (``[v6]:PORT``) -> (host, port); port 0 or ``*`` is any free one (0)."""
     host, sep, port = str(text).rpartition(":")
     host = host.strip("[]")
+    port = "0" if port == "*" else port
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError("the dashboard binds HOST:PORT, e.g. 127.0.0.1:8765 (port 0: any free one), not %r" % text)
+        raise ConfigError("the dashboard binds HOST:PORT, e.g. 127.0.0.1:8765 (port 0 or *: any free one), not %r" % text)
     return host, int(port)
 
 
@@ -265,7 +266,7 @@ class Up:
                 self.clone = CloneServer(port, host=cfg["clone"]["host"], name="clone")
             except zmq.ZMQError as exc:
                 raise options.bind_error("tcp://%s:%s" % (cfg["clone"]["host"], port), exc,
-                                         "port 0 for any free ones") from None
+                                         "port 0 or * for any free ones") from None
         if cfg["harmony"]["enabled"]:
             from zactors.patterns.harmony.node import Node
             h = cfg["harmony"]
@@ -301,7 +302,7 @@ class Up:
             self.server.start()
         except OSError as exc:
             from zactors.apps import options
-            raise options.bind_error("%s:%d" % (host, port), exc, "port 0 for any free one") from None
+            raise options.bind_error("%s:%d" % (host, port), exc, "port 0 or * for any free one") from None
         bound_host, bound_port = self.server.address[:2]
         shown = "[%s]" % bound_host if ":" in bound_host else bound_host
         self.url = "http://%s:%d/" % (shown, bound_port)

@@ -30,7 +30,8 @@ def register(sub):
                                          "Ctrl-C or SIGTERM stops it (exit status 0).")
     server.add_argument("--host", default="127.0.0.1", type=options.host,
                         help="interface to bind, * for all (default: %(default)s)")
-    server.add_argument("--port", type=options.port, default=DEFAULT_PORT, help="base port P (default: %(default)s)")
+    server.add_argument("--port", type=options.port_or_any, default=DEFAULT_PORT,
+                        help="base port P (P, P+1, P+2), 0 or * for any free ones (default: %(default)s)")
     role = server.add_mutually_exclusive_group()
     role.add_argument("--primary", action="store_true", help="primary of a Binary Star pair (needs --peer)")
     role.add_argument("--backup", action="store_true", help="backup of a Binary Star pair (needs --peer)")
@@ -65,7 +66,8 @@ def register(sub):
     set_.set_defaults(func=run_set)
 
     delete = cmds.add_parser("del", help="delete a key", description="Delete KEY and wait until the server "
-                             "publishes the deletion.", epilog=STATUS)
+                             "publishes the deletion; a KEY the map does not hold is an error (exit status 1).",
+                             epilog=STATUS)
     delete.add_argument("key")
     _client(delete)
     delete.set_defaults(func=run_del)
@@ -116,7 +118,7 @@ def run_server(args):
         from zactors.actors.auth import Authenticator
         auth = Authenticator(curve=args.curve_clients)
     try:
-        server = CloneServer(args.port, host=args.host, role=role,
+        server = CloneServer(args.port or None, host=args.host, role=role,
                              peer=endpoints(*_base(args.peer)) if args.peer else None, hugz=args.hugz,
                              heartbeat=args.heartbeat, dialect=args.dialect, curve=args.curve,
                              persist=args.persist, fsync=args.fsync)
@@ -188,7 +190,7 @@ def run_get(args):
     finally:
         clone.destroy()
     if value is None:
-        print("zactors: %s: no such key" % args.key, file=sys.stderr)
+        print("zactors clone get: error: %s: no such key" % args.key, file=sys.stderr)
         return exitstatus.FAILED
     print(_text(value))
     return exitstatus.OK
@@ -207,6 +209,9 @@ def run_set(args):
 def run_del(args):
     clone = _open(args)
     try:
+        if args.key not in clone:  # the synced map holds no such key: nothing to delete
+            print("zactors clone del: error: %s: no such key" % args.key, file=sys.stderr)
+            return exitstatus.FAILED
         seq = clone.delete(args.key, wait=args.timeout)
     finally:
         clone.destroy()

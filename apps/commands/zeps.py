@@ -12,6 +12,7 @@ import zmq
 
 from zactors.apps import contexts, exitstatus, options
 from zactors.apps.stopping import Interrupted, serve
+from zactors.apps.terminal import lines
 
 ORDER = 40
 log = logging.getLogger("zactors.zeps")
@@ -59,7 +60,8 @@ def register(sub):
                                           "(exit status 0), 1 if it refused any, 3 if no broker answers.")
     publish.add_argument("stream", help="stream name")
     publish.add_argument("key", help="routing key")
-    publish.add_argument("body", nargs="?", help="message body (default: lines from stdin)")
+    publish.add_argument("body", nargs="?", help="message body (default: each line of stdin, until end of input "
+                                                 "or Ctrl-D)")
     _connect(publish)
     publish.set_defaults(func=run_publish)
 
@@ -205,6 +207,7 @@ def run_broker(args):
     if args.heartbeat > args.expiry:
         raise options.UsageError("--heartbeat (%gs) must not be longer than --expiry (%gs)"
                                  % (args.heartbeat, args.expiry))
+    options.writable_directory(args.journal, "journal")
     limits = dict(args.retain)
     auth = None
     if args.curve:
@@ -251,6 +254,12 @@ def run_publish(args):
         if args.body is not None:
             pub.publish(args.key, args.body.encode())
             count = 1
+        elif sys.stdin.isatty():  # a person types: wait without blocking the hub (heartbeats go on)
+            print("zactors zeps publish: reading messages from the terminal, one a line, until Ctrl-D "
+                  "(or give BODY)", file=sys.stderr, flush=True)
+            for line in lines(sys.stdin.fileno()):
+                pub.publish(args.key, line)
+                count += 1
         else:
             for line in sys.stdin.buffer:
                 pub.publish(args.key, line.rstrip(b"\r\n"))
