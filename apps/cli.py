@@ -25,6 +25,7 @@ _SHORT_NAMES = (("zactors.patterns.zeps.spark", "zactors.spark"), ("zactors.patt
                 ("zactors.patterns.scatter", "zactors.pipeline"), ("zactors.patterns.", "zactors."),
                 ("zactors.apps.dashboard", "zactors.dashboard"), ("zactors.apps.pipeline", "zactors.pipeline"),
                 ("zactors.apps.spark_pipeline", "zactors.spark"), ("zactors.apps.up", "zactors.up"),
+                ("zactors.apps.web", "zactors.web"),
                 ("zactors.apps", "zactors"), ("zactors.actors", "zactors.actors"))
 
 
