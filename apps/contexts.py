@@ -1,7 +1,7 @@
 """Connection contexts: named sets of endpoints and CURVE key files, as the NATS CLI keeps them.
 
-A context names where a node's brokers listen (``mdp``, ``zeps``, ``clone``)
-and which key files to use (``curve_server``, the server's public key file;
+A context names where a node's brokers listen (``mdp``, ``zeps``, ``clone``),
+its dashboard (``dashboard``, for ``zactors status``) and which key files to use (``curve_server``, the server's public key file;
 ``curve``, our own secret key file), so that a user stops repeating them::
 
     zactors context add prod --mdp tcp://10.0.0.5:5555 --zeps tcp://10.0.0.5:5570 --select
@@ -32,8 +32,8 @@ from .options import UsageError
 __all__ = ["PATTERNS", "KEYS", "ContextError", "store_path", "load", "save", "names", "get", "add", "remove",
            "select", "selected", "connect_options", "resolve"]
 
-#: the patterns a context holds an endpoint for (clone: a list, primary first)
-PATTERNS = ("mdp", "zeps", "clone")
+#: the parts a context holds an address for (clone: a list, primary first; dashboard: a URL)
+PATTERNS = ("mdp", "zeps", "clone", "dashboard")
 #: the key-file settings, named as the client options that take them
 KEYS = ("curve", "curve_server")
 ENVIRONMENT = "ZACTORS_CONTEXT"
@@ -163,11 +163,17 @@ def connect_options(parser, pattern, default, role="the broker", many=False):
                         type=options.connect_endpoint,
                         help="%s endpoint%s (default: the context's %s endpoint, else %s)"
                              % (role, "; repeat for a pair, primary first" if many else "", pattern, default))
-    parser.add_argument("--context", metavar="NAME", type=check_name,
-                        help="take endpoints and keys from this context ('zactors context list'; "
-                             "default: $%s, else the selected one)" % ENVIRONMENT)
+    context_option(parser, pattern, "connect", [default] if many else default)
     options.curve_options(parser, "client")
-    parser.set_defaults(context_pattern=pattern, connect_default=[default] if many else default)
+
+
+def context_option(parser, pattern, dest, default):
+    """Add ``--context``: :func:`resolve` then fills ``args.<dest>`` (when not given) from the context's
+    ``pattern`` address, else ``default``."""
+    parser.add_argument("--context", metavar="NAME", type=check_name,
+                        help="take addresses and keys from this context ('zactors context list'; "
+                             "default: $%s, else the selected one)" % ENVIRONMENT)
+    parser.set_defaults(context_pattern=pattern, context_dest=dest, connect_default=default)
 
 
 def resolve(args):
@@ -185,23 +191,25 @@ def resolve(args):
     data = load()
     if name is None:
         name, where = data["selected"], " (the selected one)"
+    dest = args.context_dest
     if name is None:
-        if args.connect is None:
-            args.connect = args.connect_default
+        if getattr(args, dest) is None:
+            setattr(args, dest, args.connect_default)
         return None
     context = data["contexts"].get(name)
     if context is None:
         raise _missing(name, where)
-    if args.connect is None:
-        endpoint = context.get(pattern)
-        if isinstance(args.connect_default, list) and isinstance(endpoint, str):
-            endpoint = [endpoint]
-        if not endpoint:
-            raise UsageError("context %r%s has no %s endpoint: give --connect, or re-add the context with "
-                             "--%s ('zactors context add %s --force ...' replaces it)" % (name, where, pattern,
+    if getattr(args, dest) is None:
+        address = context.get(pattern)
+        if isinstance(args.connect_default, list) and isinstance(address, str):
+            address = [address]
+        if not address:
+            raise UsageError("context %r%s has no %s address: give --%s, or re-add the context with "
+                             "--%s ('zactors context add %s --force ...' replaces it)" % (name, where, pattern, dest,
                                                                                         pattern, name))
-        args.connect = endpoint
-    _keys(args, context, name)
+        setattr(args, dest, address)
+    if hasattr(args, "curve_server"):
+        _keys(args, context, name)
     return name
 
 

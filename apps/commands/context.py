@@ -7,10 +7,11 @@ import os
 import sys
 
 from zactors.apps import contexts, exitstatus, options
+from zactors.apps.commands.up import dashboard_url
 
 ORDER = 90  # no demo part
 
-_FIELDS = (("mdp", "Majordomo broker"), ("zeps", "ZEPS broker"), ("clone", "Clone server"),
+_FIELDS = (("mdp", "Majordomo broker"), ("zeps", "ZEPS broker"), ("clone", "Clone server"), ("dashboard", "dashboard"),
            ("curve_server", "server public key"), ("curve", "own secret key"))
 
 
@@ -18,8 +19,8 @@ def register(sub):
     context = sub.add_parser(
         "context", help="name a node's endpoints and keys once, use them with --context",
         description="Keep a node's endpoints and CURVE key files under a name, so that client commands "
-                    "(mdp worker|request|mmi, zeps publish|subscribe|streams, clone get|set|del|watch|dump) "
-                    "need neither --connect nor the key options. A command takes each setting from its own "
+                    "(mdp worker|request|mmi, zeps publish|subscribe|streams, clone get|set|del|watch|dump, "
+                    "status) need neither --connect (--url) nor the key options. A command takes each setting from its own "
                     "option, else from --context NAME, else from $%s, else from the selected context, else "
                     "its built-in default. Stored in %s (mode 0600)."
                     % (contexts.ENVIRONMENT, contexts.store_path()))
@@ -38,6 +39,8 @@ def register(sub):
                      help="the ZEPS broker, as zeps commands' --connect")
     add.add_argument("--clone", metavar="ENDPOINT", action="append", type=options.connect_endpoint,
                      help="the Clone server, as clone commands' --connect (twice for a pair, primary first)")
+    add.add_argument("--dashboard", metavar="URL", type=dashboard_url,
+                     help="the node's dashboard, as status's --url")
     add.add_argument("--curve", metavar="SECRET", type=_key_path(options.secret_key_file),
                      help="our own secret key file (NAME.key_secret), as the client commands' --curve")
     add.add_argument("--curve-server", metavar="PUBLIC", type=_key_path(options.public_key_file),
@@ -82,10 +85,10 @@ def _key_path(check):
 
 
 def run_add(args):
-    settings = {"mdp": args.mdp, "zeps": args.zeps, "clone": args.clone,
+    settings = {"mdp": args.mdp, "zeps": args.zeps, "clone": args.clone, "dashboard": args.dashboard,
                 "curve": args.curve, "curve_server": args.curve_server}
-    if not (args.mdp or args.zeps or args.clone):
-        raise options.UsageError("give at least one endpoint: --mdp, --zeps or --clone")
+    if not (args.mdp or args.zeps or args.clone or args.dashboard):
+        raise options.UsageError("give at least one address: --mdp, --zeps, --clone or --dashboard")
     if args.curve and not args.curve_server:
         raise options.UsageError("--curve needs --curve-server (the server's public key file, NAME.key)")
     contexts.add(args.name, settings, replace=args.force, make_selected=args.select)

@@ -7,7 +7,7 @@ import time
 import urllib.error
 import urllib.request
 
-from zactors.apps import exitstatus, options
+from zactors.apps import contexts, exitstatus, options
 from zactors.apps.stopping import wait_until_stopped
 
 ORDER = 90
@@ -60,8 +60,9 @@ def register(sub):
         "status", help="print what a node's dashboard shows (its JSON API)",
         description="Ask a running `zactors up` (its dashboard) for the state of every part and print it: "
                     "one line per part, then its rates.  Exit status 0; 3 if nothing answers at --url.")
-    status.add_argument("--url", default=DEFAULT_URL, metavar="URL", type=dashboard_url,
-                        help="dashboard address (default: %(default)s)")
+    status.add_argument("--url", metavar="URL", type=dashboard_url,
+                        help="dashboard address (default: the context's dashboard, else %s)" % DEFAULT_URL)
+    contexts.context_option(status, "dashboard", "url", DEFAULT_URL)
     _token_options(status, "the dashboard's token, if it has one")
     status.add_argument("--json", action="store_true", help="print the API's JSON as it is")
     status.add_argument("--timeout", type=options.positive_float, default=5.0,

@@ -68,10 +68,11 @@ def test_the_store_is_private(capsys):
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["context", "add", "dev"], "give at least one endpoint"),
+    (["context", "add", "dev"], "give at least one address"),
     (["context", "add", "b@d", "--mdp", "tcp://127.0.0.1:1"], "is not a context name"),
     (["context", "add", "dev", "--mdp", "127.0.0.1:1"], "has no transport"),
     (["context", "add", "dev", "--mdp", "tcp://127.0.0.1:1", "--curve-server", "/nonexistent.key"], "no such file"),
+    (["context", "add", "dev", "--dashboard", "localhost:8765"], "is not a dashboard URL"),
     (["context", "show", "nope"], "no context 'nope'"),
     (["context", "remove", "nope"], "no context 'nope'"),
     (["context", "select", "nope"], "no context 'nope'"),
@@ -116,7 +117,7 @@ def test_a_context_without_the_patterns_endpoint_says_so(capsys):
     assert run(capsys, "context", "add", "mq", "--mdp", "tcp://127.0.0.1:1", "--select")[0] == 0
     status, _, err = run(capsys, "clone", "get", "k")
     assert status == 2
-    assert "context 'mq' (the selected one) has no clone endpoint: give --connect" in err
+    assert "context 'mq' (the selected one) has no clone address: give --connect" in err
 
 
 def test_the_contexts_keys_are_used(capsys, tmp_path):
@@ -148,3 +149,10 @@ def test_the_real_command(tmp_path):
     assert result.returncode == 0, result.stderr
     result = zactors("context", "list")
     assert result.returncode == 0 and result.stdout == "* dev  zeps=tcp://127.0.0.1:5998\n"
+
+
+def test_status_takes_the_dashboard_from_the_context(capsys):
+    assert run(capsys, "context", "add", "far", "--dashboard", "http://127.0.0.1:1/", "--select")[0] == 0
+    status, _, err = run(capsys, "status", "--timeout", "2")
+    assert status == 3 and "no dashboard answered at http://127.0.0.1:1/" in err
+    assert run(capsys, "context", "show")[1] == "name: far\ndashboard: http://127.0.0.1:1/\n"
