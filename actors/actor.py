@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import threading
 import time
 import traceback
 from collections import Counter as _Counter
@@ -79,7 +80,7 @@ import gevent
 import zmq
 from gevent import getcurrent
 
-from .errors import ActorError, ActorExited, PipeError
+from .errors import ActorError, ActorExited, PipeError, WrongThread
 from .events import BLOCK, DROP, POLICIES
 from .reactor import Reactor
 from .sockets import NOBLOCK, Socket, context, raw_send
@@ -206,7 +207,8 @@ class Actor(metaclass=_ActorType):
         if self.events_policy not in POLICIES:
             raise ValueError("%s: events_policy must be one of %s, not %r"
                              % (self.name, ", ".join(POLICIES), self.events_policy))
-        self.stats = _Counter()
+        self.stats = _Counter(rejected=0, failed=0, events_dropped=0, emit_waits=0)  # $STATS shows them from the start
+        self._owner = threading.current_thread()
         self._sockets = []
         self._setup_error = None
         self._drops = self.events_policy == DROP
@@ -231,8 +233,24 @@ class Actor(metaclass=_ActorType):
                 raise error
             raise ActorError("%s failed to start" % self.name)
 
+    def _check_thread(self):
+        """Raise :class:`WrongThread` unless called from the thread that made this actor."""
+        owner = self._owner
+        if threading.get_ident() != owner.ident:
+            raise WrongThread(
+                "%s belongs to thread %r, not %r: call it from there (its gevent hub); from another "
+                "thread use %s.post(func) to run func in the actor's loop (and run blocking work with "
+                "run_in_thread)" % (self.name, owner.name, threading.current_thread().name, self.name))
+
     def send(self, verb: str, *args: Any) -> None:
-        """Send a command that wants no reply.  Safe from many greenlets."""
+        """Send a command that wants no reply.  Safe from many greenlets.
+
+        This and the other parent-side calls (``call``, ``recv_event``,
+        ``events``, ``subscribe``, ``destroy``) raise :class:`WrongThread`
+        from an OS thread other than the creator's; only :meth:`post` is
+        safe across threads.
+        """
+        self._check_thread()
         self._pipe.send(verb, *args)
 
     def call(self, verb: str, *args: Any, timeout: float | None = None) -> Any:
@@ -242,10 +260,12 @@ class Actor(metaclass=_ActorType):
         :class:`ActorTimeout` after ``timeout`` seconds, :class:`ActorDied`
         or :class:`ActorExited` if the actor is gone.
         """
+        self._check_thread()
         return self._pipe.call(verb, *args, timeout=timeout)
 
     def recv_event(self, timeout: float | None = None) -> Event | None:
         """The next event from the actor (``None`` on timeout)."""
+        self._check_thread()
         return self._pipe.recv_event(timeout)
 
     def subscribe(self, size: int | None = None, policy: str = BLOCK,
@@ -259,10 +279,12 @@ class Actor(metaclass=_ActorType):
         ``"drop"`` never does, and counts what it loses in ``dropped``.
         ``close()`` it when done.  Same thread as the actor's parent only.
         """
+        self._check_thread()
         return self._pipe.subscribe(size, policy, max_bytes)
 
     def events(self, timeout: float | None = None) -> Iterator[Event]:
         """Iterate over events until the actor ends or ``timeout`` passes with none."""
+        self._check_thread()
         while True:
             try:
                 event = self._pipe.recv_event(timeout)
@@ -281,6 +303,7 @@ class Actor(metaclass=_ActorType):
         greenlet = getattr(self, "_greenlet", None)
         if greenlet is None:
             return
+        self._check_thread()
         if not greenlet.dead:
             try:
                 self._pipe.socket.send(encode(TERM), NOBLOCK)

@@ -1,6 +1,7 @@
 """Exceptions raised by the actor kernel."""
 
-__all__ = ["ActorError", "ActorExited", "ActorDied", "ActorTimeout", "CommandError", "PipeError"]
+__all__ = ["ActorError", "ActorExited", "ActorDied", "ActorTimeout", "CommandError", "PipeError",
+           "WrongThread"]
 
 
 class ActorError(Exception):
@@ -33,3 +34,11 @@ class CommandError(ActorError):
 
 class PipeError(ActorError, ValueError):
     """A pipe message that does not follow the pipe codec."""
+
+
+class WrongThread(ActorError, RuntimeError):
+    """An actor's parent side was used from an OS thread other than the one that made it.
+
+    An actor's pipe belongs to the gevent hub of the thread that created it.
+    From another thread, :meth:`Actor.post` runs a function in the actor's loop.
+    """

@@ -9,23 +9,57 @@ import argparse
 import logging
 import signal
 import sys
-from importlib.metadata import PackageNotFoundError, version as _version
 
 import zmq
 
 from zactors.actors.monitor import HandshakeFailed
 
-from . import commands, exitstatus
+from . import commands, contexts, exitstatus
 from .options import UsageError
 from .stopping import Interrupted, handle_signals, quiet_broken_pipe
 
-__all__ = ["main", "build_parser", "Parser"]
+__all__ = ["main", "build_parser", "Parser", "Diagnostics", "short_name"]
 
-try:
-    __version__ = _version("zactors")
-except PackageNotFoundError:  # running from a source tree
-    __version__ = "0.1.0+src"
+#: logger name prefixes as a user knows the parts (the CLI's words), most specific first
+_SHORT_NAMES = (("zactors.patterns.zeps.spark", "zactors.spark"), ("zactors.patterns.majordomo", "zactors.mdp"),
+                ("zactors.patterns.scatter", "zactors.pipeline"), ("zactors.patterns.", "zactors."),
+                ("zactors.apps.dashboard", "zactors.dashboard"), ("zactors.apps.pipeline", "zactors.pipeline"),
+                ("zactors.apps.spark_pipeline", "zactors.spark"), ("zactors.apps.up", "zactors.up"),
+                ("zactors.apps.web", "zactors.web"),
+                ("zactors.apps", "zactors"), ("zactors.actors", "zactors.actors"))
 
+
+def short_name(name):
+    """``zactors.patterns.clone.client`` -> ``zactors.clone``: a logger's name as user output shows it."""
+    for prefix, short in _SHORT_NAMES:
+        if name.startswith(prefix):
+            if prefix.endswith("."):  # zactors.patterns.PATTERN.module -> zactors.PATTERN
+                return short + name[len(prefix):].split(".", 1)[0]
+            return short
+    return name
+
+
+class Diagnostics(logging.Formatter):
+    """How a command's logs read on stderr.
+
+    Warnings and errors in the one shape of every diagnostic, ``zactors CMD:
+    error: ...`` (``warning:``); progress (INFO, DEBUG) time-stamped with the
+    part's short name: ``12:00:01 INFO zactors.mdp: ...``.
+    """
+
+    def __init__(self, prog):
+        super().__init__("%(asctime)s %(levelname)s %(short)s: %(message)s")
+        self.prog = prog
+
+    def format(self, record):
+        if record.levelno >= logging.WARNING:
+            text = "%s: %s: %s" % (self.prog, "warning" if record.levelno == logging.WARNING else "error",
+                                   record.getMessage())
+            if record.exc_info:
+                text += "\n" + self.formatException(record.exc_info)
+            return text
+        record.short = short_name(record.name)
+        return super().format(record)
 
 class Parser(argparse.ArgumentParser):
     """argparse, with errors on one line (``zactors mdp broker: error: ...``) and a bare group printing help."""
@@ -45,6 +79,7 @@ def build_parser():
         epilog="Run 'zactors demo' to see actors at work, 'zactors COMMAND --help' for a command. "
                "Exit status: 0 done, 1 failed, 2 wrong option, 3 nobody answered, 4 key refused, "
                "130 after Ctrl-C.")
+    from zactors import __version__
     from zactors.actors.speedups import SPEEDUPS
     parser.add_argument("--version", action="version", version="zactors %s (pyzmq %s, libzmq %s; C speedups %s)"
                         % (__version__, zmq.__version__, zmq.zmq_version(), "on" if SPEEDUPS else "off"))
@@ -88,8 +123,11 @@ def main(argv=None):
     except KeyboardInterrupt:  # Ctrl-C while the commands load
         return 128 + signal.SIGINT
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(Diagnostics(getattr(args, "command_prog", parser.prog)))
+    logging.basicConfig(level=level, handlers=[handler])
     try:
+        contexts.resolve(args)
         with handle_signals():
             return args.func(args) or exitstatus.OK
     except Interrupted as stop:
@@ -99,14 +137,14 @@ def main(argv=None):
     except BrokenPipeError:
         return quiet_broken_pipe()
     except HandshakeFailed as exc:
-        print("zactors: error: %s" % exc, file=sys.stderr)
+        print("%s: error: %s" % (args.command_prog, exc), file=sys.stderr)
         return exitstatus.REFUSED
     except UsageError as exc:
         print("%s: error: %s" % (args.command_prog, exc), file=sys.stderr)
         return exitstatus.USAGE
     except Exception as exc:  # a person reads this: one clear line, details with -v
         logging.getLogger("zactors").debug("failed", exc_info=True)
-        print("zactors: error: %s" % exc, file=sys.stderr)
+        print("%s: error: %s" % (args.command_prog, exc), file=sys.stderr)
         return getattr(exc, "exit_status", exitstatus.FAILED)
 
 

@@ -27,8 +27,8 @@ import re
 import zmq
 
 __all__ = ["UsageError", "bind_endpoint", "connect_endpoint", "positive_int", "count", "positive_float",
-           "non_negative_float", "port", "host", "secret_key_file", "public_key_file", "key_directory",
-           "curve_options", "check_curve", "client_curve", "bind_error", "service_name"]
+           "non_negative_float", "port", "port_or_any", "host", "secret_key_file", "public_key_file", "key_directory",
+           "curve_options", "check_curve", "client_curve", "bind_error", "service_name", "writable_directory"]
 
 
 class UsageError(ValueError):
@@ -88,6 +88,16 @@ def port(text):
     value = _number(int, text)
     if not 1 <= value <= 65535:
         _fail("%s: a port is 1-65535" % text)
+    return value
+
+
+def port_or_any(text):
+    """A port to listen on: 1-65535, or ``0`` or ``*`` for any free one (returned as 0)."""
+    if text in ("0", "*"):
+        return 0
+    value = _number(int, text)
+    if not 1 <= value <= 65535:
+        _fail("%s: a port is 1-65535, or 0 or * for any free one" % text)
     return value
 
 
@@ -156,7 +166,7 @@ def _host_port(text, address, bind):
     if bind and port_text in ("*", "0"):
         return host_part, None
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        _fail("%s: port %r is not 1-65535%s" % (text, port_text, " (or * for any free one)" if bind else ""))
+        _fail("%s: port %r is not 1-65535%s" % (text, port_text, " (or 0 or * for any free one)" if bind else ""))
     return host_part, int(port_text)
 
 
@@ -199,7 +209,7 @@ def connect_endpoint(text):
     return text
 
 
-def bind_error(endpoint, exc, any_port=":* for any free one"):
+def bind_error(endpoint, exc, any_port="port 0 or * for any free one"):
     """A :class:`UsageError` (or a RuntimeError) with words for a failed bind of ``endpoint``.
 
     ``any_port`` says how this command asks for any free port.
@@ -217,6 +227,20 @@ def bind_error(endpoint, exc, any_port=":* for any free one"):
     if number == errno.ENODEV:
         return UsageError("cannot bind %s: no such network interface or address on this machine" % endpoint)
     return RuntimeError("cannot bind %s: %s" % (endpoint, exc))
+
+
+def writable_directory(path, what="data"):
+    """Make ``path`` (mode 0700) if missing and check that this user can write there; UsageError if not."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError("%s is a file, not a directory: give a directory for the %s (made if missing)"
+                         % (path, what))
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise UsageError("cannot make the %s directory %s: %s" % (what, path, exc.strerror or exc)) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError("cannot write in the %s directory %s: permission denied" % (what, path))
+    return path
 
 
 # -- CURVE key files ------------------------------------------------------------

@@ -5,7 +5,13 @@
     node = Up(config)          # config: the dict of DEFAULTS' shape (or load_config(path))
     node.start()               # returns once every part listens; raises (and stops the rest) if one cannot
     node.listening()           # [(part, address), ...]
+    node.summary()             # one line: what it served so far
     node.stop()                # dashboard first, brokers last; the ZEPS journal is synced
+
+One node per data directory: ``start`` takes an exclusive ``flock`` on
+``<data>/node.lock`` (which names the running node: pid, start time, where
+it listens) and refuses with a :class:`ConfigError` naming the node that
+holds it.  The kernel drops the lock when the process ends, however it ends.
 
 Parts (each may be turned off, ``enabled = false``): a Majordomo broker, a
 ZEPS broker journaling under ``<data>/zeps``, a Clone server (ports P..P+2)
@@ -32,7 +38,7 @@ Config file (TOML), every key optional::
     endpoints = ["tcp://10.0.0.2:49152"]
     groups = ["ops"]
     [dashboard]
-    bind = "127.0.0.1:8765"    # port 0: any free one
+    bind = "127.0.0.1:8765"    # port 0 or *: any free one
     token = "..."              # required off loopback; generated if absent
     interval = 1.0
 
@@ -49,9 +55,13 @@ All of it runs in the calling thread's gevent hub; the methods are not
 thread-safe.
 """
 import copy
+import datetime
+import fcntl
+import json
 import logging
 import os
 import secrets
+import socket
 import tomllib
 from types import SimpleNamespace
 
@@ -62,7 +72,7 @@ from gevent.pywsgi import WSGIServer
 
 from zactors.apps.options import UsageError
 
-__all__ = ["Up", "DEFAULTS", "load_config", "merge", "parse_period", "parse_ack"]
+__all__ = ["Up", "DataLock", "DEFAULTS", "load_config", "merge", "parse_period", "parse_ack"]
 
 log = logging.getLogger(__name__)
 
@@ -146,11 +156,12 @@ def parse_ack(text):
 
 
 def split_host_port(text):
-    """``HOST:PORT`` (``[v6]:PORT``) -> (host, port); port 0 is any free one."""
+    """``HOST:PORT`` (``[v6]:PORT``) -> (host, port); port 0 or ``*`` is any free one (0)."""
     host, sep, port = str(text).rpartition(":")
     host = host.strip("[]")
+    port = "0" if port == "*" else port
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError("the dashboard binds HOST:PORT, e.g. 127.0.0.1:8765 (port 0: any free one), not %r" % text)
+        raise ConfigError("the dashboard binds HOST:PORT, e.g. 127.0.0.1:8765 (port 0 or *: any free one), not %r" % text)
     return host, int(port)
 
 
@@ -170,6 +181,71 @@ def _same_endpoints(make, *endpoints):
     return factory
 
 
+class DataLock:
+    """An exclusive ``flock`` on ``DIRECTORY/node.lock``, whose text says which node holds it.
+
+    :meth:`acquire` raises :class:`ConfigError` naming the holder; the lock
+    ends with :meth:`release` or with the process.  Blocks on small file I/O.
+    """
+
+    NAME = "node.lock"
+
+    def __init__(self, directory):
+        self.path = os.path.join(directory, self.NAME)
+        self._fd = None
+        self._started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    def acquire(self):
+        directory = os.path.dirname(self.path)
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise ConfigError("cannot use the data directory %s: %s" % (directory, exc.strerror or exc)) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = self._holder(fd)
+            os.close(fd)
+            raise ConfigError("the data directory %s is in use by %s: stop that node first, or give another "
+                              "--data" % (directory, holder)) from None
+        self._fd = fd
+        self.describe([])
+
+    @staticmethod
+    def _holder(fd):
+        try:
+            node = json.loads(os.pread(fd, 65536, 0) or b"{}")
+            where = dict(node.get("listening", []))
+        except (OSError, ValueError, TypeError):
+            node, where = {}, {}
+        if not node.get("pid"):
+            return "another zactors node (starting now)"
+        text = "the zactors node with pid %s on %s (started %s" % (node["pid"], node.get("host", "?"),
+                                                                   node.get("started", "?"))
+        shown = where.get("dashboard") or where.get("majordomo") or where.get("zeps")
+        return text + ("; %s)" % shown.split("?")[0] if shown else ")")
+
+    def describe(self, listening):
+        """Write who holds the lock (pid, host, start time, ``listening``) into the lock file."""
+        text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": self._started,
+                           "listening": listening}).encode()
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, text + b"\n", 0)
+        except OSError as exc:  # only the description is lost: the lock holds
+            log.warning("cannot write %s: %s", self.path, exc)
+
+    def release(self):
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, 0)
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = None
+
+
 class Up:
     """The node: starts the parts of ``config`` in order (under one supervisor) and stops them in reverse."""
 
@@ -183,6 +259,7 @@ class Up:
         self.dashboard = self.server = None
         self.token = None
         self.url = None
+        self.lock = None
         self._greenlets = []
         #: set when the supervision tree gave up; ``failure`` is the one-line reason
         self.failed = Event()
@@ -217,6 +294,9 @@ class Up:
         from zactors.actors.supervisor import ChildSpec, Supervisor
         cfg = self.config
         parts = []
+        if cfg["zeps"]["enabled"] or cfg["clone"]["enabled"]:  # the parts that keep data there
+            self.lock = DataLock(cfg["data"])
+            self.lock.acquire()
         if cfg["majordomo"]["enabled"]:
             from zactors.patterns.majordomo.broker import Broker
             parts.append(ChildSpec("majordomo", _same_endpoints(lambda endpoint: Broker(endpoint, name="majordomo"),
@@ -247,6 +327,8 @@ class Up:
             self.tree.link(self._on_tree_event)
         if cfg["dashboard"]["enabled"]:
             self._start_dashboard(cfg["dashboard"])
+        if self.lock is not None:
+            self.lock.describe(self.listening())
 
     def _start_harmony(self):
         """The Harmony part: a fresh node (a new identity: peers see the old one go) in its groups."""
@@ -292,7 +374,7 @@ class Up:
             self.server.start()
         except OSError as exc:
             from zactors.apps import options
-            raise options.bind_error("%s:%d" % (host, port), exc, "port 0 for any free one") from None
+            raise options.bind_error("%s:%d" % (host, port), exc, "port 0 or * for any free one") from None
         bound_host, bound_port = self.server.address[:2]
         shown = "[%s]" % bound_host if ":" in bound_host else bound_host
         self.url = "http://%s:%d/" % (shown, bound_port)
@@ -319,6 +401,50 @@ class Up:
             out.append(("dashboard", self.url + ("?token=" + self.token if self.token else "")))
         return out
 
+    def summary(self):
+        """One line of what the node served so far, part by part (asks each part; blocks up to 5 s each)."""
+        parts = []
+
+        def ask(name, actor, say):
+            if actor is None:
+                return
+            try:
+                parts.append(say(actor.call("INFO", timeout=5)))
+            except Exception as exc:  # a part that died still leaves the others' figures
+                parts.append("%s: no answer (%s)" % (name, exc))
+
+        def plural(n, word, words=None):
+            return "%d %s" % (n, word if n == 1 else words or word + "s")
+
+        def majordomo(info):
+            c = info.get("counters", {})
+            return "majordomo %s, %s, %s" % (plural(c.get("requests", 0), "request"),
+                                              plural(c.get("replies", 0), "reply", "replies"),
+                                              plural(c.get("workers_ready", 0), "worker"))
+
+        def zeps(info):
+            c = info.get("counters", {})
+            return "zeps %s, %s published, %s" % (plural(len(info.get("streams", {})), "stream"),
+                                                   plural(c.get("published", 0), "message"),
+                                                   plural(c.get("attached", 0), "client"))
+
+        def clone(info):
+            c = info.get("counters", {})
+            return "clone %s, %s, %s" % (plural(info.get("keys", 0), "key"), plural(c.get("updates", 0), "update"),
+                                         plural(c.get("snapshots", 0), "snapshot"))
+
+        ask("majordomo", self.broker, majordomo)
+        ask("zeps", self.zeps, zeps)
+        ask("clone", self.clone, clone)
+        if self.harmony is not None:
+            try:
+                parts.append("harmony %s" % plural(len(self.harmony.peers(timeout=5)), "peer"))
+            except Exception as exc:
+                parts.append("harmony: no answer (%s)" % exc)
+        if self.dashboard is not None:
+            parts.append("dashboard %s" % self.url)
+        return "; ".join(parts) or "nothing"
+
     def stop(self):
         """Stop everything that started (idempotent): the dashboard first, the brokers last."""
         if self.server is not None:
@@ -334,3 +460,6 @@ class Up:
         if tree is not None:
             tree.destroy()  # Harmony, the Clone server, the ZEPS broker, then the Majordomo broker
         self.harmony = None
+        if self.lock is not None:  # last: the data is at rest
+            self.lock.release()
+            self.lock = None

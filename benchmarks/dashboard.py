@@ -22,7 +22,9 @@ CPU``: what the dashboard's sampler and pages cost by themselves, the figure
 that load on a shared machine does not blur), both in percent of one core
 from its process times, and memory (RSS at the end).  Target (the issue): the dashboard with 50 pages costs the brokers at
 most 5% of their throughput; CPU and memory stay flat as pages are added.
-Smoke-run with ``--seconds 1 --clients 3 --rounds 1``.
+Smoke-run with ``--seconds 1 --clients 3 --rounds 1``.  Each phase's figures
+are printed as they are measured, under a deadline (``--deadline``; see
+``_harness.py``).
 """
 import argparse
 import statistics
@@ -35,6 +37,7 @@ import gevent
 import gevent.socket
 import psutil
 
+from _harness import Steps, add_deadline_option
 from zactors.patterns.majordomo.client import Client
 from zactors.patterns.majordomo.worker import Worker
 from zactors.patterns.zeps import Publisher
@@ -58,12 +61,12 @@ def start_node(data, web):
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
-            raise SystemExit("zactors up ended before it listened")
+            raise RuntimeError("zactors up ended before it listened")
         if line.startswith("up:"):
             return proc, where
         part, address = line.split(None, 1)
         where[part] = address.split()[0]
-    raise SystemExit("zactors up did not start within 30 s")
+    raise RuntimeError("zactors up did not start within 30 s")
 
 
 def sse_reader(url, counts):
@@ -154,13 +157,22 @@ def main():
     parser.add_argument("--size", type=int, default=100, help="ZEPS body bytes (default: 100)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="run the phases this many times, interleaved, and report medians (default: 3)")
+    add_deadline_option(parser, 300)
     args = parser.parse_args()
     plan = [("no dashboard", 0, False), ("0 pages", 0, True), ("1 page", 1, True),
             ("%d pages" % args.clients, args.clients, True)]
     runs = {name: [] for name, _, _ in plan}
-    for _ in range(args.rounds):  # interleaved, so that the machine's load drifts over every phase alike
+    steps = Steps(args.deadline)
+    for n in range(args.rounds):  # interleaved, so that the machine's load drifts over every phase alike
         for name, pages, web in plan:
-            runs[name].append(phase(name, args.seconds, pages, args.size, web=web))
+            measured = steps.run("round %d, %s" % (n + 1, name),
+                                 "a zactors up process, then %gs idle and %gs of traffic with %d page(s) open"
+                                 % (5.0, args.seconds, pages), phase, name, args.seconds, pages, args.size, web=web)
+            if measured is not None:
+                runs[name].append(measured)
+    if not all(runs.values()):
+        print("no figures for: %s" % ", ".join(name for name, got in runs.items() if not got))
+        return 1
     rows = [{key: (statistics.median(r[key] for r in runs[name]) if key != "phase" else name)
              for key in runs[name][0]} for name, _, _ in plan]
     base = rows[0]
@@ -179,4 +191,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,6 +12,8 @@ Needs root (it creates namespaces joined by veth pairs and removes them
 afterwards); beacons never leave those namespaces.  Counts default below the
 issue's 1M (500k zactors, 200k pyre, which runs ~2.5x slower) so a run stays
 under ~3 minutes on 2 shared cores; rates are per second, so they compare.
+Each figure is printed as it is measured; every step runs under a deadline
+(``--deadline``) and says what it waits for (``_harness.py``).
 """
 import argparse
 import json
@@ -23,6 +25,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from _harness import Steps, add_deadline_option  # noqa: E402 - after the path
 
 PAYLOAD = b"x" * 100
 GROUP = "bench"
@@ -263,6 +267,7 @@ def main():
     parser.add_argument("--no-kill", action="store_true", help="skip the 30 s EXIT-after-SIGKILL phase")
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
+    add_deadline_option(parser, 900)
     args = parser.parse_args()
     if args.role:
         if args.role.startswith("zactors"):
@@ -275,27 +280,46 @@ def main():
     reason = netns_unavailable()
     if reason:
         sys.exit("benchmarks/harmony.py: %s" % reason)
+    steps = Steps(args.deadline)
     with Lab() as lab:
         z_pair, p_pair, r_pair = lab.pair(), lab.pair(), lab.pair()
-        # raw ceiling
-        recv = Proc(r_pair[1], "--role", "rawrecv")
-        port = recv.read("ready")["ready"]
-        send = Proc(r_pair[0], "--role", "rawsend", "--endpoint", "tcp://%s:%d" % (r_pair[1].address, port))
-        send.read("ready")
-        recv.send(n=args.count)
-        send.send(n=args.count)
-        start = send.read("start")["start"]
-        last = recv.read("received")["last"]
-        send.send(done=True)
-        raw_rate = args.count / (last - start)
 
-        z_send, z_recv, z = run_pair(z_pair, "zactors", args.count, DISCOVERY_SAMPLES)
-        p_send, p_recv, p = run_pair(p_pair, "pyre", args.pyre_count, DISCOVERY_SAMPLES)
+        def raw():  # the ceiling
+            recv = Proc(r_pair[1], "--role", "rawrecv")
+            port = recv.read("ready")["ready"]
+            send = Proc(r_pair[0], "--role", "rawsend", "--endpoint", "tcp://%s:%d" % (r_pair[1].address, port))
+            send.read("ready")
+            recv.send(n=args.count)
+            send.send(n=args.count)
+            start = send.read("start")["start"]
+            last = recv.read("received")["last"]
+            send.send(done=True)
+            return {"rate": round(args.count / (last - start))}
+
+        def pair(namespaces, stack, count, samples=0):
+            result = {}
+
+            def measure():
+                sender, receiver, figures = run_pair(namespaces, stack, count, samples)
+                result.update(sender=sender, receiver=receiver)
+                return figures
+            figures = steps.run("%s %d" % (stack, count), "discovery, then SHOUT and WHISPER of %d messages "
+                                "between two %s processes" % (count, stack), measure)
+            return result.get("sender"), result.get("receiver"), figures
+
+        measured = steps.run("raw pyzmq", "%d messages DEALER -> ROUTER across the veth" % args.count, raw)
+        raw_rate = measured["rate"] if measured else 0
+        z_send, z_recv, z = pair(z_pair, "zactors", args.count, DISCOVERY_SAMPLES)
+        p_send, p_recv, p = pair(p_pair, "pyre", args.pyre_count, DISCOVERY_SAMPLES)
         # pyre loses big bursts (and a peer whose queue overflowed stays stuck): its
         # lossless rate comes from bursts its 3000-message peer queue can hold.
-        small_send, small_recv, small = run_pair(lab.pair(), "pyre", SMALL_BURST)
+        small_send, small_recv, small = pair(lab.pair(), "pyre", SMALL_BURST)
         for proc in (small_send, small_recv):
-            proc.proc.stdin.close()
+            if proc is not None:
+                proc.proc.stdin.close()
+        if not (z and p and small):
+            print("some figures are missing (see above): no table")
+            return 1
 
         print("Harmony (ZRE v2), 100-byte messages, two processes in two namespaces (veth)")
         print("%-30s %16s %16s %16s" % ("", "zactors", "pyre 0.3.5", "raw pyzmq"))
@@ -317,12 +341,16 @@ def main():
             print("%-30s %15.1fx" % ("%s zactors / pyre (lossless)" % kind.upper(), z[kind][0] / base if base else 0))
 
         if not args.no_kill:
-            killed = time.monotonic()
-            z_recv.proc.send_signal(signal.SIGKILL)
-            p_recv.proc.send_signal(signal.SIGKILL)
-            z_exit = z_send.read("exit", timeout=90)["exit"] - killed
-            p_exit = p_send.read("exit", timeout=90)["exit"] - killed
-            print("%-30s %14.1f s %14.1f s %16s" % ("EXIT after SIGKILL (30 s expiry)", z_exit, p_exit, "-"))
+            def exits():
+                killed = time.monotonic()
+                z_recv.proc.send_signal(signal.SIGKILL)
+                p_recv.proc.send_signal(signal.SIGKILL)
+                return {"zactors": z_send.read("exit", timeout=90)["exit"] - killed,
+                        "pyre": p_send.read("exit", timeout=90)["exit"] - killed}
+            exit_s = steps.run("EXIT after SIGKILL", "both senders to see EXIT (30 s expiry)", exits, deadline=120)
+            if exit_s:
+                print("%-30s %14.1f s %14.1f s %16s" % ("EXIT after SIGKILL (30 s expiry)", exit_s["zactors"],
+                                                        exit_s["pyre"], "-"))
         for proc in (z_send, p_send):
             proc.proc.stdin.close()
 

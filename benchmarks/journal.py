@@ -11,6 +11,9 @@ All in one run, 100-byte bodies with a 16-byte key by default:
   * sync(): fsync latency after a 1000-record write (p50/p99);
   * read(): sequential catch-up from the tail cache, from the files (page
     cache, tail cache off), and a JournalReader (what a Spark worker uses).
+
+Each figure is printed as it is measured; the run has a deadline
+(``--deadline``; see ``_harness.py``).
 """
 import argparse
 import os
@@ -21,6 +24,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from _harness import Steps, add_deadline_option  # noqa: E402 - after the path
 
 from zactors.actors.journal import Journal, JournalReader  # noqa: E402
 
@@ -47,9 +52,15 @@ def main(argv=None):
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--body", type=int, default=100)
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
+    add_deadline_option(ap, 600)
     args = ap.parse_args(argv)
     if args.records < 1000:
         ap.error("--records must be at least 1000")
+    with Steps(args.deadline).guard("journal", "appends, writes, fsyncs and reads of %d records" % args.records):
+        measure(args)
+
+
+def measure(args):
     n = args.records
     root = tempfile.mkdtemp(prefix="journal-bench-", dir=args.dir)
     key = b"k" * 16

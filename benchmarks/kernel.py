@@ -9,6 +9,8 @@ Prints, measured in this one run:
     PUSH in another process, received by a zactors actor vs by plain pyzmq
     PULL (the ceiling) vs by zmq.green PULL.
 Targets: actor round trips >= 3x zmq.green PAIR; actor streaming >= 0.5x plain.
+Each figure is printed as it is measured; the run has a deadline
+(``--deadline``; see ``_harness.py``).
 """
 import argparse
 import multiprocessing
@@ -25,6 +27,7 @@ import zmq  # noqa: E402
 import zmq.green as gzmq  # noqa: E402
 from gevent.queue import Queue  # noqa: E402
 
+from _harness import Steps, add_deadline_option  # noqa: E402
 from zactors.actors import Actor, command  # noqa: E402
 
 SIZE = 100
@@ -178,6 +181,7 @@ def main():
     parser.add_argument("--calls", type=int, default=20000, help="round trips per pipe (default %(default)s)")
     parser.add_argument("--messages", type=int, default=500000, help="messages per stream (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="repeat each figure, report the median (default %(default)s)")
+    add_deadline_option(parser, 600)
     args = parser.parse_args()
 
     def median(fn, *a):
@@ -186,24 +190,27 @@ def main():
             return tuple(statistics.median(r[i] for r in runs) for i in range(len(runs[0])))
         return statistics.median(runs)
 
-    print("zactors kernel benchmark (%d cores, pyzmq %s, libzmq %s), medians of %d rounds"
-          % (os.cpu_count(), zmq.__version__, zmq.zmq_version(), args.rounds))
-    print("\npipe round trips, %d calls" % args.calls)
-    actor = median(bench_actor_pipe, args.calls)
-    green = median(bench_green_pair, args.calls)
-    queue = median(bench_queue, args.calls)
-    for name, (rate, p50, p99) in (("zactors actor pipe", actor), ("zmq.green PAIR pipe", green),
-                                   ("gevent.queue.Queue", queue)):
-        print("  %-22s %9.0f /s   p50 %6.1f us   p99 %6.1f us" % (name, rate, p50, p99))
-    print("  actor / zmq.green = %.2fx  (target >= 3x)" % (actor[0] / green[0]))
+    with Steps(args.deadline).guard("kernel", "%d rounds of pipe round trips and tcp streams" % args.rounds):
+        print("zactors kernel benchmark (%d cores, pyzmq %s, libzmq %s), medians of %d rounds"
+              % (os.cpu_count(), zmq.__version__, zmq.zmq_version(), args.rounds))
+        print("\npipe round trips, %d calls" % args.calls)
+        pipes = {}
+        for name, bench in (("zactors actor pipe", bench_actor_pipe), ("zmq.green PAIR pipe", bench_green_pair),
+                            ("gevent.queue.Queue", bench_queue)):
+            rate, p50, p99 = pipes[name] = median(bench, args.calls)
+            print("  %-22s %9.0f /s   p50 %6.1f us   p99 %6.1f us" % (name, rate, p50, p99))
+        print("  actor / zmq.green = %.2fx  (target >= 3x)"
+              % (pipes["zactors actor pipe"][0] / pipes["zmq.green PAIR pipe"][0]))
 
-    print("\none-way tcp loopback, %d x %d-byte messages from a plain PUSH process" % (args.messages, SIZE))
-    plain = median(pull_rate, zmq, args.messages)
-    ours = median(actor_pull, args.messages)
-    green_rate = median(pull_rate, gzmq, args.messages)
-    for name, rate in (("plain pyzmq PULL", plain), ("zactors actor", ours), ("zmq.green PULL", green_rate)):
-        print("  %-22s %9.0f msg/s" % (name, rate))
-    print("  actor / plain = %.2fx  (target >= 0.5x);  actor / zmq.green = %.1fx" % (ours / plain, ours / green_rate))
+        print("\none-way tcp loopback, %d x %d-byte messages from a plain PUSH process" % (args.messages, SIZE))
+        streams = {}
+        for name, bench, *extra in (("plain pyzmq PULL", pull_rate, zmq), ("zactors actor", actor_pull),
+                                    ("zmq.green PULL", pull_rate, gzmq)):
+            rate = streams[name] = median(bench, *extra, args.messages)
+            print("  %-22s %9.0f msg/s" % (name, rate))
+        ours = streams["zactors actor"]
+        print("  actor / plain = %.2fx  (target >= 0.5x);  actor / zmq.green = %.1fx"
+              % (ours / streams["plain pyzmq PULL"], ours / streams["zmq.green PULL"]))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ shared, and noise only ever makes a figure worse.  For each stack:
 
 The raw ceiling is a DEALER client and a ROUTER that echoes: no broker, no
 worker hop.  Clients wait for a "go" line so that every window is aligned.
+
+Each round's figures are printed as they are measured; every round runs
+under a deadline (``--deadline``) and says what it waits for (``_harness.py``).
 """
 import argparse
 import json
@@ -25,6 +28,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from _harness import Steps, add_deadline_option  # noqa: E402 - after the path
 
 BODY = b"x" * 64
 
@@ -194,6 +199,13 @@ def run_stack(stack, sync_s, load_s):
             proc.wait()
 
 
+def _rounded(run):
+    """``run`` with its figures rounded to 0.1, to print them as they come."""
+    def rounded(*args):
+        return [{k: None if v is None else round(v, 1) for k, v in phase.items()} for phase in run(*args)]
+    return rounded
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
@@ -202,6 +214,7 @@ def main():
     parser.add_argument("--stacks", default="raw,majortomo,zactors", help="comma-separated subset to run")
     parser.add_argument("--rounds", type=int, default=2,
                         help="rounds, stacks interleaved; each figure is the best of the rounds (default 2)")
+    add_deadline_option(parser, 300)
     args = parser.parse_args()
     if args.role:
         role, *rest = args.role
@@ -212,11 +225,15 @@ def main():
     print("Majordomo benchmark: %d cores, load average %.2f, %d-byte requests, loopback TCP"
           % (psutil.cpu_count(), os.getloadavg()[0], len(BODY)))
     runs = {}
+    steps = Steps(args.deadline)
     for n in range(args.rounds):
         for stack in args.stacks.split(","):
-            t = time.perf_counter()
-            runs.setdefault(stack, []).append(run_stack(stack, args.sync, args.load))
-            print("  round %d: %s done in %.1fs" % (n + 1, stack, time.perf_counter() - t), flush=True)
+            measured = steps.run(
+                "round %d %s" % (n + 1, stack),
+                "1 client, then 8, through the %s broker (%gs each; the broker and its peers are processes)"
+                % (stack, args.sync + args.load), _rounded(run_stack), stack, args.sync, args.load)
+            if measured is not None:
+                runs.setdefault(stack, []).append(measured)
     # The machine is shared and noisy: keep each figure's best round.
     results = {}
     for stack, rounds in runs.items():

@@ -23,6 +23,9 @@ all in this one run:
 Also one-way latency (p50/p99, CLOCK_MONOTONIC is shared by both processes)
 of paced messages, plain vs zactors, and the CPU the process uses while ten
 callers (five greenlets, five plain threads) are blocked on an empty Gather.
+
+Each round's figure is printed as it is measured, then the medians; the run
+has a deadline too (``--deadline``; see ``_harness.py``).
 """
 import argparse
 import multiprocessing
@@ -38,6 +41,8 @@ import gevent
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import zmq  # noqa: E402
+
+from _harness import Steps, add_deadline_option  # noqa: E402
 
 from zactors.patterns.scatter import Gather, Scatter, native_available  # noqa: E402
 
@@ -263,10 +268,16 @@ def main():
     parser.add_argument("--latency", type=int, default=5000, help="paced messages for latency (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=TIMEOUT,
                         help="seconds any one blocking call may take (default %(default)s)")
+    add_deadline_option(parser, 1200)
     args = parser.parse_args()
     if args.messages < 2 or args.rounds < 1 or args.latency < 1 or args.timeout <= 0:
         parser.error("--messages needs at least 2, --rounds and --latency at least 1, --timeout > 0")
     globals()["TIMEOUT"] = args.timeout
+    with Steps(args.deadline).guard("scatter", "%d rounds of streams, then latency and idle CPU" % args.rounds):
+        measure(args)
+
+
+def measure(args):
     n = args.messages
 
     configs = [
@@ -289,7 +300,10 @@ def main():
     for _ in range(args.rounds):
         for name, config, both in configs:
             for wire in wires if both else wires[:1]:
-                runs[name, wire].append(_cell(lambda: throughput(*config, native=wire == "native")))
+                result = _cell(lambda: throughput(*config, native=wire == "native"))
+                runs[name, wire].append(result)
+                if not isinstance(result, Skipped):  # as measured; the medians follow
+                    print("    %-24s %-8s %9.0f msg/s" % (name, wire, result), file=sys.stderr, flush=True)
     plain = statistics.median(runs["plain PUSH -> PULL", "emulated"])
 
     def rate(name, wire):

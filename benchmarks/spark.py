@@ -23,6 +23,9 @@ Streaming, publish to aggregate: a publisher sends ``--rate`` readings/s
 covers, to a ZEPS stream (the ``zeps`` batch writer); a subscriber takes the latency of each aggregate as receive time
 minus that send time.  p50/p90 in seconds.  Targets: journal-dir read >=
 0.5x Parquet; p50 < 2 s.
+
+Each round's figure is printed as it is measured, then the medians; the run
+has a deadline (``--deadline``; see ``_harness.py``).
 """
 import argparse
 import json
@@ -36,6 +39,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from _harness import Steps, add_deadline_option  # noqa: E402 - after the path
 
 STREAM = "bench"
 
@@ -208,10 +213,16 @@ def main():
     parser.add_argument("--rate", type=float, default=200.0, help="readings/s in the latency run")
     parser.add_argument("--rounds", type=int, default=3, help="batch reads of each source (the median counts)")
     parser.add_argument("--serve-broker", metavar="DIR", help=argparse.SUPPRESS)
+    add_deadline_option(parser, 1800)
     args = parser.parse_args()
     if args.serve_broker:
         return serve_broker(args.serve_broker)
+    with Steps(args.deadline).guard("spark", "%d rounds of batch reads of %d records, then %gs of streaming"
+                                    % (args.rounds, args.records, args.latency_seconds)):
+        measure(args)
 
+
+def measure(args):
     from zactors.apps.commands.spark import spark_environment
     spark_environment()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -269,6 +280,7 @@ def main():
         for _ in range(args.rounds):                            # interleaved, so that load hits each alike
             for name, make in runs:
                 times[name].append(timed(make()))
+                print("    %-26s %12.0f rows/s" % (name, args.records / times[name][-1]), file=sys.stderr, flush=True)
         results = [(name, args.records / statistics.median(times[name])) for name, _ in runs]
         ceiling = results[0][1]
         print("\nbatch read, %d x %d B, %s, median of %d rounds:" % (args.records, args.size, args.master, args.rounds))

@@ -20,6 +20,11 @@ port in a temporary directory (skipped, with the reason, if it cannot), with
 AOF ``appendfsync everysec`` and with persistence off; pipelined ``XADD``
 (1000 per pipeline) and a blocking ``XREAD`` consumer (``COUNT 1000``).
 Raw ceilings: plain pyzmq PUSH -> PULL, and framed appends to a file.
+The Redis rows need ``redis-server`` on the PATH and the ``redis``/``hiredis``
+clients (``pip install '.[bench]'``).
+
+Each row is printed as it is measured, then the table; every step runs under
+a deadline (``--deadline``) and says what it waits for (``_harness.py``).
 """
 import argparse
 import json
@@ -34,6 +39,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from _harness import Steps, add_deadline_option  # noqa: E402 - after the path
 
 SIZE = 100
 _STAMP = struct.Struct("<dQ")  # send time (monotonic), index
@@ -211,7 +218,19 @@ def catch_up(sub_args, n):
             "lost": n - result["received"]}
 
 
+ROW = "%-32s %-16s %12s %10s %10s %6s"
+
+
+def show(stack, run, row):
+    """Print one measured row at once (the table at the end repeats it)."""
+    print(ROW % (stack, run, "%.0f" % row["rate"],
+                 "%.3f" % (row["p50"] * 1e3) if row.get("p50") is not None else "-",
+                 "%.3f" % (row["p99"] * 1e3) if row.get("p99") is not None else "-",
+                 row.get("lost", "-")), flush=True)
+
+
 def zeps_rows(args):
+    stack = "zactors ZEPS (fsync 100 ms)"
     rows = {}
     journal = tempfile.mkdtemp(prefix="zeps-bench-")
     broker = spawn("zeps_broker", journal)
@@ -224,6 +243,7 @@ def zeps_rows(args):
             paced = fan(("zeps_pub", endpoint, paced_n, args.rate), ("zeps_sub", endpoint, paced_n, 0), subs, paced_n)
             rows["deliver %d sub" % subs].update(p50=paced["p50"], p99=paced["p99"], lost=rows["deliver %d sub" % subs]
                                                  ["lost"] + paced["lost"])
+            show(stack, "deliver %d sub" % subs, rows["deliver %d sub" % subs])
     finally:
         broker.kill()
         broker.wait()
@@ -241,6 +261,7 @@ def zeps_rows(args):
         json.loads(pub.stdout.readline())
         pub.wait(60)
         rows["replay"] = catch_up(("zeps_sub", endpoint, args.replay, 1), args.replay)
+        show(stack, "replay", rows["replay"])
     finally:
         broker.kill()
         broker.wait()
@@ -258,11 +279,11 @@ def start_redis(persistence):
     """A redis-server on loopback in a temp dir: (process, port, dir), or a reason string."""
     server = shutil.which("redis-server")
     if server is None:
-        return "redis-server not found (apt-get install redis-server)"
+        return "redis-server not found (Debian: apt-get install redis-server)"
     try:
         import redis
     except ImportError:
-        return "the redis client is not installed (pip install redis hiredis)"
+        return "the redis client is not installed (pip install '.[bench]')"
     directory = tempfile.mkdtemp(prefix="zeps-bench-redis-")
     port = _free_port()
     options = ["--port", str(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "",
@@ -290,6 +311,7 @@ def redis_rows(args, persistence):
         return started
     proc, port, directory = started
     import redis
+    stack = "Redis Streams (%s)" % ("AOF everysec" if persistence else "no persistence")
     rows = {}
     try:
         for subs in args.fans:
@@ -300,6 +322,7 @@ def redis_rows(args, persistence):
             paced_n = int(args.rate * args.paced)
             paced = fan(("redis_pub", port, paced_n, args.rate), ("redis_sub", port, paced_n, 0), subs, paced_n)
             row.update(p50=paced["p50"], p99=paced["p99"], lost=row["lost"] + paced["lost"])
+            show(stack, "deliver %d sub" % subs, row)
         if not args.replay_run:
             return rows
         redis.Redis(port=port).delete(STREAM)
@@ -309,6 +332,7 @@ def redis_rows(args, persistence):
         json.loads(pub.stdout.readline())
         pub.wait(120)
         rows["replay"] = catch_up(("redis_sub", port, args.replay, 1), args.replay)
+        show(stack, "replay", rows["replay"])
     finally:
         proc.terminate()
         proc.wait(10)
@@ -329,6 +353,7 @@ def raw_rows(args):
     pull.wait(30)
     rows = {"push->pull": {"rate": args.messages / (got["last"] - sent["start"]),
                            "lost": args.messages - got["received"]}}
+    show("raw", "push->pull", rows["push->pull"])
     directory = tempfile.mkdtemp(prefix="zeps-bench-file-")
     try:
         frame = struct.Struct("<IIQd")
@@ -344,6 +369,7 @@ def raw_rows(args):
                     buf.clear()
             f.write(buf)
         rows["file appends"] = {"rate": args.replay / (time.perf_counter() - start)}
+        show("raw", "file appends", rows["file appends"])
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return rows
@@ -359,6 +385,7 @@ def main():
     parser.add_argument("--stacks", default="raw,zeps,redis-aof,redis-none", help="comma-separated subset to run")
     parser.add_argument("--runs", default="deliver1,deliver10,replay",
                         help="comma-separated subset of deliver1,deliver10,replay (default: all)")
+    add_deadline_option(parser)
     args = parser.parse_args()
     runs = args.runs.split(",")
     unknown = set(runs) - {"deliver1", "deliver10", "replay"}
@@ -371,28 +398,25 @@ def main():
         globals()["role_" + role](*[int(x) if x.isdigit() else x for x in rest])
         return 0
     stacks = args.stacks.split(",")
+    steps = Steps(args.deadline, out=sys.stderr)  # the rows print themselves as measured
     table = {}
-    if "raw" in stacks:
-        table["raw"] = raw_rows(args)
-    if "zeps" in stacks:
-        table["zactors ZEPS (fsync 100 ms)"] = zeps_rows(args)
-    if "redis-aof" in stacks:
-        table["Redis Streams (AOF everysec)"] = redis_rows(args, True)
-    if "redis-none" in stacks:
-        table["Redis Streams (no persistence)"] = redis_rows(args, False)
+    print(ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost"), flush=True)  # rows print as measured
+    what = "%d messages to reach every subscriber, then the replay of %d" % (args.messages, args.replay)
+    for key, stack, rows, *extra in (("raw", "raw", raw_rows), ("zeps", "zactors ZEPS (fsync 100 ms)", zeps_rows),
+                                     ("redis-aof", "Redis Streams (AOF everysec)", redis_rows, True),
+                                     ("redis-none", "Redis Streams (no persistence)", redis_rows, False)):
+        if key in stacks:
+            result = steps.run(stack, what, rows, args, *extra)
+            table[stack] = "failed: %s" % steps.results[stack]["error"] if result is None else result
     print("\n%d messages of %d bytes per delivery run; latency at %d msg/s paced; replay of %d"
           % (args.messages, SIZE, args.rate, args.replay))
-    print("%-32s %-16s %12s %10s %10s %6s" % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost"))
+    print(ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost"))
     for stack, rows in table.items():
         if isinstance(rows, str):
             print("%-32s skipped: %s" % (stack, rows))
             continue
         for run, row in rows.items():
-            print("%-32s %-16s %12.0f %10s %10s %6s" % (
-                stack, run, row["rate"],
-                "%.3f" % (row["p50"] * 1e3) if row.get("p50") is not None else "-",
-                "%.3f" % (row["p99"] * 1e3) if row.get("p99") is not None else "-",
-                row.get("lost", "-")))
+            show(stack, run, row)
     zeps, aof = table.get("zactors ZEPS (fsync 100 ms)"), table.get("Redis Streams (AOF everysec)")
     if isinstance(zeps, dict) and isinstance(aof, dict):
         ratios = ["%s x%.2f" % (run, zeps[run]["rate"] / aof[run]["rate"]) for run in zeps if run in aof]

@@ -33,3 +33,25 @@ def test_the_dashboards_static_files_are_installed():
     static = files("zactors.apps.dashboard") / "static"
     for name in ("index.html", "app.js", "style.css"):
         assert (static / name).is_file(), "%s is not installed with the package" % name
+
+
+def test_the_package_has_a_version_and_the_kernel_exports_only_its_api():
+    import zactors
+    import zactors.actors
+    from importlib.metadata import version
+
+    assert zactors.__version__ == version("zactors")
+    assert not hasattr(zactors.actors, "importlib")
+    assert set(zactors.actors.__all__) <= set(dir(zactors.actors))
+    assert "importlib" not in dir(zactors.actors)
+
+
+def test_stats_of_a_fresh_actor_shows_its_counters_at_zero():
+    from zactors.actors import Actor
+
+    actor = Actor()
+    try:
+        assert actor.call("$STATS", timeout=10) == {"rejected": 0, "failed": 0, "events_dropped": 0,
+                                                     "emit_waits": 0}
+    finally:
+        actor.destroy()

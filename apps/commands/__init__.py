@@ -45,9 +45,12 @@ all commands, so add yours there):
 4. **Exit statuses** from :mod:`zactors.apps.exitstatus`: OK, FAILED,
    USAGE, NO_ANSWER (nobody at the endpoint), REFUSED (raise
    ``actors.monitor.HandshakeFailed``: ``cli.main`` prints it and exits 4).
-5. **Output**: results on stdout (``flush=True`` for lines a script waits
-   for), logs and summaries on stderr; errors as exceptions with one clear
-   line (``cli.main`` prints ``zactors: error: ...``), never a traceback.
+5. **Output**: results on stdout as plain lines (``flush=True`` for lines a
+   script waits for), logs and summaries on stderr; errors as exceptions
+   with one clear line (``cli.main`` prints ``zactors CMD: error: ...``),
+   never a traceback.  ``log.warning``/``log.error`` print in that same
+   shape; a logger is named ``zactors.PART`` (``cli.short_name`` shortens
+   module paths).
 """
 import importlib
 import pkgutil

@@ -6,7 +6,7 @@ import time
 import gevent
 import zmq
 
-from zactors.apps import exitstatus, options
+from zactors.apps import contexts, exitstatus, options
 from zactors.apps.stopping import serve, wait_until_stopped
 
 ORDER = 40
@@ -30,7 +30,8 @@ def register(sub):
                                          "Ctrl-C or SIGTERM stops it (exit status 0).")
     server.add_argument("--host", default="127.0.0.1", type=options.host,
                         help="interface to bind, * for all (default: %(default)s)")
-    server.add_argument("--port", type=options.port, default=DEFAULT_PORT, help="base port P (default: %(default)s)")
+    server.add_argument("--port", type=options.port_or_any, default=DEFAULT_PORT,
+                        help="base port P (P, P+1, P+2), 0 or * for any free ones (default: %(default)s)")
     role = server.add_mutually_exclusive_group()
     role.add_argument("--primary", action="store_true", help="primary of a Binary Star pair (needs --peer)")
     role.add_argument("--backup", action="store_true", help="backup of a Binary Star pair (needs --peer)")
@@ -69,7 +70,8 @@ def register(sub):
     set_.set_defaults(func=run_set)
 
     delete = cmds.add_parser("del", help="delete a key", description="Delete KEY and wait until the server "
-                             "publishes the deletion.", epilog=STATUS)
+                             "publishes the deletion; a KEY the map does not hold is an error (exit status 1).",
+                             epilog=STATUS)
     delete.add_argument("key")
     _client(delete)
     delete.set_defaults(func=run_del)
@@ -88,12 +90,10 @@ def register(sub):
 
 
 def _client(parser, subtree=False):
-    parser.add_argument("--connect", action="append", metavar="ENDPOINT", type=options.connect_endpoint,
-                        help="server base endpoint tcp://HOST:PORT; twice for a pair, primary first "
-                             "(default: tcp://127.0.0.1:%d)" % DEFAULT_PORT)
+    contexts.connect_options(parser, "clone", "tcp://127.0.0.1:%d" % DEFAULT_PORT, role="the server's base",
+                             many=True)
     parser.add_argument("--timeout", type=options.positive_float, default=3.0,
                         help="seconds to wait for a server (default: %(default)s)")
-    options.curve_options(parser, "client")
     if subtree:
         parser.add_argument("--subtree", default="", help="only keys under /this/ (default: all)")
 
@@ -122,7 +122,7 @@ def run_server(args):
         from zactors.actors.auth import Authenticator
         auth = Authenticator(curve=args.curve_clients)
     try:
-        server = CloneServer(args.port, host=args.host, role=role,
+        server = CloneServer(args.port or None, host=args.host, role=role,
                              peer=endpoints(*_base(args.peer)) if args.peer else None, hugz=args.hugz,
                              heartbeat=args.heartbeat, dialect=args.dialect, curve=args.curve,
                              persist=args.persist, fsync=args.fsync, ack=args.ack)
@@ -160,7 +160,7 @@ def _open(args):
     from zactors.patterns.clone.client import Clone
     from zactors.patterns.clone.protocol import check_subtree
 
-    servers = args.connect or ["tcp://127.0.0.1:%d" % DEFAULT_PORT]
+    servers = args.connect
     for server in servers:
         _base(server)
     try:
@@ -194,7 +194,7 @@ def run_get(args):
     finally:
         clone.destroy()
     if value is None:
-        print("zactors: %s: no such key" % args.key, file=sys.stderr)
+        print("zactors clone get: error: %s: no such key" % args.key, file=sys.stderr)
         return exitstatus.FAILED
     print(_text(value))
     return exitstatus.OK
@@ -204,12 +204,15 @@ class _Refused(RuntimeError):
     exit_status = exitstatus.REFUSED
 
 
-def _update(args, value, ttl=None):
-    """Publish KEY=value, wait for its KVPUB: its sequence (one clear line if the server refuses it)."""
+def _update(args, value, ttl=None, must_exist=False):
+    """Publish KEY=value, wait for its KVPUB: its sequence (one clear line if the server refuses it); None
+    when ``must_exist`` and the synced map has no such key."""
     from zactors.patterns.clone.client import UpdateRefused
 
     clone = _open(args)
     try:
+        if must_exist and args.key not in clone:
+            return None
         return clone.set(args.key, value, ttl=ttl, wait=args.timeout)
     except UpdateRefused as exc:
         raise _Refused("%s: the server refused the update: %s" % (args.key, exc)) from None
@@ -224,7 +227,10 @@ def run_set(args):
 
 
 def run_del(args):
-    seq = _update(args, b"")
+    seq = _update(args, b"", must_exist=True)
+    if seq is None:  # the synced map holds no such key: nothing to delete
+        print("zactors clone del: error: %s: no such key" % args.key, file=sys.stderr)
+        return exitstatus.FAILED
     log.info("%s deleted at sequence %d", args.key, seq)
     return exitstatus.OK
 

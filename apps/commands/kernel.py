@@ -15,18 +15,14 @@ ORDER = 10
 log = logging.getLogger("zactors.web")
 
 
-def _web_port(text):
-    return 0 if text == "0" else options.port(text)
-
-
 def register(sub):
     web = sub.add_parser("web", help="serve the embedding example: a gevent web server whose handlers call an actor",
                          description="Serve apps/web.py: GET /hit/KEY counts a hit in a Tally actor, GET /top "
                                      "lists the counts. Ctrl-C or SIGTERM stops it (exit status 0).")
     web.add_argument("--host", default="127.0.0.1", type=options.host,
                      help="address to listen on (default: %(default)s)")
-    web.add_argument("--port", type=_web_port, default=8080,
-                     help="port to listen on, 0 for any free one (default: %(default)s)")
+    web.add_argument("--port", type=options.port_or_any, default=8080,
+                     help="port to listen on, 0 or * for any free one (default: %(default)s)")
     web.set_defaults(func=run_web)
 
 
@@ -36,7 +32,7 @@ def run_web(args):
     try:
         server, tally = serve(args.host, args.port)
     except OSError as exc:
-        raise options.bind_error("%s:%d" % (args.host, args.port), exc, "--port 0 for any free one") from None
+        raise options.bind_error("%s:%d" % (args.host, args.port), exc, "--port 0 or * for any free one") from None
     log.info("serving on http://%s:%d/  (try /hit/home and /top; Ctrl-C stops)", args.host, server.server_port)
     try:
         wait_until_stopped()

@@ -8,7 +8,7 @@ import time
 import gevent
 import zmq
 
-from zactors.apps import exitstatus, options
+from zactors.apps import contexts, exitstatus, options
 from zactors.apps.stopping import Interrupted, serve, wait_until_stopped
 from zactors.patterns.majordomo.protocol import MAX_MESSAGE
 
@@ -96,9 +96,7 @@ def register(sub):
 
 
 def _connect(parser):
-    parser.add_argument("--connect", default=DEFAULT_ENDPOINT, type=options.connect_endpoint, metavar="ENDPOINT",
-                        help="broker endpoint (default: %(default)s)")
-    options.curve_options(parser, "client")
+    contexts.connect_options(parser, "mdp", DEFAULT_ENDPOINT)
 
 
 def _framing(parser):

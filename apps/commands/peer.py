@@ -1,13 +1,12 @@
 """``zactors peer``: Harmony (ZRE v2) peers: a group chat and a list of who is out there."""
 import logging
-import os
 import sys
 
 import gevent
-from gevent.socket import wait_read
 
 from zactors.apps import exitstatus, options
 from zactors.apps.stopping import Interrupted
+from zactors.apps.terminal import lines
 
 __all__ = ["register", "demo", "ORDER"]
 
@@ -62,22 +61,6 @@ def _node(args, name):
                 endpoints=args.endpoint, host=args.host)
 
 
-def _lines(fd):
-    """Lines typed on ``fd`` (str, without the newline); parks only this greenlet while none is there."""
-    pending = b""
-    while True:
-        wait_read(fd)
-        data = os.read(fd, 65536)
-        if not data:
-            if pending:
-                yield pending.decode(errors="replace")
-            return
-        pending += data
-        *complete, pending = pending.split(b"\n")
-        for line in complete:
-            yield line.decode(errors="replace")
-
-
 def run_chat(args):
     sys.stdout.reconfigure(line_buffering=True)  # a chat shows each line as it comes, even through a pipe
     node = _node(args, args.name).start()
@@ -102,7 +85,8 @@ def run_chat(args):
                 print("%s (private): %s" % (event.name, b" ".join(event.frames).decode(errors="replace")))
 
         node.on(None, show)
-        for text in _lines(sys.stdin.fileno()):
+        for line in lines(sys.stdin.fileno()):
+            text = line.decode(errors="replace")
             if not text:
                 continue
             if not node.peers_by_group(args.group):

@@ -39,6 +39,11 @@ class SquareWorker(Worker):
 DISTRIBUTION = ("tasks go round-robin to the workers whose queue has room, so a faster worker takes more")
 
 
+#: default endpoints: clear of the node's (zactors up: 5555 Majordomo, 5556-5559 Clone, 5570 ZEPS)
+VENTILATOR = "tcp://127.0.0.1:5590"
+SINK = "tcp://127.0.0.1:5591"
+
+
 def register(subparsers):
     parser = subparsers.add_parser(
         "pipeline", help="parallel tasks: ventilator -> workers -> sink (scatter-gather)",
@@ -65,7 +70,7 @@ def register(subparsers):
     v = sub.add_parser("ventilate", help="send tasks to the workers that connect",
                        description="Wait for --workers workers (a worker counts once its ZeroMQ handshake "
                                    "succeeds), then send --tasks tasks: %s." % DISTRIBUTION)
-    v.add_argument("--bind", default="tcp://127.0.0.1:5557", type=options.bind_endpoint, metavar="ENDPOINT",
+    v.add_argument("--bind", default=VENTILATOR, type=options.bind_endpoint, metavar="ENDPOINT",
                    help="endpoint workers connect to (default %(default)s)")
     v.add_argument("--tasks", type=options.positive_int, default=1000, help="tasks to send (default %(default)s)")
     v.add_argument("--workers", type=options.positive_int, default=1,
@@ -80,9 +85,9 @@ def register(subparsers):
                        description="Take tasks from the ventilator, square them, send the results to the sink; "
                                    "until Ctrl-C or SIGTERM (exit status 0), or until the ventilator or "
                                    "sink refuses our key (exit status 4).")
-    w.add_argument("--ventilator", default="tcp://127.0.0.1:5557", type=options.connect_endpoint, metavar="ENDPOINT",
+    w.add_argument("--ventilator", default=VENTILATOR, type=options.connect_endpoint, metavar="ENDPOINT",
                    help="the ventilator's endpoint, where tasks come from (default %(default)s)")
-    w.add_argument("--sink", default="tcp://127.0.0.1:5558", type=options.connect_endpoint, metavar="ENDPOINT",
+    w.add_argument("--sink", default=SINK, type=options.connect_endpoint, metavar="ENDPOINT",
                    help="the sink's endpoint, where results go (default %(default)s)")
     options.curve_options(w, "client")
     _worker_options(w)
@@ -92,7 +97,7 @@ def register(subparsers):
     s = sub.add_parser("sink", help="collect results and report who did what",
                        description="Collect --tasks results and report each worker's share and the "
                                    "throughput (timed from the first result to the last).")
-    s.add_argument("--bind", default="tcp://127.0.0.1:5558", type=options.bind_endpoint, metavar="ENDPOINT",
+    s.add_argument("--bind", default=SINK, type=options.bind_endpoint, metavar="ENDPOINT",
                    help="endpoint workers send results to (default %(default)s)")
     s.add_argument("--tasks", type=options.positive_int, default=1000,
                    help="results to wait for (default %(default)s)")
@@ -247,7 +252,7 @@ def run_ventilate(args):
             print("ventilator on %s, waiting for %d worker(s)..." % (ventilator.endpoint, args.workers), flush=True)
             if not ventilator.wait_for_workers(args.workers, timeout=args.wait):
                 refused = ventilator.peers.failed
-                print("zactors: only %d of %d workers connected within %gs%s; start them with "
+                print("zactors pipeline ventilate: error: only %d of %d workers connected within %gs%s; start them with "
                       "'zactors pipeline work --ventilator %s'" % (
                           ventilator.workers, args.workers, args.wait,
                           " (%d connection(s) failed the handshake: a refused key?)" % refused if refused else "",

@@ -7,7 +7,7 @@ import time
 import urllib.error
 import urllib.request
 
-from zactors.apps import exitstatus, options
+from zactors.apps import contexts, exitstatus, options
 from zactors.apps.stopping import wait_until_stopped
 
 ORDER = 90
@@ -38,8 +38,8 @@ def register(sub):
     up.add_argument("--ack", choices=("written", "synced"),
                     help="ZEPS: acknowledge (PING-OK, delivery) once a message is written (survives a crash; "
                          "default) or synced (fsynced: survives a power loss)")
-    up.add_argument("--clone-port", metavar="PORT", type=_port_or_any,
-                    help="Clone base port P: snapshot P, publisher P+1, collector P+2; 0 for any free ones "
+    up.add_argument("--clone-port", metavar="PORT", type=options.port_or_any,
+                    help="Clone base port P: snapshot P, publisher P+1, collector P+2; 0 or * for any free ones "
                          "(default: 5556)")
     up.add_argument("--clone-host", type=options.host, metavar="HOST", help="Clone address (default: 127.0.0.1)")
     up.add_argument("--name", metavar="NAME", help="Harmony node name (default: from its UUID)")
@@ -49,7 +49,7 @@ def register(sub):
                     help="Harmony: a known peer's tcp://HOST:PORT (may be repeated)")
     up.add_argument("--group", action="append", metavar="GROUP", help="Harmony: join GROUP (may be repeated)")
     up.add_argument("--web", metavar="HOST:PORT",
-                    help="dashboard address (default: 127.0.0.1:8765; port 0 for any free one)")
+                    help="dashboard address (default: 127.0.0.1:8765; port 0 or * for any free one)")
     _token_options(up, "dashboard token, at least 16 characters (required off 127.0.0.1/::1/localhost; "
                         "generated if not given)")
     up.add_argument("--demo", action="store_true",
@@ -63,7 +63,9 @@ def register(sub):
         "status", help="print what a node's dashboard shows (its JSON API)",
         description="Ask a running `zactors up` (its dashboard) for the state of every part and print it: "
                     "one line per part, then its rates.  Exit status 0; 3 if nothing answers at --url.")
-    status.add_argument("--url", default=DEFAULT_URL, metavar="URL", help="dashboard address (default: %(default)s)")
+    status.add_argument("--url", metavar="URL", type=dashboard_url,
+                        help="dashboard address (default: the context's dashboard, else %s)" % DEFAULT_URL)
+    contexts.context_option(status, "dashboard", "url", DEFAULT_URL)
     _token_options(status, "the dashboard's token, if it has one")
     status.add_argument("--json", action="store_true", help="print the API's JSON as it is")
     status.add_argument("--timeout", type=options.positive_float, default=5.0,
@@ -102,8 +104,19 @@ def _warn_argv_token(args):
                     "use --token-file FILE or $%s", TOKEN_ENV)
 
 
-def _port_or_any(text):
-    return 0 if text in ("0", "*") else options.port(text)
+def dashboard_url(text):
+    """An http(s)://HOST[:PORT][/PATH] URL (argparse type)."""
+    import argparse
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("%r is not a URL: %s" % (text, exc)) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError("%r is not a dashboard URL: write http://HOST:PORT/ (e.g. %s)"
+                                         % (text, DEFAULT_URL))
+    return text
 
 
 def config_from(args):
@@ -151,6 +164,7 @@ def run_up(args):
     node = Up(config).start()
     started = time.monotonic()
     demo = None
+    served = None
     try:
         if args.demo:
             from zactors.apps.dashboard.demo import DemoTraffic
@@ -162,8 +176,12 @@ def run_up(args):
     finally:
         if demo is not None:
             demo.stop()
-        node.stop()
-        print("up: stopped after %.0f s" % (time.monotonic() - started), file=sys.stderr)
+        try:
+            served = node.summary()
+        finally:
+            node.stop()
+            print("up: stopped after %.0f s%s" % (time.monotonic() - started, "; served: %s" % served if served else ""),
+                  file=sys.stderr)
     if node.failure is not None:
         print("zactors: error: %s" % node.failure, file=sys.stderr)
         return exitstatus.FAILED
@@ -188,11 +206,11 @@ def run_status(args):
             reason = json.load(exc).get("error", exc.reason)
         except ValueError:
             reason = exc.reason
-        print("zactors: error: %s answered %d: %s" % (args.url, exc.code, reason), file=sys.stderr)
+        print("zactors status: error: %s answered %d: %s" % (args.url, exc.code, reason), file=sys.stderr)
         return exitstatus.REFUSED if exc.code in (401, 403) else exitstatus.FAILED
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        print("zactors: error: no dashboard answered at %s (%s); is `zactors up` running?" % (args.url, reason),
+        print("zactors status: error: no dashboard answered at %s (%s); is `zactors up` running?" % (args.url, reason),
               file=sys.stderr)
         return exitstatus.NO_ANSWER
     if args.json:

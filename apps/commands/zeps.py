@@ -10,8 +10,9 @@ import time
 import gevent
 import zmq
 
-from zactors.apps import exitstatus, options
+from zactors.apps import contexts, exitstatus, options
 from zactors.apps.stopping import Interrupted, serve
+from zactors.apps.terminal import lines
 
 ORDER = 40
 log = logging.getLogger("zactors.zeps")
@@ -76,7 +77,8 @@ def register(sub):
                                           "broker answers.")
     publish.add_argument("stream", help="stream name")
     publish.add_argument("key", help="routing key")
-    publish.add_argument("body", nargs="?", help="message body (default: lines from stdin)")
+    publish.add_argument("body", nargs="?", help="message body (default: each line of stdin, until end of input "
+                                                 "or Ctrl-D)")
     publish.add_argument("--resend", action="store_true",
                          help="idempotent publishing: keep what the broker has not confirmed and send it again "
                               "if the peering is lost (the broker drops what it has already; after a broker "
@@ -121,9 +123,7 @@ def register(sub):
 
 
 def _connect(parser):
-    parser.add_argument("--connect", default=DEFAULT_ENDPOINT, type=options.connect_endpoint,
-                        help="broker endpoint (default: %(default)s)")
-    options.curve_options(parser, "client")
+    contexts.connect_options(parser, "zeps", DEFAULT_ENDPOINT)
     parser.add_argument("--timeout", type=options.positive_float, default=5.0,
                         help="seconds to wait for the broker (default: %(default)s)")
 
@@ -222,6 +222,7 @@ def run_broker(args):
     if args.heartbeat > args.expiry:
         raise options.UsageError("--heartbeat (%gs) must not be longer than --expiry (%gs)"
                                  % (args.heartbeat, args.expiry))
+    options.writable_directory(args.journal, "journal")
     if args.ack == "synced" and args.fsync == "never":
         raise options.UsageError("--ack synced needs fsync: not --fsync never")
     limits = dict(args.retain)
@@ -276,6 +277,12 @@ def run_publish(args):
         if args.body is not None:
             pub.publish(args.key, args.body.encode())
             count = 1
+        elif sys.stdin.isatty():  # a person types: wait without blocking the hub (heartbeats go on)
+            print("zactors zeps publish: reading messages from the terminal, one a line, until Ctrl-D "
+                  "(or give BODY)", file=sys.stderr, flush=True)
+            for line in lines(sys.stdin.fileno()):
+                pub.publish(args.key, line)
+                count += 1
         else:
             for line in sys.stdin.buffer:
                 pub.publish(args.key, line.rstrip(b"\r\n"))

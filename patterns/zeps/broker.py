@@ -350,6 +350,7 @@ class Broker(Actor):
         log.debug("%s: serving %s, journal %s", self.name, self.endpoint, self.journal_dir)
 
     def teardown(self) -> None:
+        if "_multicast" not in vars(self): return  # noqa: E701 - setup failed before binding: nothing to close
         if self._multicast is not None:
             self._multicast.close()
         for identity in list(self._peers):

@@ -175,7 +175,7 @@ def test_an_actor_that_drops_never_waits_and_counts_its_losses(make):
     actor.send("STREAM", 100)
     assert actor.call("ADD", 1, timeout=5) == 1
     counters = stats(actor)
-    assert counters["events_dropped"] == 90 and "emit_waits" not in counters
+    assert counters["events_dropped"] == 90 and counters["emit_waits"] == 0
     assert ticks(actor, 10) == list(range(10))
     assert actor.recv_event(timeout=0.05) is None
     actor.send("STREAM", 5)  # room again
@@ -300,7 +300,7 @@ def test_a_dropping_subscriber_never_slows_the_actor(make):
     lossy = actor.subscribe(size=10, policy="drop")
     actor.send("STREAM", 5000)
     assert ticks(actor, 5000) == list(range(5000))
-    assert "emit_waits" not in stats(actor)
+    assert stats(actor)["emit_waits"] == 0
     assert lossy.pending == 10 and lossy.dropped == 4990
     lossy.close()
     with pytest.raises(ActorError):
