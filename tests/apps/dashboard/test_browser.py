@@ -125,7 +125,8 @@ def clone_servers(where):
 
 def test_overview_loads_and_a_chart_moves_while_publishing(node, page):
     page.open(node["dashboard"])
-    page.wait(lambda: len(page.find(".card[data-source]")) == 4, what="four pattern cards")
+    cards = tuple('.card[data-source=%s]' % name for name in ("majordomo", "zeps", "clone", "harmony", "supervisor"))
+    page.wait(lambda: all(page.find(card) for card in cards), what="the four pattern cards and the supervision one")
     assert page.wait(lambda: page.text(".live") == ["live"], what="live updates")
     page.shot("overview-idle")
 
