@@ -67,16 +67,20 @@ class Budget:
 
     def release(self, holder: Hashable, amount: int) -> list[tuple[Hashable, int]]:
         """``holder`` gives back ``amount``; returns ``[(waiter, granted), ...]`` served from what is free."""
+        return self._serve() if self._take(holder, amount) else []
+
+    def _take(self, holder, amount):
+        """Take up to ``amount`` of what ``holder`` holds off the books; the amount taken."""
         held = self._held.get(holder, 0)
         amount = min(amount, held)
         if amount <= 0:
-            return []
+            return 0
         if held == amount:
             del self._held[holder]
         else:
             self._held[holder] = held - amount
         self.used -= amount
-        return self._serve()
+        return amount
 
     def forget(self, holder: Hashable) -> list[tuple[Hashable, int]]:
         """Cancel ``holder``'s wait and take back all it holds; returns the grants to waiters, as :meth:`release`."""
@@ -88,15 +92,9 @@ class Budget:
     def revoke(self, holder: Hashable, amount: int) -> list[tuple[Hashable, int]]:
         """Take ``amount`` of what ``holder`` holds back into its wait (at the end of the line):
         for what it holds but does not use.  Returns the grants made, as :meth:`release`."""
-        held = self._held.get(holder, 0)
-        amount = min(amount, held)
-        if amount <= 0:
+        amount = self._take(holder, amount)
+        if not amount:
             return []
-        if held == amount:
-            del self._held[holder]
-        else:
-            self._held[holder] = held - amount
-        self.used -= amount
         wanted = self._wanted.pop(holder, 0)
         self._wanted[holder] = min(wanted + amount, self.per_holder)
         return self._serve()
