@@ -188,6 +188,35 @@ def run_up(args):
     return exitstatus.OK
 
 
+def demo(out, node):
+    """Supervision: a part of the node is killed, and the node's supervisor brings it back"""
+    from zactors.actors.testkit import crash
+    events = node.tree.subscribe(policy="drop")
+    library = logging.getLogger("zactors")
+    quiet = library.getEffectiveLevel() >= logging.WARNING  # not -v: the death and restart are told here
+    saved = library.level
+    if quiet:  # the killed actor's traceback, and the node's warning about it, are no news in the demo
+        library.setLevel(logging.CRITICAL)
+    try:
+        keys = node.clone.call("INFO", timeout=5)["keys"]
+        crash(node.clone, "killed by the demo")
+        killed = time.monotonic()
+        out("killed the node's Clone server (holding %d key(s)) as a bug in it would" % keys)
+        deadline = killed + 10
+        while True:  # the supervisor says when the new incarnation has started (its map recovered)
+            event = events.recv(max(0.0, deadline - time.monotonic()))
+            if event is None:
+                raise TimeoutError("the Clone server was not restarted within 10 s")
+            if event.name == "CHILD_STARTED" and event.args[0] == "clone":
+                break
+        back = node.tree.proxy("clone").call("INFO", timeout=5)
+        out("the supervisor restarted it: serving again %.0f ms after its death, its %d key(s) recovered "
+            "from its journal" % ((time.monotonic() - killed) * 1000, back["keys"]))
+    finally:
+        library.setLevel(saved)
+        events.close()
+
+
 def fetch_status(url, token=None, timeout=5.0):
     """The ``api/status`` JSON of the dashboard at ``url`` (blocks; urllib)."""
     request = urllib.request.Request(url.rstrip("/") + "/api/status")
