@@ -52,6 +52,11 @@ def register(sub):
                     help="dashboard address (default: 127.0.0.1:8765; port 0 or * for any free one)")
     _token_options(up, "dashboard token, at least 16 characters (required off 127.0.0.1/::1/localhost; "
                         "generated if not given)")
+    up.add_argument("--intensity", type=options.count, metavar="N",
+                    help="restarts of parts the node allows within --period; one more and it stops, exit "
+                         "status 1 (default: 5)")
+    up.add_argument("--period", type=options.positive_float, metavar="SECONDS",
+                    help="the window --intensity counts restarts in (default: 10)")
     up.add_argument("--demo", action="store_true",
                     help="drive demo traffic through the node (Majordomo echo, ZEPS orders and sensors, "
                          "Clone /demo/ keys) to see the dashboard move")
@@ -130,6 +135,8 @@ def config_from(args):
             given.setdefault(part, {})[key] = value
     if args.data is not None:
         given["data"] = args.data
+    put("node", "intensity", args.intensity)
+    put("node", "period", args.period)
     put("majordomo", "bind", args.mdp)
     put("zeps", "bind", args.zeps)
     put("zeps", "fsync", args.fsync)
