@@ -51,7 +51,7 @@ class NoSuchName(ActorError, LookupError):
 class _Entry:
     __slots__ = ("actor", "changed")
 
-    def __init__(self, actor):
+    def __init__(self, actor: Actor | None) -> None:
         self.actor = actor  # None while its holder restarts it
         self.changed = _Flag()  # set (and replaced) at every change: what waiting lookups park on
 
@@ -126,7 +126,7 @@ class Names:
         return len(self._entries)
 
     @staticmethod
-    def _changed(entry):
+    def _changed(entry: _Entry) -> None:
         flag, entry.changed = entry.changed, _Flag()
         flag.set()
 

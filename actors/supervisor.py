@@ -127,15 +127,15 @@ class _Child:
 
     __slots__ = ("spec", "actor", "restarts", "last_reason", "pending")
 
-    def __init__(self, spec):
+    def __init__(self, spec: ChildSpec) -> None:
         self.spec = spec
-        self.actor = None  # the running incarnation; None while stopped or restarting
+        self.actor: Actor | None = None  # the running incarnation; None while stopped or restarting
         self.restarts = 0
-        self.last_reason = None
-        self.pending = None  # the token of the scheduled restart that will start it
+        self.last_reason: str | None = None
+        self.pending: object | None = None  # the token of the scheduled restart that will start it
 
 
-def _shutdown_of(spec, actor):
+def _shutdown_of(spec: ChildSpec, actor: Actor) -> float:
     return spec.shutdown if spec.shutdown is not None else actor.term_timeout
 
 
@@ -222,13 +222,13 @@ class Supervisor(Actor):
             raise ValueError("child %r is running" % name)
         self._start_child(child)
 
-    def _find(self, name):
+    def _find(self, name: str) -> _Child:
         for child in self._children:
             if child.spec.name == name:
                 return child
         raise KeyError("no child %r" % name)
 
-    def _start_child(self, child):
+    def _start_child(self, child: _Child) -> None:
         spec = child.spec
         actor = spec.factory()
         if not isinstance(actor, Actor):
@@ -239,14 +239,14 @@ class Supervisor(Actor):
         actor.link(partial(self._on_child_event, child, actor))
         self.emit("CHILD_STARTED", spec.name, child.restarts)
 
-    def _hold(self, spec, actor):
+    def _hold(self, spec: ChildSpec, actor: Actor | None) -> None:
         """Register ``actor`` (None: restarting) under the child's name(s)."""
         self.names.register(spec.name, actor, replace=True)
         if spec.register:
             registry.register(spec.name, actor, replace=spec.name in self._registered)
             self._registered.add(spec.name)
 
-    def _forget(self, child):
+    def _forget(self, child: _Child) -> None:
         name = child.spec.name
         self.names.unregister(name)
         if name in self._registered:
@@ -255,21 +255,22 @@ class Supervisor(Actor):
         if child.spec.restart == TEMPORARY and child in self._children:
             self._children.remove(child)
 
-    def _update_term_timeout(self):
+    def _update_term_timeout(self) -> None:
         """Enough time for a parent's destroy to let every child stop within its own timeout."""
         self.term_timeout = 1.0 + sum(_shutdown_of(c.spec, c.actor) for c in self._children if c.actor is not None)
 
-    def _stop(self, child):
-        actor = child.actor
-        child.actor = None  # its $EXIT is ours: _child_ended ignores it
-        actor.destroy(_shutdown_of(child.spec, actor))
+    def _stop(self, child: _Child) -> None:
+        """Stop ``child``'s incarnation (if any) within its shutdown timeout."""
+        actor, child.actor = child.actor, None  # its $EXIT is ours: _child_ended ignores it
+        if actor is not None:
+            actor.destroy(_shutdown_of(child.spec, actor))
 
-    def _on_child_event(self, child, actor, event: Event) -> None:
+    def _on_child_event(self, child: _Child, actor: Actor, event: Event) -> None:
         """In the hub: hand a child's end to the supervisor's loop (other events are not its business)."""
         if event.name == DIED or event.name == EXIT:
             self.post(self._child_ended, child, actor, event)
 
-    def _child_ended(self, child, actor, event):
+    def _child_ended(self, child: _Child, actor: Actor, event: Event) -> None:
         actor.destroy()  # the greenlet is gone: this closes the parent's end of its pipe
         if child.actor is not actor:
             return  # stopped by us, or an incarnation replaced already
@@ -289,7 +290,7 @@ class Supervisor(Actor):
             return
         self._restart(child, reason)
 
-    def _restart(self, child, reason):
+    def _restart(self, child: _Child, reason: str) -> None:
         """Restart ``child`` by the strategy (raises RestartIntensityExceeded when that is too often)."""
         delay = self._count_restart(child.spec.name, reason)
         children = self._children
@@ -319,7 +320,7 @@ class Supervisor(Actor):
         else:
             self._start_group(restart, token)
 
-    def _count_restart(self, name, reason):
+    def _count_restart(self, name: str, reason: str) -> float:
         """Note one restart; the backoff delay before it.  Gives up past the intensity."""
         now = time.monotonic()
         times = self._restart_times
@@ -334,7 +335,7 @@ class Supervisor(Actor):
             return 0.0
         return min(self.backoff * 2 ** (len(times) - 1), self.backoff_max)
 
-    def _start_group(self, group, token):
+    def _start_group(self, group: list[_Child], token: object) -> None:
         for child in group:
             if child.pending is not token or child not in self._children:
                 continue  # a later restart took it over, or it was forgotten

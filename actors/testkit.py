@@ -47,7 +47,7 @@ class Crash(Exception):
     """What :func:`crash` raises inside an actor."""
 
 
-def _raise(reason):
+def _raise(reason: str) -> None:
     raise Crash(reason)
 
 
@@ -62,7 +62,7 @@ def crash(target: Actor | Proxy, reason: str = "crashed on purpose") -> Actor:
     return actor
 
 
-def _matches(event, name, args):
+def _matches(event: Event, name: str, args: tuple[Any, ...]) -> bool:
     return event.name == name and tuple(event.args[:len(args)]) == tuple(args)
 
 
@@ -165,11 +165,11 @@ class Probe:
 _now = time.monotonic
 
 
-def _deadline(timeout):
+def _deadline(timeout: float) -> float:
     return _now() + timeout
 
 
-def _show(events):
+def _show(events: list[Event]) -> str:
     return ", ".join("%s%r" % (e.name, e.args) for e in events) or "nothing"
 
 
@@ -317,7 +317,7 @@ class _ManualTimer:
         self._entry[3] = False
 
 
-def _through_msgpack(value):
+def _through_msgpack(value: Any) -> Any:
     """What the other end of a pipe would get (so a test catches values the pipe cannot carry)."""
     return msgpack.unpackb(pack(value), raw=False, strict_map_key=False)
 

@@ -92,7 +92,8 @@ def build_parser():
         description="Start a zactors node in this process (Majordomo, ZEPS, Clone, Harmony and the web "
                     "dashboard, on ephemeral loopback ports; no broadcast leaves this machine), print where "
                     "it listens, and show each pattern at work: actors, Majordomo, Harmony peers, Clone, ZEPS "
-                    "through the node, and the scatter-gather pipeline.  Takes a few seconds, then stops the "
+                    "through the node, the scatter-gather pipeline, and a part of the node killed and brought "
+                    "back by its supervisor.  Takes a few seconds, then stops the "
                     "node (its data was in a temporary directory).  With --stay the node and its dashboard "
                     "stay up, demo traffic flowing, until Ctrl-C or SIGTERM (exit status 0).")
     demo.add_argument("--stay", action="store_true",

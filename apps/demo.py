@@ -6,7 +6,8 @@ beacons off, so nothing leaves this machine), prints where its parts and
 its dashboard listen, then runs each command module's ``demo(out, node)``
 part in order (see :mod:`zactors.apps.commands`).  The parts of a node
 (Majordomo, ZEPS, Clone, Harmony) go through the node's brokers; the others
-(actors, the pipeline) run on their own.  It ends by itself in seconds,
+(actors, the pipeline) run on their own; the last (``up``'s) kills the
+node's Clone server and shows its supervisor bringing it back.  It ends by itself in seconds,
 unless ``stay``: then the node and its dashboard stay up, with the
 dashboard's demo traffic (:class:`~zactors.apps.dashboard.demo.DemoTraffic`)
 flowing, until Ctrl-C or SIGTERM (exit status 0).

@@ -23,6 +23,9 @@ dashboard bound anywhere else needs a token (generated if none is given).
 Config file (TOML), every key optional::
 
     data = "./zactors-data"
+    [node]
+    intensity = 5              # more than 5 restarts of parts ...
+    period = 10.0              # ... within 10 s: the node stops, failed
     [majordomo]
     bind = "tcp://127.0.0.1:5555"
     [zeps]
@@ -46,7 +49,7 @@ The broker, server and Harmony node actors run under one
 :class:`~zactors.actors.supervisor.Supervisor` (``node.tree``): a part whose
 actor dies is restarted on the very endpoints it had (a ZEPS broker and the
 Clone server recover from their journals; clients reconnect by
-themselves).  More than ``INTENSITY`` restarts in ``PERIOD`` seconds and
+themselves).  More than ``[node] intensity`` restarts in ``period`` seconds and
 the tree gives up: ``node.failed`` is set and ``node.failure`` says why in
 one line (``zactors up`` then exits non-zero).  ``node.broker``,
 ``node.zeps`` and ``node.clone`` are the incarnations running now.
@@ -77,9 +80,12 @@ __all__ = ["Up", "DataLock", "DEFAULTS", "load_config", "merge", "parse_period",
 log = logging.getLogger(__name__)
 
 PARTS = ("majordomo", "zeps", "clone", "harmony", "dashboard")
+#: the sections of a config: the node's own settings, then one per part
+SECTIONS = ("node",) + PARTS
 
 DEFAULTS = {
     "data": "./zactors-data",
+    "node": {"intensity": 5, "period": 10.0},  # the supervision tree's restart intensity
     "majordomo": {"enabled": True, "bind": "tcp://127.0.0.1:5555"},
     "zeps": {"enabled": True, "bind": "tcp://127.0.0.1:5570", "fsync": "100ms", "ack": "written"},
     "clone": {"enabled": True, "host": "127.0.0.1", "port": 5556},
@@ -89,7 +95,7 @@ DEFAULTS = {
                   "max_clients": 1000},
 }
 
-_KEYS = {part: set(DEFAULTS[part]) for part in PARTS}
+_KEYS = {section: set(DEFAULTS[section]) for section in SECTIONS}
 
 
 class ConfigError(UsageError):
@@ -116,17 +122,29 @@ def merge(config, given, where="the options"):
             if not isinstance(value, str):
                 raise ConfigError("%s: data is a directory path" % where)
             out["data"] = value
-        elif key in PARTS:
+        elif key in SECTIONS:
             if not isinstance(value, dict):
                 raise ConfigError("%s: [%s] is a table" % (where, key))
             unknown = set(value) - _KEYS[key]
             if unknown:
                 raise ConfigError("%s: [%s] has no setting %s (known: %s)" % (
                     where, key, ", ".join(sorted(unknown)), ", ".join(sorted(_KEYS[key]))))
+            if key == "node":
+                _check_intensity(value, where)
             out[key].update(value)
         else:
-            raise ConfigError("%s: unknown section %r (known: data, %s)" % (where, key, ", ".join(PARTS)))
+            raise ConfigError("%s: unknown section %r (known: data, %s)" % (where, key, ", ".join(SECTIONS)))
     return out
+
+
+def _check_intensity(node, where):
+    """``[node] intensity`` is a whole number >= 0, ``period`` a number of seconds > 0."""
+    intensity = node.get("intensity", 0)
+    if type(intensity) is not int or intensity < 0:
+        raise ConfigError("%s: [node] intensity is a whole number of restarts >= 0, not %r" % (where, intensity))
+    period = node.get("period", 1.0)
+    if type(period) not in (int, float) or not 0 < period < float("inf"):
+        raise ConfigError("%s: [node] period is a number of seconds > 0, not %r" % (where, period))
 
 
 def parse_period(text):
@@ -249,10 +267,6 @@ class DataLock:
 class Up:
     """The node: starts the parts of ``config`` in order (under one supervisor) and stops them in reverse."""
 
-    #: restarts of parts the node allows in ``PERIOD`` seconds; one more and it stops, failed
-    INTENSITY = 5
-    PERIOD = 10.0
-
     def __init__(self, config):
         self.config = config
         self.tree = self.harmony = None
@@ -323,7 +337,8 @@ class Up:
         if cfg["harmony"]["enabled"]:
             parts.append(ChildSpec("harmony", self._start_harmony))
         if parts:
-            self.tree = Supervisor(parts, intensity=self.INTENSITY, period=self.PERIOD, name="up")
+            self.tree = Supervisor(parts, intensity=cfg["node"]["intensity"], period=float(cfg["node"]["period"]),
+                                   name="up")
             self.tree.link(self._on_tree_event)
         if cfg["dashboard"]["enabled"]:
             self._start_dashboard(cfg["dashboard"])

@@ -18,6 +18,7 @@ MODULES = [
     "actors/actor.py", "actors/reactor.py", "actors/task.py", "actors/sockets.py", "actors/pipe.py",
     "actors/events.py", "actors/outbox.py", "actors/router.py", "actors/heartbeat.py",
     "actors/beacon.py", "actors/auth.py", "actors/monitor.py",
+    "actors/supervisor.py", "actors/names.py", "actors/testkit.py",
     "actors/journal/writer.py", "actors/journal/reader.py", "actors/journal/format.py", "actors/journal/files.py",
     "actors/group_commit.py", "actors/errors.py", "actors/values.py",
     "patterns/majordomo/broker.py", "patterns/majordomo/client.py", "patterns/majordomo/worker.py",

@@ -52,6 +52,11 @@ def register(sub):
                     help="dashboard address (default: 127.0.0.1:8765; port 0 or * for any free one)")
     _token_options(up, "dashboard token, at least 16 characters (required off 127.0.0.1/::1/localhost; "
                         "generated if not given)")
+    up.add_argument("--intensity", type=options.count, metavar="N",
+                    help="restarts of parts the node allows within --period; one more and it stops, exit "
+                         "status 1 (default: 5)")
+    up.add_argument("--period", type=options.positive_float, metavar="SECONDS",
+                    help="the window --intensity counts restarts in (default: 10)")
     up.add_argument("--demo", action="store_true",
                     help="drive demo traffic through the node (Majordomo echo, ZEPS orders and sensors, "
                          "Clone /demo/ keys) to see the dashboard move")
@@ -130,6 +135,8 @@ def config_from(args):
             given.setdefault(part, {})[key] = value
     if args.data is not None:
         given["data"] = args.data
+    put("node", "intensity", args.intensity)
+    put("node", "period", args.period)
     put("majordomo", "bind", args.mdp)
     put("zeps", "bind", args.zeps)
     put("zeps", "fsync", args.fsync)
@@ -186,6 +193,35 @@ def run_up(args):
         print("zactors: error: %s" % node.failure, file=sys.stderr)
         return exitstatus.FAILED
     return exitstatus.OK
+
+
+def demo(out, node):
+    """Supervision: a part of the node is killed, and the node's supervisor brings it back"""
+    from zactors.actors.testkit import crash
+    events = node.tree.subscribe(policy="drop")
+    library = logging.getLogger("zactors")
+    quiet = library.getEffectiveLevel() >= logging.WARNING  # not -v: the death and restart are told here
+    saved = library.level
+    if quiet:  # the killed actor's traceback, and the node's warning about it, are no news in the demo
+        library.setLevel(logging.CRITICAL)
+    try:
+        keys = node.clone.call("INFO", timeout=5)["keys"]
+        crash(node.clone, "killed by the demo")
+        killed = time.monotonic()
+        out("killed the node's Clone server (holding %d key(s)) as a bug in it would" % keys)
+        deadline = killed + 10
+        while True:  # the supervisor says when the new incarnation has started (its map recovered)
+            event = events.recv(max(0.0, deadline - time.monotonic()))
+            if event is None:
+                raise TimeoutError("the Clone server was not restarted within 10 s")
+            if event.name == "CHILD_STARTED" and event.args[0] == "clone":
+                break
+        back = node.tree.proxy("clone").call("INFO", timeout=5)
+        out("the supervisor restarted it: serving again %.0f ms after its death, its %d key(s) recovered "
+            "from its journal" % ((time.monotonic() - killed) * 1000, back["keys"]))
+    finally:
+        library.setLevel(saved)
+        events.close()
 
 
 def fetch_status(url, token=None, timeout=5.0):

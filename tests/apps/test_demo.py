@@ -38,7 +38,7 @@ def test_demo_ends_by_itself_and_runs_the_node_parts_through_the_node():
     where = _listing(lines)
     assert set(where) == {"majordomo", "zeps", "clone", "harmony", "dashboard"}, result.stdout
     assert re.match(r"^http://127\.0\.0\.1:\d+/$", where["dashboard"]), where
-    assert "Demo finished: 6 part(s) ran." in result.stdout
+    assert "Demo finished: 7 part(s) ran." in result.stdout
     assert "each got its own reply: True" in result.stdout
     # the node's parts were the ones used
     assert "the node's broker on %s;" % where["majordomo"] in result.stdout
@@ -47,6 +47,12 @@ def test_demo_ends_by_itself_and_runs_the_node_parts_through_the_node():
     assert "the node's Harmony at %s;" % where["harmony"] in result.stdout
     assert "alice got SHOUT from node in news" in result.stdout
     assert "caught up with all 20000 in order: True" in result.stdout
+    # a part killed, and its supervisor bringing it back with its state, one line each
+    assert "killed the node's Clone server (holding 1 key(s)) as a bug in it would" in result.stdout
+    back = re.search(r"the supervisor restarted it: serving again (\d+) ms after its death, its 1 key\(s\) "
+                     r"recovered from its journal", result.stdout)
+    assert back, result.stdout
+    print("\nthe demo's Clone server served again %s ms after its death" % back.group(1))
     assert not os.path.exists(os.path.dirname(_journal(lines)))  # the temporary data directory is gone
     assert time.monotonic() - started < 60
 
