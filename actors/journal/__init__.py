@@ -126,8 +126,8 @@ One directory per stream, holding:
 
 ``NNNNNNNNNNNNNNNNNNNN.pid``
     The producer snapshot of a segment: the producer table as of its first
-    sequence, written when it is created (derived data: rebuilt by walking
-    the segments before it when missing or damaged).  Layout in
+    sequence, written durably when it is created (derived data: rebuilt by
+    walking the segments before it when missing or damaged).  Layout in
     :mod:`.producers`.
 
 ``LOCK``

@@ -11,8 +11,8 @@ record cut by recovery, or lost with a power loss, is never in it, so a
 producer's resend of it is journaled again rather than dropped.
 
 Snapshot file ``NNNNNNNNNNNNNNNNNNNN.pid`` (beside the segment of that base;
-derived data, not fsynced: a damaged or missing one is rebuilt by walking
-the segment before it), all little-endian: magic ``ZJPR``, u16 version (1),
+written durably when the segment is created, but derived data: a damaged or
+missing one is rebuilt by walking the segments before it), all little-endian: magic ``ZJPR``, u16 version (1),
 u16 flags (0), u64 base sequence, u32 count; then per producer, oldest
 first: u8 id length, id, u64 producer sequence, u64 journal sequence; then a
 u32 CRC-32C of everything before it.

@@ -204,9 +204,7 @@ class Journal:
                 log.warning("journal %s: %s: corrupt record at offset %d (%s); producers after it are not known",
                             self.directory, seg.path, walker.end, reason)
         if start < len(segments) - 1 and complete:     # walked: the next open need not walk again
-            active = segments[-1]
-            self._write_derived(snapshot_path(active.path), snapshot_bytes(active.base, self._producers.items()),
-                                "producer snapshot")
+            self._write_snapshot(segments[-1].path, segments[-1].base, self._producers.items())
 
     def _create_segment_file(self, base):
         """Create the segment file of ``base`` (header written and fsynced, directory synced)."""
@@ -547,13 +545,29 @@ class Journal:
         seg.end = HEADER_SIZE
         old.indexed = True
         if seg.producers is not None:
-            self._write_derived(snapshot_path(seg.path), snapshot_bytes(seg.base, seg.producers), "producer snapshot")
+            self._write_snapshot(seg.path, seg.base, seg.producers)
             seg.producers = None
         self._write_derived(old.path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX, old.index_bytes(), "index")
 
+    def _write_snapshot(self, path, base, items):
+        """Write the producer snapshot of the segment ``base`` durably (a few ms, at a roll: off the
+        hub), so that recovery after a power loss need not walk sealed segments.  On failure the
+        stale one is removed: recovery then walks."""
+        spath = snapshot_path(path)
+        try:
+            self.files.write_atomic(spath, snapshot_bytes(base, items))
+        except OSError as exc:
+            log.warning("journal %s: could not write the producer snapshot %s (%s); recovery will walk "
+                        "the segments before it", self.directory, spath, exc)
+            for stale in (spath + ".tmp", spath):
+                try:
+                    self.files.unlink(stale)
+                except OSError:
+                    pass
+
     def _write_derived(self, path, data, what):
-        """Write a file of derived data (an index, a producer snapshot): not fsynced (a torn or
-        missing one is rebuilt by walking segments); on failure the stale one is removed."""
+        """Write a file of derived data (an index): not fsynced (a torn or missing one is rebuilt
+        by a scan); on failure the stale one is removed."""
         files = self.files
         try:
             ifd = files.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)

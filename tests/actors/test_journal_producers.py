@@ -309,7 +309,7 @@ def _crash_cycles(directory, seed, cycles):
     rng = random.Random(seed)
     files = CrashFiles(directory)
     pseqs = {}                                   # pid -> next pseq the producer would use
-    checks = dict(crashes=0, records=0)
+    checks = dict(crashes=0, records=0, from_snapshot=0)
     for _ in range(cycles):
         files.crash_at = files.ops + rng.randint(1, 60)
         try:
@@ -335,6 +335,9 @@ def _crash_cycles(directory, seed, cycles):
             pass
         checks["crashes"] += 1
         files.restore(rng)
+        segs = sorted(n for n in os.listdir(directory) if n.endswith(".seg"))
+        if len(segs) > 1 and load_snapshot(snapshot_path(os.path.join(directory, segs[-1])), int(segs[-1][:20])) is not None:
+            checks["from_snapshot"] += 1         # recovery starts from the snapshot, not by walking
         while True:
             try:
                 j = Journal(directory, files=files, max_producers=1000)
@@ -361,4 +364,4 @@ def test_after_a_power_loss_the_table_claims_only_what_survived(fast_dir):  # no
         for key, value in _crash_cycles(directory, seed, 100).items():
             totals[key] = totals.get(key, 0) + value
     print("producer crash test: %s" % totals)
-    assert totals["crashes"] == 400 and totals["records"] > 1000
+    assert totals["crashes"] == 400 and totals["records"] > 1000 and totals["from_snapshot"] > 50
