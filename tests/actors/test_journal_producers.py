@@ -336,7 +336,8 @@ def _crash_cycles(directory, seed, cycles):
         checks["crashes"] += 1
         files.restore(rng)
         segs = sorted(n for n in os.listdir(directory) if n.endswith(".seg"))
-        if len(segs) > 1 and load_snapshot(snapshot_path(os.path.join(directory, segs[-1])), int(segs[-1][:20])) is not None:
+        newest = os.path.join(directory, segs[-1])
+        if len(segs) > 1 and load_snapshot(snapshot_path(newest), int(segs[-1][:20])) is not None:
             checks["from_snapshot"] += 1         # recovery starts from the snapshot, not by walking
         while True:
             try:
