@@ -28,7 +28,7 @@ from collections import OrderedDict
 from .. import journal_codec as _codec
 from .format import MAX_PRODUCER, SEGMENT_SUFFIX
 
-__all__ = ["ProducerTable", "PRODUCERS_SUFFIX", "snapshot_path", "snapshot_bytes", "load_snapshot"]
+__all__ = ["ProducerTable", "PRODUCERS_SUFFIX", "check_producer", "snapshot_path", "snapshot_bytes", "load_snapshot"]
 
 PRODUCERS_SUFFIX = ".pid"
 _MAGIC = b"ZJPR"
