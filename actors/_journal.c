@@ -6,9 +6,13 @@
  * one call each; actors/journal_codec.py is the only caller and holds the
  * pure-Python twins (used when this module is not built, or with
  * ZACTORS_PURE_PYTHON=1), which behave identically.  The record layout is
- * the journal's file format (actors/journal.py), all little-endian:
+ * the journal's file format (actors/journal/__init__.py), all little-endian:
  *
- *   u32 length | u32 crc32c | u64 seq | f64 timestamp | u32 klen | key | u32 blen | body
+ *   u32 length | u32 crc32c | u64 seq | f64 timestamp | u32 klen_flags | key | u32 blen | body
+ *   [| producer id | u64 producer seq | u8 producer id length]     (format 2: when flagged)
+ *
+ * klen_flags holds the key length in bits 0-30; bit 31 (format 2) says the record ends with
+ * the producer trailer.  walk() is the one record walker: decode() and columns() both use it.
  *
  * CRC-32C uses the SSE4.2 instruction when the CPU has it, else a
  * slicing-by-8 table.
@@ -21,6 +25,9 @@
 #define REC_HEAD 28          /* length, crc, seq, timestamp, klen */
 #define MIN_LENGTH 24        /* seq + timestamp + klen + blen: a record with empty key and body */
 #define MAX_RECORD (1u << 30)
+#define FLAG_PRODUCER 0x80000000u
+#define KLEN_MASK 0x7fffffffu
+#define MAX_PRODUCER 255
 
 /* -- CRC-32C ----------------------------------------------------------------------- */
 static uint32_t table[8][256];
@@ -146,55 +153,120 @@ crc(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(out);
 }
 
-/* Record(seq, timestamp, key, body); the references to seq, key and body are new ones. */
-static PyObject *
-make_record(PyObject *seq, double ts, PyObject *key, PyObject *body)
+/* -- the one record walker ----------------------------------------------------------- */
+typedef struct {
+    Py_ssize_t stop;             /* offset after the record */
+    uint64_t seq;
+    double ts;
+    const unsigned char *key, *body, *pid;
+    uint32_t klen, blen, plen;   /* plen 0 and pid NULL: no producer */
+    uint64_t pseq;
+} rec_t;
+
+/* Check the record at b + at (n bytes in b): 0 valid (*r filled), 1 incomplete (runs past n,
+ * or no full head), 2 corrupt (bad length, CRC, or key/body/producer lengths).  The CRC is
+ * checked (when the record ends past verify_at) before any field is believed: a flipped
+ * sequence must not make a record look skippable and vanish without an error. */
+static inline int
+walk(const unsigned char *b, Py_ssize_t n, Py_ssize_t at, Py_ssize_t verify_at, rec_t *r)
 {
-    PyObject *rec, *t;
-    if (record_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "zactors.actors._journal: bind() was not called");
+    if (at + REC_HEAD > n)
+        return 1;
+    const unsigned char *p = b + at;
+    uint32_t length = get32(p);
+    if (length < MIN_LENGTH || length > MIN_LENGTH + MAX_RECORD + 9 + MAX_PRODUCER)
+        return 2;
+    Py_ssize_t stop = at + 8 + (Py_ssize_t)length;
+    if (stop > n)
+        return 1;
+    if (stop > verify_at && crc32c(0, p + 8, length) != get32(p + 4))
+        return 2;
+    uint32_t kf = get32(p + 24), klen = kf & KLEN_MASK, room = length - MIN_LENGTH, tail = 0;
+    if (kf & FLAG_PRODUCER) {
+        if (room < 9)
+            return 2;
+        tail = 9 + (uint32_t)b[stop - 1];
+        if (tail > room)
+            return 2;
+        r->plen = tail - 9;
+        r->pid = b + stop - tail;
+        r->pseq = get64(b + stop - 9);
+    } else {
+        r->plen = 0;
+        r->pid = NULL;
+        r->pseq = 0;
+    }
+    if (klen > room - tail || get32(p + REC_HEAD + klen) != room - tail - klen)
+        return 2;
+    uint64_t tsbits = get64(p + 16);
+    r->stop = stop;
+    r->seq = get64(p + 8);
+    memcpy(&r->ts, &tsbits, 8);
+    r->key = p + REC_HEAD;
+    r->klen = klen;
+    r->body = p + REC_HEAD + klen + 4;
+    r->blen = room - tail - klen;
+    return 0;
+}
+
+/* Record(seq, timestamp, key, body), plus (producer, pseq) when pid is not NULL; the
+ * references to the items are new ones (seq, key, body, pid and pseq are stolen). */
+static PyObject *
+new_record(PyObject *seq, double ts, PyObject *key, PyObject *body, PyObject *pid, PyObject *pseq)
+{
+    PyObject *rec, *t = PyFloat_FromDouble(ts);
+    Py_ssize_t size = pid == NULL ? 4 : 6;
+    if (t == NULL || seq == NULL || key == NULL || body == NULL || (size == 6 && pseq == NULL)
+        || (rec = record_type->tp_alloc(record_type, size)) == NULL) {
+        Py_XDECREF(t);
+        Py_XDECREF(seq);
+        Py_XDECREF(key);
+        Py_XDECREF(body);
+        Py_XDECREF(pid);
+        Py_XDECREF(pseq);
         return NULL;
     }
-    t = PyFloat_FromDouble(ts);
-    if (t == NULL)
-        return NULL;
-    rec = record_type->tp_alloc(record_type, 4);
-    if (rec == NULL) {
-        Py_DECREF(t);
-        return NULL;
-    }
-    Py_INCREF(seq);
-    Py_INCREF(key);
-    Py_INCREF(body);
     PyTuple_SET_ITEM(rec, 0, seq);
     PyTuple_SET_ITEM(rec, 1, t);
     PyTuple_SET_ITEM(rec, 2, key);
     PyTuple_SET_ITEM(rec, 3, body);
+    if (size == 6) {
+        PyTuple_SET_ITEM(rec, 4, pid);
+        PyTuple_SET_ITEM(rec, 5, pseq);
+    }
     /* ints, a float and bytes: it can never be part of a cycle, so the cyclic GC need not
      * track it (CPython untracks such tuples itself, but only once a collection visits them) */
     PyObject_GC_UnTrack(rec);
     return rec;
 }
 
-/* frame(buf, seq, timestamp, key, body) -> Record: append one framed record to the bytearray buf. */
+/* frame(buf, seq, timestamp, key, body[, producer, pseq]) -> Record: append one framed record
+ * to the bytearray buf (with the producer trailer when producer, bytes of at most 255, is
+ * given).  The Record returned is always (seq, timestamp, key, body): the tail cache's. */
 static PyObject *
 frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *buf, *key, *body;
-    unsigned long long seq;
+    PyObject *buf, *key, *body, *pid = NULL;
+    unsigned long long seq, pseq = 0;
     double ts;
-    Py_ssize_t klen, blen, old, length;
+    Py_ssize_t klen, blen, old, length, tail = 0;
     unsigned char *p;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "frame(buf, seq, timestamp, key, body)");
+    if (record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "zactors.actors._journal: bind() was not called");
+        return NULL;
+    }
+    if (nargs != 5 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "frame(buf, seq, timestamp, key, body[, producer, pseq])");
         return NULL;
     }
     buf = args[0];
     key = args[3];
     body = args[4];
     if (!PyByteArray_CheckExact(buf) || !PyBytes_CheckExact(key) || !PyBytes_CheckExact(body)
-        || !PyLong_CheckExact(args[1]) || !PyFloat_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "frame() takes a bytearray, an int, a float, then bytes key and body");
+        || !PyLong_CheckExact(args[1]) || !PyFloat_CheckExact(args[2])
+        || (nargs == 7 && (!PyBytes_CheckExact(args[5]) || !PyLong_CheckExact(args[6])))) {
+        PyErr_SetString(PyExc_TypeError, "frame() takes a bytearray, an int, a float, then bytes key and body"
+                                         " (and bytes producer, int pseq)");
         return NULL;
     }
     seq = PyLong_AsUnsignedLongLong(args[1]);
@@ -203,13 +275,24 @@ frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     ts = PyFloat_AsDouble(args[2]);
     if (ts == -1.0 && PyErr_Occurred())
         return NULL;
+    if (nargs == 7) {
+        pid = args[5];
+        if (PyBytes_GET_SIZE(pid) > MAX_PRODUCER) {
+            PyErr_SetString(PyExc_ValueError, "journal producer id longer than 255 bytes");
+            return NULL;
+        }
+        pseq = PyLong_AsUnsignedLongLong(args[6]);
+        if (pseq == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+        tail = 9 + PyBytes_GET_SIZE(pid);
+    }
     klen = PyBytes_GET_SIZE(key);
     blen = PyBytes_GET_SIZE(body);
     if ((size_t)klen + (size_t)blen > MAX_RECORD || klen > UINT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "journal record too large");
         return NULL;
     }
-    length = MIN_LENGTH + klen + blen;
+    length = MIN_LENGTH + klen + blen + tail;
     old = PyByteArray_GET_SIZE(buf);
     if (PyByteArray_Resize(buf, old + 8 + length) < 0)
         return NULL;
@@ -223,16 +306,26 @@ frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         put64(p + 16, w);
     }
 #endif
-    put32(p + 24, (uint32_t)klen);
+    put32(p + 24, (uint32_t)klen | (pid != NULL ? FLAG_PRODUCER : 0));
     memcpy(p + 28, PyBytes_AS_STRING(key), klen);
     put32(p + 28 + klen, (uint32_t)blen);
     memcpy(p + 32 + klen, PyBytes_AS_STRING(body), blen);
+    if (pid != NULL) {
+        unsigned char *t = p + 32 + klen + blen;
+        Py_ssize_t plen = PyBytes_GET_SIZE(pid);
+        memcpy(t, PyBytes_AS_STRING(pid), plen);
+        put64(t + plen, pseq);
+        t[plen + 8] = (unsigned char)plen;
+    }
     put32(p, (uint32_t)length);
     put32(p + 4, crc32c(0, p + 8, (size_t)length));
-    return make_record(args[1], ts, key, body);
+    Py_INCREF(args[1]);
+    Py_INCREF(key);
+    Py_INCREF(body);
+    return new_record(args[1], ts, key, body, NULL, NULL);
 }
 
-/* decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at) -> (at, total, status)
+/* decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at[, producers]) -> (at, total, status)
  * See journal_codec.py's py_decode: the two behave identically. */
 static PyObject *
 decode(PyObject *self, PyObject *args)
@@ -242,9 +335,10 @@ decode(PyObject *self, PyObject *args)
     long long budget, total = 0;
     unsigned long long from_seq, to_seq;
     PyObject *out;
-    int status = 0;
-    if (!PyArg_ParseTuple(args, "y*nO!KKnLn:decode", &view, &at, &PyList_Type, &out, &from_seq, &to_seq,
-                          &max_out, &budget, &verify_at))
+    int status = 0, producers = 0, w;
+    rec_t r;
+    if (!PyArg_ParseTuple(args, "y*nO!KKnLn|p:decode", &view, &at, &PyList_Type, &out, &from_seq, &to_seq,
+                          &max_out, &budget, &verify_at, &producers))
         return NULL;
     if (record_type == NULL) {
         PyBuffer_Release(&view);
@@ -255,67 +349,47 @@ decode(PyObject *self, PyObject *args)
     Py_ssize_t n = view.len;
     if (at < 0)
         at = 0;
-    while (at + REC_HEAD <= n) {
-        const unsigned char *r = b + at;
-        uint32_t length = get32(r);
-        Py_ssize_t stop = at + 8 + (Py_ssize_t)length;
-        if (length < MIN_LENGTH || length > MIN_LENGTH + MAX_RECORD) {
-            status = 2;
-            break;
-        }
-        if (stop > n)
-            break;
-        /* checked before the sequence is believed: a flipped sequence must not make a
-         * record look skippable (or past the end) and vanish without an error */
-        if (stop > verify_at && crc32c(0, r + 8, length) != get32(r + 4)) {
-            status = 2;
-            break;
-        }
-        uint64_t seq = get64(r + 8);
-        if (seq >= from_seq) {
-            if (seq > to_seq) {
+    while ((w = walk(b, n, at, verify_at, &r)) == 0) {
+        if (r.seq >= from_seq) {
+            if (r.seq > to_seq) {
                 status = 1;
                 break;
             }
-            uint32_t klen = get32(r + 24);
-            if (klen > length - MIN_LENGTH || get32(r + REC_HEAD + klen) != length - MIN_LENGTH - klen) {
-                status = 2;
-                break;
-            }
-            Py_ssize_t size = (Py_ssize_t)length - MIN_LENGTH;
+            Py_ssize_t size = (Py_ssize_t)r.klen + r.blen;
             if (total + size > budget && PyList_GET_SIZE(out)) {
                 status = 1;
                 break;
             }
-            uint64_t tsbits = get64(r + 16);
-            double ts;
-            memcpy(&ts, &tsbits, 8);
-            PyObject *rec = record_type->tp_alloc(record_type, 4);
+            PyObject *pid = NULL, *pseq = NULL;
+            if (producers && r.pid != NULL) {
+                pid = PyBytes_FromStringAndSize((const char *)r.pid, r.plen);
+                pseq = PyLong_FromUnsignedLongLong(r.pseq);
+                if (pid == NULL) {
+                    Py_XDECREF(pseq);
+                    goto fail;
+                }
+            }
+            PyObject *rec = new_record(PyLong_FromUnsignedLongLong(r.seq), r.ts,
+                                       PyBytes_FromStringAndSize((const char *)r.key, r.klen),
+                                       PyBytes_FromStringAndSize((const char *)r.body, r.blen), pid, pseq);
             if (rec == NULL)
                 goto fail;
-            PyObject *s = PyLong_FromUnsignedLongLong(seq);
-            PyObject *t = PyFloat_FromDouble(ts);
-            PyObject *k = PyBytes_FromStringAndSize((const char *)r + REC_HEAD, klen);
-            PyObject *v = PyBytes_FromStringAndSize((const char *)r + REC_HEAD + klen + 4, size - klen);
-            PyTuple_SET_ITEM(rec, 0, s);
-            PyTuple_SET_ITEM(rec, 1, t);
-            PyTuple_SET_ITEM(rec, 2, k);
-            PyTuple_SET_ITEM(rec, 3, v);
-            if (s == NULL || t == NULL || k == NULL || v == NULL || PyList_Append(out, rec) < 0) {
+            if (PyList_Append(out, rec) < 0) {
                 Py_DECREF(rec);
                 goto fail;
             }
-            PyObject_GC_UnTrack(rec);  /* never in a cycle (see make_record) */
             Py_DECREF(rec);
             total += size;
             if (PyList_GET_SIZE(out) >= max_out) {
-                at = stop;
+                at = r.stop;
                 status = 1;
                 break;
             }
         }
-        at = stop;
+        at = r.stop;
     }
+    if (w == 2)
+        status = 2;
     PyBuffer_Release(&view);
     return Py_BuildValue("nLi", at, total, status);
 fail:
@@ -327,13 +401,14 @@ fail:
  *                                     seqs, stamps, key_offsets, keys, body_offsets, bodies)
  * The complete records at the start of buf as Arrow column buffers: the Spark reader's
  * fast path (patterns/zeps/spark/segments.py holds the numpy twin).  Every record walked
- * is CRC-checked and must follow the one before it in sequence; the records with
+ * is checked by walk() and must follow the one before it in sequence; the records with
  * from_seq <= seq <= to_seq are gathered: seqs (int64), stamps (int64 microseconds),
- * and for keys and bodies int32 offsets (count + 1) and the values back to back.  Stops
- * at the first incomplete record (status 0), at a record past to_seq (1), at a corrupt
- * one (2: bad length, CRC or key length) or at a sequence break (3); ``used`` is the
- * offset where it stopped, ``scanned`` the records before it, ``first_seq`` the
- * sequence of the record at offset 0 (0 when none).  buf must be under 2 GiB. */
+ * and for keys and bodies int32 offsets (count + 1) and the values back to back (a
+ * producer trailer is not part of the body).  Stops at the first incomplete record
+ * (status 0), at a record past to_seq (1), at a corrupt one (2: bad length, CRC or
+ * key/body lengths) or at a sequence break (3); ``used`` is the offset where it stopped,
+ * ``scanned`` the records before it, ``first_seq`` the sequence of the record at offset 0
+ * (0 when none).  buf must be under 2 GiB. */
 static PyObject *
 columns(PyObject *self, PyObject *args)
 {
@@ -345,7 +420,8 @@ columns(PyObject *self, PyObject *args)
     Py_ssize_t n = view.len, at = 0, scanned = 0, count = 0, kbytes = 0, bbytes = 0;
     Py_ssize_t lo = -1;                         /* offset of the first record gathered */
     uint64_t first = 0, expect = 0;
-    int status = 0;
+    int status = 0, w;
+    rec_t r;
     PyObject *result = NULL;
     if (n >= ((Py_ssize_t)1 << 31)) {
         PyBuffer_Release(&view);
@@ -353,48 +429,31 @@ columns(PyObject *self, PyObject *args)
         return NULL;
     }
     /* pass 1: walk, check and measure */
-    while (at + REC_HEAD <= n) {
-        const unsigned char *r = b + at;
-        uint32_t length = get32(r);
-        if (length < MIN_LENGTH || length > MIN_LENGTH + MAX_RECORD) {
-            status = 2;
-            break;
-        }
-        Py_ssize_t stop = at + 8 + (Py_ssize_t)length;
-        if (stop > n)
-            break;
-        if (crc32c(0, r + 8, length) != get32(r + 4)) {
-            status = 2;
-            break;
-        }
-        uint64_t seq = get64(r + 8);
+    while ((w = walk(b, n, at, 0, &r)) == 0) {
         if (scanned == 0)
-            first = seq;
-        else if (seq != expect) {
+            first = r.seq;
+        else if (r.seq != expect) {
             status = 3;
             break;
         }
-        if (seq > to_seq) {
+        if (r.seq > to_seq) {
             status = 1;
             break;
         }
-        uint32_t klen = get32(r + 24);
-        if (klen > length - MIN_LENGTH || get32(r + REC_HEAD + klen) != length - MIN_LENGTH - klen) {
-            status = 2;
-            break;
-        }
-        if (seq >= from_seq) {
+        if (r.seq >= from_seq) {
             if (lo < 0)
                 lo = at;
             count++;
-            kbytes += klen;
-            bbytes += (Py_ssize_t)length - MIN_LENGTH - klen;
+            kbytes += r.klen;
+            bbytes += r.blen;
         }
-        expect = seq + 1;
+        expect = r.seq + 1;
         scanned++;
-        at = stop;
+        at = r.stop;
     }
-    /* pass 2: fill the column buffers */
+    if (w == 2)
+        status = 2;
+    /* pass 2: fill the column buffers (the records gathered were checked in pass 1) */
     PyObject *seqs = PyBytes_FromStringAndSize(NULL, count * 8);
     PyObject *stamps = PyBytes_FromStringAndSize(NULL, count * 8);
     PyObject *koffs = PyBytes_FromStringAndSize(NULL, (count + 1) * 4);
@@ -409,20 +468,16 @@ columns(PyObject *self, PyObject *args)
         Py_ssize_t p = lo;
         ko[0] = bo[0] = 0;
         for (Py_ssize_t i = 0; i < count; i++) {
-            const unsigned char *r = b + p;
-            uint32_t length = get32(r), klen = get32(r + 24), blen = length - MIN_LENGTH - klen;
-            uint64_t tsbits = get64(r + 16);
-            double ts;
-            memcpy(&ts, &tsbits, 8);
-            sq[i] = (int64_t)get64(r + 8);
-            st[i] = (int64_t)(ts * 1e6);
-            memcpy(kd + kat, r + REC_HEAD, klen);
-            memcpy(bd + bat, r + REC_HEAD + klen + 4, blen);
-            kat += (int32_t)klen;
-            bat += (int32_t)blen;
+            walk(b, n, p, n, &r);               /* verify_at n: its CRC was checked in pass 1 */
+            sq[i] = (int64_t)r.seq;
+            st[i] = (int64_t)(r.ts * 1e6);
+            memcpy(kd + kat, r.key, r.klen);
+            memcpy(bd + bat, r.body, r.blen);
+            kat += (int32_t)r.klen;
+            bat += (int32_t)r.blen;
             ko[i + 1] = kat;
             bo[i + 1] = bat;
-            p += 8 + (Py_ssize_t)length;
+            p = r.stop;
         }
         result = Py_BuildValue("nnKinNNNNNN", at, scanned, (unsigned long long)first, status, count,
                                seqs, stamps, koffs, keys, boffs, bodies);
@@ -442,9 +497,9 @@ static PyMethodDef methods[] = {
     {"bind", bind, METH_O, "bind(Record): the record type decode() makes."},
     {"crc", crc, METH_VARARGS, "crc(data, value=0): CRC-32C of data, continuing from value."},
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
-     "frame(buf, seq, timestamp, key, body) -> Record: append one framed record to the bytearray buf."},
+     "frame(buf, seq, timestamp, key, body[, producer, pseq]) -> Record: append one framed record to buf."},
     {"decode", decode, METH_VARARGS,
-     "decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at) -> (at, total, status)."},
+     "decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at[, producers]) -> (at, total, status)."},
     {"columns", columns, METH_VARARGS,
      "columns(buf, from_seq, to_seq) -> (used, scanned, first_seq, status, count, seqs, stamps,"
      " key_offsets, keys, body_offsets, bodies): records as Arrow column buffers."},

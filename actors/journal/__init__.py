@@ -13,11 +13,13 @@ The package, one concept a module:
 - ``writer``: :class:`Journal`;
 - ``recovery``: what opening does after a crash: the cut, the epochs;
 - ``reader``: :class:`JournalReader`;
+- ``producers``: idempotent producers: the table recovery rebuilds, its snapshots;
 - ``files``: the file layer every write, fsync, rename and unlink goes
   through (tests put a fault-injecting or power-loss layer there).
 
-Record framing and batch decoding are :mod:`zactors.actors.journal_codec`
-(C, with its pure-Python twin).
+Record framing, the one record walker and batch decoding are
+:mod:`zactors.actors.journal_codec` (C, with its pure-Python twin): recovery,
+the readers and the Spark segment reader all walk records with it.
 
 Durability is in three steps, each visible as a sequence number:
 
@@ -42,7 +44,7 @@ then a scan; timestamps are kept non-decreasing for that.
 What blocks (an actor calls these through ``Actor.run_in_thread``, as
 :class:`~zactors.actors.group_commit.GroupCommit` does):
 
-- never: ``append``, ``stats``, the sequence properties, ``epoch``/``epochs``/
+- never: ``append``, ``producers``, ``stats``, the sequence properties, ``epoch``/``epochs``/
   ``check_resume``, ``rolling``, ``cached``;
 - ``write``: a ``write(2)`` per segment touched (fast, like a send), except
   when ``rolling``: the roll fsyncs the full segment, creates the next one and
@@ -85,22 +87,33 @@ retention's removals, the epoch history's replacement, and the clean-close
 marker.  ``tests/actors/test_journal_crash.py`` checks all this over a file
 layer that simulates power loss.
 
-File format, version 1 (public and stable; all integers little-endian)
+File format, version 2 (public and stable; all integers little-endian)
 -----------------------------------------------------------------------
+
+New segments are version 2; version 1 segments stay readable (a version 1
+active segment is sealed on open, so new records go to a version 2 one).
+The two differ only in the producer trailer, which version 1 never has.
 
 One directory per stream, holding:
 
 ``NNNNNNNNNNNNNNNNNNNN.seg``
     A segment: its first sequence, zero-padded to 20 digits (Kafka style).
-    Header (16 bytes): magic ``ZJSG``, u16 version (1), u16 flags (0),
-    u64 base sequence (equal to the file name).  Then records, back to back::
+    Header (16 bytes): magic ``ZJSG``, u16 version (2, or 1), u16 flags
+    (0), u64 base sequence (equal to the file name).  Then records, back to
+    back::
 
-        u32 length      bytes after the crc field (20 + key_len + 4 + body_len)
+        u32 length      bytes after the crc field (20 + key_len + 4 + body_len [+ trailer])
         u32 crc         CRC-32C (Castagnoli) of those ``length`` bytes
         u64 sequence    base sequence + record index: consecutive, from 1
         f64 timestamp   seconds since the epoch (time.time), non-decreasing
-        u32 key_len, key bytes
+        u32 key_len     bits 0-30; bit 31 set: the record ends with the producer trailer
+        key bytes
         u32 body_len, body bytes
+        [producer trailer (version 2): producer id (0-255 bytes), u64 producer
+         sequence, u8 producer id length]
+
+    A record appended with ``producer=(pid, pseq)`` (an idempotent
+    producer, :meth:`Journal.append_record`) carries the trailer.
 
 ``NNNNNNNNNNNNNNNNNNNN.idx``
     The sparse index of a sealed segment, written when the segment rolls
@@ -110,6 +123,12 @@ One directory per stream, holding:
     u32 entry count; then entries of (u64 sequence, f64 timestamp,
     u64 file offset) for the first record and one about every 4 KiB of
     segment; then a u32 CRC-32C of everything before it.
+
+``NNNNNNNNNNNNNNNNNNNN.pid``
+    The producer snapshot of a segment: the producer table as of its first
+    sequence, written durably when it is created (derived data: rebuilt by
+    walking the segments before it when missing or damaged).  Layout in
+    :mod:`.producers`.
 
 ``LOCK``
     Held with ``flock`` by the one writer (a second writer is refused).
@@ -143,6 +162,14 @@ continues after the last good record.  Records after a corrupt one in the
 middle of the active segment are lost (the log says how many bytes).  Sealed
 segments are checked when read: a bad record there raises
 :class:`JournalError` (never a silent skip).
+
+Idempotent producers: :meth:`Journal.producers` is {producer id: (its last
+pseq, that record's sequence)} for the most recent ``max_producers``
+producers (default 10,000).  Opening rebuilds it from the disk: the active
+segment's snapshot plus the producers of the active segment's records that
+recovery kept, so it never claims a record that a cut or a power loss
+dropped (an owner that drops duplicates by it would otherwise lose the
+resend).
 
 Retention (:meth:`Journal.apply_retention`, also run when a segment rolls
 over) removes whole sealed segments, oldest first, while the journal is

@@ -8,7 +8,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 import struct
-from typing import NamedTuple
+from collections import namedtuple
 
 from .. import journal_codec as _codec
 from .files import OS_FILES, Files
@@ -17,22 +17,49 @@ __all__ = [
     "Record", "JournalError", "JournalFull", "SequenceGone", "FORMAT_VERSION", "SEGMENT_MAGIC",
     "INDEX_MAGIC", "SEGMENT_SUFFIX", "INDEX_SUFFIX", "INDEX_INTERVAL", "HEADER_SIZE", "RECORD_OVERHEAD",
     "MAX_RECORD", "EPOCHS_NAME", "CLEAN_NAME", "segment_name", "segment_header", "list_segments",
-    "os_error", "fresh_error",
+    "os_error", "fresh_error", "READ_VERSIONS", "MAX_PRODUCER", "parse_index", "INDEX_HEADER", "INDEX_ENTRY",
 ]
 
 
-class Record(NamedTuple):
-    """One journal record: seq (int >= 1), timestamp (float seconds), key and body (bytes)."""
+class Record(namedtuple("Record", "seq timestamp key body")):
+    """One journal record: seq (int >= 1), timestamp (float seconds), key and body (bytes);
+    ``producer`` (bytes, or None) and ``pseq`` (int, 0 without a producer) of an idempotent
+    producer.
 
-    seq: int
-    timestamp: float
-    key: bytes
-    body: bytes
+    A Record is a 4-tuple (seq, timestamp, key, body) unless it was read with its producer
+    asked for (``JournalReader.records(producers=True)``, recovery): then it is a 6-tuple
+    ending with (producer, pseq).  Code that unpacks four items keeps working.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, seq: int, timestamp: float, key: bytes, body: bytes, producer: bytes | None = None,
+                pseq: int = 0) -> Record:
+        if producer is None:
+            return tuple.__new__(cls, (seq, timestamp, key, body))
+        return tuple.__new__(cls, (seq, timestamp, key, body, producer, pseq))
+
+    @property
+    def producer(self) -> bytes | None:
+        return self[4] if len(self) > 4 else None  # a 6-item Record
+
+    @property
+    def pseq(self) -> int:
+        return self[5] if len(self) > 4 else 0
+
+    def __repr__(self) -> str:
+        extra = ", producer=%r, pseq=%r" % (self[4], self[5]) if len(self) > 4 else ""
+        return "Record(seq=%r, timestamp=%r, key=%r, body=%r%s)" % (self[:4] + (extra,))
+
+    def __getnewargs__(self) -> tuple[object, ...]:
+        return tuple(self)
 
 
 _codec.bind(Record)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2                  # of new segments; version 1 segments stay readable
+READ_VERSIONS = (1, 2)
+MAX_PRODUCER = _codec.MAX_PRODUCER  # bytes of a producer id
 SEGMENT_MAGIC = b"ZJSG"
 INDEX_MAGIC = b"ZJIX"
 SEGMENT_SUFFIX = ".seg"
@@ -74,6 +101,24 @@ class SequenceGone(JournalError):
 
     def __reduce__(self) -> tuple[type[SequenceGone], tuple[int]]:
         return (SequenceGone, (self.first_seq,))
+
+
+INDEX_HEADER = struct.Struct("<4sHHQQdQI")  # magic, version, flags, base, last seq, last ts, size, count
+INDEX_ENTRY = struct.Struct("<QdQ")          # seq, timestamp, offset
+
+
+def parse_index(data: bytes, base: int, size: int) -> tuple[int, float, int, memoryview] | None:
+    """The one sparse-index parser: ``(last_seq, last_ts, end, entries)`` of the ``.idx`` bytes
+    ``data`` of the segment ``base`` whose file is ``size`` bytes (``entries`` a memoryview of
+    ``count`` packed :data:`INDEX_ENTRY`), or None when it is damaged or stale (the caller
+    then walks the segment from its header)."""
+    if len(data) < INDEX_HEADER.size + 4 or _codec.crc(memoryview(data)[:-4]) != int.from_bytes(data[-4:], "little"):
+        return None
+    magic, version, _flags, ibase, last_seq, last_ts, end, count = INDEX_HEADER.unpack_from(data)
+    if magic != INDEX_MAGIC or version not in READ_VERSIONS or ibase != base or end != size \
+            or len(data) != INDEX_HEADER.size + count * INDEX_ENTRY.size + 4:
+        return None
+    return last_seq, last_ts, end, memoryview(data)[INDEX_HEADER.size:-4]
 
 
 def segment_name(base_seq: int) -> str:

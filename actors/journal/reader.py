@@ -86,22 +86,24 @@ class JournalReader:
             raise SequenceGone(self._order[0])
         return i
 
-    def read(self, from_seq: int, max_records: int = 1024, max_bytes: int | None = 1 << 20) -> list[Record]:
-        """Like :meth:`Journal.read`, for written records."""
+    def read(self, from_seq: int, max_records: int = 1024, max_bytes: int | None = 1 << 20,
+             producers: bool = False) -> list[Record]:
+        """Like :meth:`Journal.read`, for written records.  With ``producers``, a record
+        appended with a producer comes with its ``producer`` and ``pseq`` (a 6-item Record)."""
         if from_seq < 1:
             raise ValueError("journal sequences start at 1, got %r" % (from_seq,))
         if from_seq < self._order[0] or from_seq > self._segments[self._order[-1]].last_seq:
             self.refresh()
         try:
-            return self._read(from_seq, max_records, max_bytes)
+            return self._read(from_seq, max_records, max_bytes, producers)
         except FileNotFoundError:           # retention removed a segment under us
             self.refresh()
             try:
-                return self._read(from_seq, max_records, max_bytes)
+                return self._read(from_seq, max_records, max_bytes, producers)
             except FileNotFoundError:
                 raise SequenceGone(self.first_seq) from None
 
-    def _read(self, from_seq, max_records, max_bytes):
+    def _read(self, from_seq, max_records, max_bytes, producers=False):
         i = self._locate(from_seq)
         out = []
         seq = from_seq
@@ -111,7 +113,7 @@ class JournalReader:
             seg = self._seg(i)
             if limit is None:
                 limit = seg.last_seq
-            got = seg.read(seq, seg.last_seq, out, max_records, budget)
+            got = seg.read(seq, seg.last_seq, out, max_records, budget, producers=producers)
             if budget is not None:
                 budget -= got
                 if budget <= 0:
@@ -126,16 +128,16 @@ class JournalReader:
         return out
 
     def records(self, from_seq: int | None = None, to_seq: int | None = None, since: float | None = None,
-                until: float | None = None) -> Iterator[Record]:
+                until: float | None = None, producers: bool = False) -> Iterator[Record]:
         """Iterate records from ``from_seq`` (or the first at or after time
         ``since``) to ``to_seq`` / time ``until`` inclusive, or to the last
-        record written when the iteration reaches it."""
+        record written when the iteration reaches it (``producers``: as in :meth:`read`)."""
         if since is not None:
             start = self.seq_at_time(since)
             from_seq = start if from_seq is None else max(from_seq, start)
         seq = self.first_seq if from_seq is None else from_seq
         while to_seq is None or seq <= to_seq:
-            batch = self.read(seq, 4096, None)
+            batch = self.read(seq, 4096, None, producers)
             if not batch:
                 return
             for rec in batch:

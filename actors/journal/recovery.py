@@ -72,11 +72,12 @@ def open_epochs(journal, fresh, clean, cut, next_seq):
     return epochs
 
 
-def recover_active(journal, seg):
+def recover_active(journal, seg, producers=None):
     """Scan the active segment; cut it at the first torn or corrupt record.
-    True when records (or a torn header) were cut."""
+    True when records (or a torn header) were cut.  ``producers`` (a
+    ProducerTable) learns the producers of the records kept, and only those."""
     size = os.stat(seg.path).st_size
-    reason = seg.scan()
+    reason = seg.scan(producers=producers)
     seg.indexed = True
     if size < HEADER_SIZE:
         # torn header of a segment created just before a crash: it holds no record

@@ -17,21 +17,18 @@ from contextlib import contextmanager
 from .. import journal_codec as _codec
 from ..journal_codec import crc as _crc
 from .format import (
-    FORMAT_VERSION, HEADER_SIZE, INDEX_INTERVAL, INDEX_MAGIC, INDEX_SUFFIX, MAX_RECORD, SEGMENT_HEADER,
-    SEGMENT_MAGIC, SEGMENT_SUFFIX, JournalError,
+    FORMAT_VERSION, HEADER_SIZE, INDEX_ENTRY, INDEX_HEADER, INDEX_INTERVAL, INDEX_MAGIC, INDEX_SUFFIX,
+    READ_VERSIONS, SEGMENT_HEADER, SEGMENT_MAGIC, SEGMENT_SUFFIX, JournalError, parse_index,
 )
 
 __all__ = ["FdCache", "Segment", "time_to_seq"]
 
-_IDX_HEADER = struct.Struct("<4sHHQQdQI")   # magic, version, flags, base, last seq, last ts, size, count
-_IDX_ENTRY = struct.Struct("<QdQ")          # seq, timestamp, offset
+_IDX_HEADER = INDEX_HEADER
+_IDX_ENTRY = INDEX_ENTRY
 _PREFIX = struct.Struct("<II")              # length, crc
 _U32 = struct.Struct("<I")
 _pack_u32 = _U32.pack
 _unpack_prefix = _PREFIX.unpack_from
-_unpack_u32 = _U32.unpack_from
-_MIN_LENGTH = _codec.MIN_LENGTH             # length of a record with empty key and body
-_MAX_LENGTH = _MIN_LENGTH + MAX_RECORD
 _decode = _codec.decode                     # a chunk of records decoded into Records, in one call
 
 
@@ -40,14 +37,7 @@ _LAST_SEQ = (1 << 64) - 1
 _MANY = (1 << 62)
 
 
-def _corruption(buf, at):
-    """Why the codec's walker refused the record at ``at`` of ``buf``."""
-    length, crc = _unpack_prefix(buf, at)
-    if not _MIN_LENGTH <= length <= _MAX_LENGTH:
-        return "bad record length %d" % length
-    if _crc(memoryview(buf)[at + 8:at + 8 + length]) != crc:
-        return "bad CRC"
-    return "bad key/body lengths"
+_corruption = _codec.corruption             # why the walker refused a record
 
 
 class FdCache:
@@ -152,7 +142,7 @@ class Segment:
     """
 
     __slots__ = ("base", "path", "end", "last_seq", "last_ts", "idx_seq", "idx_ts", "idx_off",
-                 "indexed", "checked", "_next_index", "_fds")
+                 "indexed", "checked", "producers", "version", "_next_index", "_fds")
 
     def __init__(self, base, path, fds):
         self.base = base
@@ -165,6 +155,8 @@ class Segment:
         self.idx_off = []
         self.indexed = False
         self.checked = HEADER_SIZE  # bytes from the start whose CRCs scan() checked
+        self.producers = None       # a new segment's producer table as of its base (its snapshot, to write)
+        self.version = FORMAT_VERSION   # of its header (what a scan from the start read)
         self._next_index = 0        # offset at or past which the next record gets an index entry
         self._fds = fds
 
@@ -182,18 +174,19 @@ class Segment:
 
     # -- scanning -------------------------------------------------------
 
-    def scan(self, limit=None):
+    def scan(self, limit=None, producers=None):
         """Extend the index over the complete, valid records after ``end``
         (checking each record's CRC, sequence and lengths).
 
         Stops at the first torn or invalid record, or at ``limit`` bytes.
         Returns None when it stopped at the end of the data, else a reason
-        string for the invalid record at ``self.end``.
+        string for the invalid record at ``self.end``.  ``producers``, a
+        :class:`ProducerTable`, learns the producer of each valid record.
         """
         with self._fds.use(self) as fd:
-            return self._scan(fd, limit)
+            return self._scan(fd, limit, producers)
 
-    def _scan(self, fd, limit):
+    def _scan(self, fd, limit, producers=None):
         if self.end == HEADER_SIZE and not self.indexed:
             head = os.pread(fd, HEADER_SIZE, 0)
             if len(head) < HEADER_SIZE:
@@ -201,8 +194,9 @@ class Segment:
             magic, version, _flags, base = SEGMENT_HEADER.unpack(head)
             if magic != SEGMENT_MAGIC or base != self.base:
                 return "bad segment header"
-            if version != FORMAT_VERSION:
+            if version not in READ_VERSIONS:
                 raise JournalError("%s: unsupported journal format version %d" % (self.path, version))
+            self.version = version
         size = os.fstat(fd).st_size if limit is None else limit
         pos = self.end
         expect = self.last_seq + 1
@@ -218,9 +212,10 @@ class Segment:
             if n == 0:
                 break
             records.clear()         # the codec's walker checks lengths and CRCs; here, sequence and time
-            _, _, status = _decode(buf, 0, records, 0, _LAST_SEQ, _MANY, _MANY, 0)
+            _, _, status = _decode(buf, 0, records, 0, _LAST_SEQ, _MANY, _MANY, 0, True)
             at = 0
-            for seq, ts, key, body in records:
+            for rec in records:
+                seq, ts, key, body = rec[0], rec[1], rec[2], rec[3]
                 if seq != expect:
                     reason = "sequence %d where %d was due" % (seq, expect)
                     break
@@ -234,7 +229,12 @@ class Segment:
                     next_index = pos + at + INDEX_INTERVAL
                 last_ts = ts
                 expect = seq + 1
-                at += _OVERHEAD + len(key) + len(body)
+                if len(rec) > 4:          # a producer trailer (format 2)
+                    if producers is not None:
+                        producers.put(rec[4], rec[5], seq)
+                    at += _OVERHEAD + len(key) + len(body) + 9 + len(rec[4])
+                else:
+                    at += _OVERHEAD + len(key) + len(body)
             if status == 2 and reason is None:
                 reason = _corruption(buf, at)
             if at:
@@ -263,14 +263,12 @@ class Segment:
             size = os.stat(self.path).st_size
         except OSError:
             return False
-        if len(data) < _IDX_HEADER.size + 4 or _crc(memoryview(data)[:-4]) != _unpack_u32(data, len(data) - 4)[0]:
+        parsed = parse_index(data, self.base, size)
+        if parsed is None:
             return False
-        magic, version, _flags, base, last_seq, last_ts, end, count = _IDX_HEADER.unpack_from(data)
-        if magic != INDEX_MAGIC or version != FORMAT_VERSION or base != self.base or end != size \
-                or len(data) != _IDX_HEADER.size + count * _IDX_ENTRY.size + 4:
-            return False
+        last_seq, last_ts, end, entries = parsed
         seqs, tss, offs = [], [], []
-        for seq, ts, off in _IDX_ENTRY.iter_unpack(memoryview(data)[_IDX_HEADER.size:-4]):
+        for seq, ts, off in _IDX_ENTRY.iter_unpack(entries):
             seqs.append(seq)
             tss.append(ts)
             offs.append(off)
@@ -313,17 +311,18 @@ class Segment:
         i = bisect.bisect_left(self.idx_ts, ts) - 1
         return (self.idx_off[i], self.idx_seq[i]) if i >= 0 else (HEADER_SIZE, self.base)
 
-    def read(self, from_seq, to_seq, out, max_records, max_bytes, end=None, offset=None):
+    def read(self, from_seq, to_seq, out, max_records, max_bytes, end=None, offset=None, producers=False):
         """Append records ``from_seq..to_seq`` to ``out`` (bounded by the counts).
 
         Returns the payload bytes added.  Reads at most up to ``end`` bytes
         (default: the segment's known end), in large ``pread`` chunks.
         CRCs are checked, except over bytes a scan has checked already.
+        With ``producers``, records that carry one are 6-item Records.
         """
         with self._fds.use(self) as fd:
-            return self._read(fd, from_seq, to_seq, out, max_records, max_bytes, end, offset)
+            return self._read(fd, from_seq, to_seq, out, max_records, max_bytes, end, offset, producers)
 
-    def _read(self, fd, from_seq, to_seq, out, max_records, max_bytes, end, offset):
+    def _read(self, fd, from_seq, to_seq, out, max_records, max_bytes, end, offset, producers=False):
         end = self.end if end is None else end
         pos = self.offset_for(from_seq) if offset is None else offset
         checked = self.checked
@@ -336,7 +335,7 @@ class Segment:
             n = len(buf)
             before = len(out)
             at, got, status = _decode(buf, 0, out, from_seq, to_seq, before + want, budget - total,
-                                      checked - pos)
+                                      checked - pos, producers)
             total += got
             want -= len(out) - before
             if status == 1:

@@ -18,10 +18,11 @@ from typing import Any, Self
 from .. import journal_codec as _codec
 from .files import OS_FILES, Files
 from .format import (
-    CLEAN_NAME, HEADER_SIZE, INDEX_INTERVAL, INDEX_SUFFIX, MAX_RECORD, RECORD_OVERHEAD, SEGMENT_SUFFIX,
-    JournalError, JournalFull, Record, SequenceGone, fresh_error, list_segments, os_error, segment_header,
-    segment_name,
+    CLEAN_NAME, FORMAT_VERSION, HEADER_SIZE, INDEX_INTERVAL, INDEX_SUFFIX, MAX_RECORD, RECORD_OVERHEAD,
+    SEGMENT_SUFFIX, JournalError, JournalFull, Record, SequenceGone, fresh_error, list_segments, os_error,
+    segment_header, segment_name,
 )
+from .producers import PRODUCERS_SUFFIX, ProducerTable, check_producer, load_snapshot, snapshot_bytes, snapshot_path
 from .recovery import open_epochs, recover_active
 from .segment import FdCache, Segment, time_to_seq
 
@@ -58,18 +59,19 @@ class Journal:
     cache; ``stats()`` counts ``fd_opens`` and ``fd_evictions``).
     ``files``: the file layer (:class:`~zactors.actors.journal.files.Files`;
     tests pass one that injects faults or simulates a power loss).
+    ``max_producers``: idempotent producers remembered (see :meth:`producers`).
     """
 
     __slots__ = ("directory", "segment_bytes", "retain_bytes", "retain_seconds", "tail_cache_bytes",
                  "buffer_bytes", "files", "_fds", "_lock", "_io_lock", "_sync_lock", "_lockfd", "_segments",
                  "_bases", "_first_seq", "_next_seq", "_last_ts", "_tail_end", "_pending", "_pending_bytes",
                  "_written_seq", "_synced_seq", "_wfd", "_wseg", "_cache", "_cache_bytes", "_error",
-                 "_fatal", "_refuse", "_index_at", "_evict_at", "_stats", "_epochs", "closed")
+                 "_fatal", "_refuse", "_index_at", "_evict_at", "_stats", "_epochs", "_producers", "closed")
 
     def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = 64 << 20,
                  retain_bytes: int | None = None, retain_seconds: float | None = None,
                  tail_cache_bytes: int = 32 << 20, buffer_bytes: int = 256 << 20,
-                 open_segments: int = 16, files: Files | None = None) -> None:
+                 open_segments: int = 16, files: Files | None = None, max_producers: int = 10000) -> None:
         if segment_bytes < HEADER_SIZE + RECORD_OVERHEAD:
             raise ValueError("segment_bytes too small: %r" % segment_bytes)
         self.files = files = OS_FILES if files is None else files
@@ -85,6 +87,7 @@ class Journal:
         self._sync_lock = threading.Lock()  # one fsync at a time
         self._stats: dict[str, Any] = dict(truncated_bytes=0, crc_errors=0, written_bytes=0, writes=0,
                            syncs=0, segments_removed=0, write_errors=0, fsync_errors=0)
+        self._producers = ProducerTable(max_producers)
         self._error: JournalError | None = None
         self._fatal: JournalError | None = None
         self._refuse: JournalError | None = None
@@ -123,10 +126,15 @@ class Journal:
 
     def _open(self):
         files = self.files
-        for name in files.listdir(self.directory):
+        names = files.listdir(self.directory)
+        for name in names:
             if name.endswith(".tmp"):
                 files.unlink(os.path.join(self.directory, name))
         found = list_segments(self.directory, files)
+        have = {os.path.basename(path) for _, path in found}
+        for name in names:              # a producer snapshot of a segment that is gone (lost, removed)
+            if name.endswith(PRODUCERS_SUFFIX) and name[:-len(PRODUCERS_SUFFIX)] + SEGMENT_SUFFIX not in have:
+                files.unlink(os.path.join(self.directory, name))
         fresh = not found
         if fresh:
             self._create_segment_file(1)
@@ -136,7 +144,8 @@ class Journal:
         for seg in segments[:-1]:
             seg.end = os.stat(seg.path).st_size
         active = segments[-1]
-        cut = recover_active(self, active)
+        self._recover_producers(segments)
+        cut = recover_active(self, active, self._producers)
         self._segments = segments
         self._bases = [seg.base for seg in segments]
         self._first_seq = segments[0].base
@@ -164,6 +173,38 @@ class Journal:
         self._cache_bytes = 0
         self._evict_at = self.tail_cache_bytes
         self._index_at = active._next_index
+        if active.version < FORMAT_VERSION:  # new records go to a segment of the current format
+            if active.empty:
+                self._create_segment_file(active.base)
+                active.version = FORMAT_VERSION
+            else:
+                with self._lock:
+                    self._start_segment()
+
+    def _recover_producers(self, segments):
+        """Seed the producer table with the newest snapshot a segment has, then the producers of
+        the sealed segments after it (recover_active adds the active segment's)."""
+        start, items = 0, None
+        for i in range(len(segments) - 1, -1, -1):
+            items = load_snapshot(snapshot_path(segments[i].path), segments[i].base)
+            if items is not None:
+                start = i
+                break
+        if items:
+            self._producers.load(items)
+        complete = True
+        for seg in segments[start:-1]:  # a snapshot lost or damaged: walk the sealed segments it covered
+            walker = Segment(seg.base, seg.path, self._fds)
+            try:
+                reason = walker.scan(producers=self._producers)
+            finally:
+                walker.close()
+            if reason is not None:
+                complete = False
+                log.warning("journal %s: %s: corrupt record at offset %d (%s); producers after it are not known",
+                            self.directory, seg.path, walker.end, reason)
+        if start < len(segments) - 1 and complete:     # walked: the next open need not walk again
+            self._write_snapshot(segments[-1].path, segments[-1].base, self._producers.items())
 
     def _create_segment_file(self, base):
         """Create the segment file of ``base`` (header written and fsynced, directory synced)."""
@@ -258,8 +299,16 @@ class Journal:
         """
         return self.append_record(key, body, timestamp)[0]
 
-    def append_record(self, key: _Bytes, body: _Bytes, timestamp: float | None = None) -> Record:
-        """:meth:`append`, returning the :class:`Record` (the one the tail cache holds)."""
+    def append_record(self, key: _Bytes, body: _Bytes, timestamp: float | None = None,
+                      producer: tuple[bytes, int] | None = None) -> Record:
+        """:meth:`append`, returning the :class:`Record` (the one the tail cache holds: 4 items).
+
+        ``producer=(pid, pseq)`` (an id of at most 255 bytes, a u64 sequence)
+        stores them with the record and in :meth:`producers`.  The journal
+        does not refuse a duplicate itself: its owner checks the table first.
+        """
+        if producer is not None:
+            pid, pseq = check_producer(producer)
         if type(key) is not bytes:
             key = check_bytes(key, "key")
         if type(body) is not bytes:
@@ -281,11 +330,17 @@ class Journal:
                 timestamp = self._last_ts
             seq = self._next_seq
             size = klen + blen + RECORD_OVERHEAD
+            if producer is not None:
+                size += 9 + len(pid)
             pos = self._tail_end
             if pos + size > self.segment_bytes or self._pending_bytes + size > self.buffer_bytes:
                 pos = self._make_room(seq, size, pos)
             chunk = self._pending[-1]
-            record = _frame(chunk[1], seq, timestamp, key, body)  # framed, CRC'd, and the cache's Record
+            if producer is None:
+                record = _frame(chunk[1], seq, timestamp, key, body)  # framed, CRC'd, and the cache's Record
+            else:
+                record = _frame(chunk[1], seq, timestamp, key, body, pid, pseq)
+                self._producers.put(pid, pseq, seq)
             chunk[2] = seq
             if pos >= self._index_at:
                 seg = chunk[0]
@@ -313,6 +368,7 @@ class Journal:
             self._settle()
             seg = Segment(seq, os.path.join(self.directory, segment_name(seq)), self._fds)
             seg.indexed = True
+            seg.producers = self._producers.items()     # as of its base: its snapshot
             self._segments.append(seg)
             self._bases.append(seq)
             self._pending.append([seg, bytearray(), seq - 1])
@@ -488,21 +544,48 @@ class Journal:
         self._wseg = seg
         seg.end = HEADER_SIZE
         old.indexed = True
-        ipath = old.path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX
-        try:    # derived data, so not fsynced: a torn or missing index is rebuilt by a scan
-            ifd = files.open(ipath + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        if seg.producers is not None:
+            self._write_snapshot(seg.path, seg.base, seg.producers)
+            seg.producers = None
+        self._write_derived(old.path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX, old.index_bytes(), "index")
+
+    def _write_snapshot(self, path, base, items):
+        """Write the producer snapshot of the segment ``base`` durably (a few ms, at a roll: off the
+        hub), so that recovery after a power loss need not walk sealed segments.  On failure the
+        stale one is removed: recovery then walks."""
+        spath = snapshot_path(path)
+        try:
+            self.files.write_atomic(spath, snapshot_bytes(base, items))
+        except OSError as exc:
+            log.warning("journal %s: could not write the producer snapshot %s (%s); recovery will walk "
+                        "the segments before it", self.directory, spath, exc)
+            for stale in (spath + ".tmp", spath):
+                try:
+                    self.files.unlink(stale)
+                except OSError:
+                    pass
+
+    def _write_derived(self, path, data, what):
+        """Write a file of derived data (an index): not fsynced (a torn or missing one is rebuilt
+        by a scan); on failure the stale one is removed."""
+        files = self.files
+        try:
+            ifd = files.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             try:
-                files.write(ifd, old.index_bytes())
+                view = memoryview(data)
+                while view:
+                    view = view[files.write(ifd, view):]
             finally:
                 files.close(ifd)
-            files.replace(ipath + ".tmp", ipath)
+            files.replace(path + ".tmp", path)
         except OSError as exc:
-            log.warning("journal %s: could not write the index %s (%s); it will be rebuilt by a scan",
-                        self.directory, ipath, exc)
-            try:
-                files.unlink(ipath + ".tmp")
-            except OSError:
-                pass
+            log.warning("journal %s: could not write the %s %s (%s); it will be rebuilt by a scan",
+                        self.directory, what, path, exc)
+            for stale in (path + ".tmp", path):
+                try:
+                    files.unlink(stale)
+                except OSError:
+                    pass
 
     def sync(self) -> int:
         """fsync what was written; return ``synced_seq``.  Blocks ~1 ms: run it in a thread.
@@ -573,7 +656,7 @@ class Journal:
             files = self.files
             for n, seg in enumerate(victims, 1):
                 seg.close()
-                for path in (seg.path, seg.path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX):
+                for path in (seg.path, seg.path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX, snapshot_path(seg.path)):
                     try:
                         files.unlink(path)
                     except FileNotFoundError:
@@ -598,13 +681,18 @@ class Journal:
         if latest is not self._wseg or latest.empty or latest.last_ts >= cutoff \
                 or len(self._pending) != 1 or self._pending[0][1]:
             return
+        self._start_segment()
+
+    def _start_segment(self):
+        """Seal the active segment (all written) and start an empty one at the next sequence."""
         seq = self._next_seq
         seg = Segment(seq, os.path.join(self.directory, segment_name(seq)), self._fds)
         seg.indexed = True
+        seg.producers = self._producers.items()
         try:
             self._roll_file(seg)
         except OSError as exc:
-            log.warning("journal %s: could not start a new segment for retention (%s)", self.directory, exc)
+            log.warning("journal %s: could not start a new segment (%s)", self.directory, exc)
             return
         self._segments.append(seg)
         self._bases.append(seq)
@@ -698,6 +786,18 @@ class Journal:
             end_seq = cache[0].seq if cache else self._next_seq
         return time_to_seq(segments, timestamp, first, end_seq, self._wseg, self._wseg.end)
 
+    # -- idempotent producers -----------------------------------------
+
+    def producers(self) -> dict[bytes, tuple[int, int]]:
+        """{producer id: (its last pseq, that record's seq)} of the most recent
+        ``max_producers`` producers, oldest first (a new dict).
+
+        On open, recovered from what is on disk (a record recovery cut or a
+        power loss dropped is not in it); then updated by every append with a
+        producer, written or not (as ``last_seq`` is).  Never blocks."""
+        with self._lock:
+            return self._producers.as_dict()
+
     # -- the rest -------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
@@ -723,6 +823,7 @@ class Journal:
                 pending_bytes=self._pending_bytes, cache_records=len(self._cache),
                 cache_bytes=self._cache_bytes, open_fds=len(self._fds), fd_opens=self._fds.opens,
                 fd_evictions=self._fds.evictions, epoch=self._epochs[-1][0],
+                producers=len(self._producers), producers_evicted=self._producers.evicted,
                 error=None if self.error is None else str(self.error))
         return out
 

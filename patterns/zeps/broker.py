@@ -86,8 +86,8 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   message a producer already published on the stream is dropped as a
   duplicate, by (producer id, producer sequence), remembered in memory for
   at most ``max_producers`` producers per stream (least recently heard from
-  evicted, counted ``producers_evicted``).  In memory only: after a broker
-  restart a resend may be journaled twice.
+  evicted, counted ``producers_evicted``), and in the journal: a stream
+  reopened after a restart or a crash knows what its journal kept.
 - Invalid or out-of-order commands are answered with INVALID (a readable
   reason) and counted (``invalid``); nothing a peer sends stops the broker
   or another peer's flow.
@@ -479,8 +479,9 @@ class Broker(Actor):
                     self.stats["duplicates_dropped"] += 1
                     peer.published = max(peer.published, seen[1])
                     return
-        try:
-            record = stream.journal.append_record(key, body)
+        try:  # PUBLISH-ID: the producer goes into the journal too, so dedup survives a restart
+            record = stream.journal.append_record(
+                key, body, None, None if producer is None else (producer.to_bytes(8, "little"), sequence))
         except JournalError as exc:
             self.stats["journal_refused"] += 1
             self._invalid(peer.identity, "stream %s refused the message: %s" % (stream.name.decode(), exc))
@@ -925,6 +926,8 @@ class Broker(Actor):
         policy = self.fsync if isinstance(self.fsync, str) else "interval"
         interval = self.fsync if policy == "interval" else 0.1
         stream = _Stream(name, journal, None)
+        seen = list(journal.producers().items())[-self.max_producers:] if self.max_producers else []
+        stream.producers.update((int.from_bytes(pid, "little"), last) for pid, last in seen)  # PUBLISH-ID, kept
         deliver = partial(self._written, stream)
         if self.ack == "synced":  # an fsync after every write round: group commit, off the hub
             stream.commit = GroupCommit(self, journal, fsync="batch", retry=0.1, on_synced=deliver,

@@ -190,10 +190,9 @@ class Publisher:
     waits for confirmation as :meth:`flush` does, and raises like it), and
     after a lost peering it sends them again; the broker drops the ones it
     has already journaled, by (producer id, producer sequence).  So
-    :meth:`flush` never raises :class:`MessagesLost`: while the broker lives,
-    every message is journaled exactly once; across a broker *restart* at
-    least once (the broker's table of producers is in memory: it may journal
-    a resent message twice; ``stats["resent"]`` bounds how many).  Publishes
+    :meth:`flush` never raises :class:`MessagesLost`: every message is
+    journaled exactly once, in order, also across a broker restart or kill
+    (the broker keeps its table of producers in the stream's journal).  Publishes
     from several greenlets are serialised while one of them is parked.
     """
 

@@ -69,11 +69,11 @@ zactors extension for idempotent publishing: **PUBLISH-ID** (id 20, C) =
 number-8, then PUBLISH's fields): ``producer`` is a random id the publisher
 chose, ``sequence`` counts its messages from 1.  The broker journals it like
 a PUBLISH unless it has already journaled that producer's ``sequence`` (or
-a later one) on the stream since it started: then it drops it as a
-duplicate (a publisher resends what was not confirmed after a lost
-peering).  The table is in the broker's memory (``max_producers`` per
-stream, least recently used evicted): a broker restart forgets it, so a
-resend after a restart may journal a message twice.
+a later one) on the stream: then it drops it as a duplicate (a publisher
+resends what was not confirmed after a lost peering or a broker restart).
+The table (``max_producers`` per stream, least recently used evicted) is
+kept in the stream's journal with each message, so it survives a broker
+restart: what the journal kept is dropped, what it lost is journaled anew.
 
 Errors every client gets, as INVALID with a reason prefix (like ``PING:``):
 

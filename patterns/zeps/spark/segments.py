@@ -4,9 +4,11 @@ Reads the journal's public on-disk format (see :mod:`zactors.actors.journal`)
 in large ``pread`` chunks and turns each chunk into one
 :class:`pyarrow.RecordBatch`.  With the journal's C codec
 (``journal_codec.columns``) one C call per chunk checks every record and
-fills the Arrow buffers; without it the numpy twin walks the lengths and
-checks the CRC one Python step per record, and gathers the columns in
-vectorised calls.  No Python object per row either way.  Imports no gevent
+fills the Arrow buffers; without it the numpy twin walks the records with
+the codec's Python walker (``journal_codec.walk``, the same checks as C's:
+one walker for the journal, its recovery, its reader and this), one Python
+step per record, and gathers the columns in vectorised calls.  Format 1 and
+2 segments both (a producer trailer is not part of the body).  Imports no gevent
 or zmq; plain functions, safe in any thread.
 """
 import bisect
@@ -15,11 +17,9 @@ import struct
 
 import numpy as np
 import pyarrow as pa
-from crc32c import crc32c as _crc
-
-from zactors.actors.journal_codec import columns as _c_columns
-from zactors.actors.journal import (FORMAT_VERSION, HEADER_SIZE, INDEX_SUFFIX, SEGMENT_SUFFIX, JournalError,
-                                    SequenceGone)
+from zactors.actors.journal_codec import columns as _c_columns, corruption as _corruption, walk as _walk
+from zactors.actors.journal import HEADER_SIZE, INDEX_SUFFIX, SEGMENT_SUFFIX, JournalError, SequenceGone
+from zactors.actors.journal.format import READ_VERSIONS, parse_index
 
 __all__ = ["SCHEMA", "sparse_index", "segment_batches", "offset_of", "empty_batch"]
 
@@ -30,16 +30,14 @@ SCHEMA = pa.schema([("seq", pa.int64()), ("timestamp", pa.timestamp("us", tz="UT
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _PREFIX = struct.Struct("<II")
 _unpack_prefix = _PREFIX.unpack_from
-_IDX_HEADER = struct.Struct("<4sHHQQdQI")
 _IDX_ENTRY = np.dtype([("seq", "<u8"), ("ts", "<f8"), ("off", "<u8")])
-_MIN_LENGTH = 24                    # seq, timestamp, key_len, body_len: a record with empty key and body
-_MAX_LENGTH = _MIN_LENGTH + (1 << 30)
 CHUNK = 8 << 20                     # bytes per pread, and so roughly per record batch
 
 
 def sparse_index(path):
-    """(seqs, offsets) of a sealed segment's ``.idx`` file (public format), or None when
-    it is missing, stale or damaged (the caller then walks from the header)."""
+    """(seqs, offsets) of a sealed segment's ``.idx`` file (public format, read by the journal's
+    one index parser), or None when it is missing, stale or damaged (the caller then walks from
+    the header)."""
     idx = path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX
     try:
         with open(idx, "rb") as f:
@@ -47,13 +45,11 @@ def sparse_index(path):
         size = os.stat(path).st_size
     except OSError:
         return None
-    if len(data) < _IDX_HEADER.size + 4 or _crc(memoryview(data)[:-4]) != int.from_bytes(data[-4:], "little"):
+    name = os.path.basename(path)
+    parsed = parse_index(data, int(name[:20]) if name[:20].isdigit() else -1, size)
+    if parsed is None:
         return None
-    magic, version, _flags, _base, _last, _ts, end, count = _IDX_HEADER.unpack_from(data)
-    if magic != b"ZJIX" or version != FORMAT_VERSION or end != size \
-            or len(data) != _IDX_HEADER.size + count * _IDX_ENTRY.itemsize + 4:
-        return None
-    entries = np.frombuffer(data, _IDX_ENTRY, count, _IDX_HEADER.size)
+    entries = np.frombuffer(parsed[3], _IDX_ENTRY)
     return entries["seq"].tolist(), entries["off"].tolist()
 
 
@@ -93,80 +89,49 @@ def _binary(a, skips, lengths, tails):
     return array if kind == pa.binary() else array.cast(pa.binary())
 
 
-def _parse(buf, pos, path):
-    """The start offsets of the complete records in ``buf`` (read at file offset ``pos``), each CRC
-    checked, and the bytes they span.  Records of one size (common) are found with numpy; others
-    are walked one length at a time."""
-    n = len(buf)
-    if n < 32:
-        return [], 0
-    mv = memoryview(buf)
-    length = _unpack_prefix(buf, 0)[0]
-    stride = 8 + length
-    starts = None
-    if _MIN_LENGTH <= length <= _MAX_LENGTH and n >= 2 * stride:
-        a = np.frombuffer(buf, np.uint8, (n // stride) * stride).reshape(-1, stride)
-        same = a[:, :4].copy().view("<u4").ravel() == length
-        count = len(same) if same.all() else int(np.argmin(same))
-        if count > 1:
-            starts = list(range(0, count * stride, stride))
-    if starts is None:
-        starts = []
-        append = starts.append
-        at = 0
-        while at + 32 <= n:
-            length = _unpack_prefix(buf, at)[0]
-            if length < _MIN_LENGTH or length > _MAX_LENGTH:
-                raise JournalError("%s: corrupt record at offset %d (bad record length %d)" % (path, pos + at, length))
-            stop = at + 8 + length
-            if stop > n:
-                break
-            append(at)
-            at = stop
-    if not starts:
-        return starts, 0
-    end = starts[-1] + 8 + _unpack_prefix(buf, starts[-1])[0]
-    bounds = starts[1:] + [end]
-    bad = [s for s, e in zip(starts, bounds) if _crc(mv[s + 8:e]) != _unpack_prefix(buf, s)[1]]
-    if bad:
-        raise JournalError("%s: corrupt record at offset %d (bad CRC)" % (path, pos + bad[0]))
-    return starts, end
-
-
 def _columns_numpy(buf, pos, path, seq, from_seq, to_seq):
     """(bytes used, records walked, batch or None) for the complete records of ``buf`` (read at
     file offset ``pos``, its first record due to be ``seq``): the numpy twin of the C codec's
-    ``columns``."""
-    starts, used = _parse(buf, pos, path)
+    ``columns``, walking with the codec's walker and gathering the columns with numpy."""
+    starts, stops, klens, blens = [], [], [], []
+    at = scanned = 0
+    first = None
+    while True:
+        status, stop, s, _ts, klen, blen, _pid, _pseq = _walk(buf, at)
+        if status == 1:
+            break
+        if status == 2:
+            raise JournalError("%s: corrupt record at offset %d (%s)" % (path, pos + at, _corruption(buf, at)))
+        if s != seq + scanned:
+            raise JournalError("%s: corrupt segment near offset %d (sequence %d where %d was due)"
+                               % (path, pos + at, s, seq + scanned))
+        if s > to_seq:
+            break
+        if s >= from_seq:
+            if first is None:
+                first = s
+            starts.append(at)
+            stops.append(stop)
+            klens.append(klen)
+            blens.append(blen)
+        scanned += 1
+        at = stop
     if not starts:
-        return 0, 0, None
-    a = np.frombuffer(buf, np.uint8, used)
+        return at, scanned, None
+    count = len(starts)
     st = np.array(starts, np.int64)
-    seqs = _gather(a, st + 8, 8, "<u8")
-    due = np.arange(seq, seq + len(st), dtype=np.uint64)
-    if not (seqs == due).all():                       # name the first record out of turn
-        bad = int(np.argmin(seqs == due))
-        raise JournalError("%s: corrupt segment near offset %d (sequence %d where %d was due)"
-                           % (path, pos + starts[bad], int(seqs[bad]), int(due[bad])))
-    scanned = len(st)
-    lo = max(0, from_seq - seq)
-    hi = min(len(st), to_seq - seq + 1)
-    if lo >= hi:
-        return used, scanned, None
-    if lo or hi < len(st):
-        st, seqs = st[lo:hi], seqs[lo:hi]
-    length = _gather(a, st, 4, "<u4").astype(np.int64)
-    klen = _gather(a, st + 24, 4, "<u4").astype(np.int64)
-    blen = length - _MIN_LENGTH - klen
-    if (blen < 0).any() or (_gather(a, st + 28 + klen, 4, "<u4") != blen).any():
-        raise JournalError("%s: corrupt segment near offset %d (bad key/body lengths)" % (path, pos))
+    a = np.frombuffer(buf, np.uint8, stops[-1])
+    seqs = np.arange(first, first + count, dtype=np.int64)
     ts = (_gather(a, st + 16, 8, "<f8") * 1e6).astype(np.int64)
-    region = a[st[0]:st[-1] + 8 + length[-1]]      # the selected records, back to back
-    return used, scanned, pa.RecordBatch.from_arrays([
-        pa.array(seqs.view(np.int64)),
-        pa.Array.from_buffers(_TIMESTAMP, len(st), [None, pa.py_buffer(ts)]),
-        _binary(region, 28, klen, 4 + blen),
-        _binary(region, 32 + klen, blen, 0),
+    klen = np.array(klens, np.int64)
+    blen = np.array(blens, np.int64)
+    tail = np.array(stops, np.int64) - st - 32 - klen - blen       # a producer trailer, or 0
+    region = a[starts[0]:stops[-1]]                 # the selected records, back to back
+    return at, scanned, pa.RecordBatch.from_arrays([
+        pa.array(seqs),
+        pa.Array.from_buffers(_TIMESTAMP, count, [None, pa.py_buffer(ts)]),
+        _binary(region, 28, klen, 4 + blen + tail),
+        _binary(region, 32 + klen, blen, tail),
     ], schema=SCHEMA)
 
 
@@ -178,10 +143,7 @@ def _columns_c(buf, pos, path, seq, from_seq, to_seq):
         raise JournalError("%s: corrupt segment near offset %d (sequence %d where %d was due)"
                            % (path, pos + at, int.from_bytes(buf[at + 8:at + 16], "little"), due))
     if status == 2:
-        length, crc = _unpack_prefix(buf, used)
-        what = "bad record length %d" % length if not _MIN_LENGTH <= length <= _MAX_LENGTH else \
-            "bad CRC" if _crc(memoryview(buf)[used + 8:used + 8 + length]) != crc else "bad key/body lengths"
-        raise JournalError("%s: corrupt record at offset %d (%s)" % (path, pos + used, what))
+        raise JournalError("%s: corrupt record at offset %d (%s)" % (path, pos + used, _corruption(buf, used)))
     if not count:
         return used, scanned, None
     buffer = pa.py_buffer
@@ -212,7 +174,7 @@ def segment_batches(path, base, from_seq, to_seq, *, index=None, chunk=CHUNK):
         head = os.pread(fd, HEADER_SIZE, 0)
         if len(head) < HEADER_SIZE or head[:4] != b"ZJSG" or int.from_bytes(head[8:16], "little") != base:
             raise JournalError("%s: not a journal segment (bad header)" % path)
-        if int.from_bytes(head[4:6], "little") != FORMAT_VERSION:
+        if int.from_bytes(head[4:6], "little") not in READ_VERSIONS:
             raise JournalError("%s: unsupported journal format version %d" % (path, int.from_bytes(head[4:6], "little")))
         pos, seq = offset_of(index if index is not None else sparse_index(path), base, from_seq)
         while seq <= to_seq and pos < size:
