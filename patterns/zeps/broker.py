@@ -279,7 +279,7 @@ class Broker(Actor):
         if min(max_credit, max_credit_total) < max_message + 64:
             raise ValueError("max_credit and max_credit_total must hold a message of max_message bytes")
         self.journal_options = dict(segment_bytes=segment_bytes, retain_bytes=retain_bytes,
-                                    retain_seconds=retain_seconds)
+                                    retain_seconds=retain_seconds, max_producers=max(max_producers, 1))
         self.curve = curve
         self.curve_domain = curve_domain
         self.permissions = permissions
