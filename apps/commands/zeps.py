@@ -2,6 +2,7 @@
 import argparse
 import datetime
 import logging
+import math
 import os
 import re
 import sys
@@ -89,7 +90,8 @@ def register(sub):
     subscribe = cmds.add_parser("subscribe", help="print messages of STREAM matching PATTERN",
                                 description="Print 'SEQ<TAB>KEY<TAB>BODY' for each message of STREAM whose key "
                                             "matches PATTERN (a prefix; re:REGEX or glob:GLOB), until Ctrl-C "
-                                            "(exit status 130) or --count messages (0).")
+                                            "(exit status 130) or --count messages (0).  A stream that does "
+                                            "not exist is exit status 1, unless --wait.")
     subscribe.add_argument("stream", help="stream name")
     subscribe.add_argument("pattern", nargs="?", default="", help="subscription pattern (default: everything)")
     start = subscribe.add_mutually_exclusive_group()
@@ -99,6 +101,9 @@ def register(sub):
                        help="start at a time: seconds since the epoch, an ISO date, or an age such as 10m")
     start.add_argument("--new", action="store_true", help="only messages published from now on")
     subscribe.add_argument("--count", type=options.count, default=0, help="stop after N messages (default: never)")
+    subscribe.add_argument("--wait", type=options.positive_float, nargs="?", const=math.inf, metavar="SECONDS",
+                           help="if STREAM does not exist yet, create it (empty) and wait for its first message, "
+                                "up to SECONDS if given (then exit status 1) (default: say so and exit 1)")
     subscribe.add_argument("--window", type=_size, default=8 << 20, metavar="SIZE",
                            help="credit window (default: 8M)")
     _connect(subscribe)
@@ -126,6 +131,10 @@ def _connect(parser):
     contexts.connect_options(parser, "zeps", DEFAULT_ENDPOINT)
     parser.add_argument("--timeout", type=options.positive_float, default=5.0,
                         help="seconds to wait for the broker (default: %(default)s)")
+
+
+class NoMessage(Exception):
+    """``subscribe --wait SECONDS`` saw no message in time (exit status 1)."""
 
 
 class NoAnswer(Exception):
@@ -324,16 +333,30 @@ def _ranges(ranges):
 
 
 def run_subscribe(args):
-    from zactors.patterns.zeps import Subscriber
+    from zactors.patterns.zeps import NoSuchStream, Subscriber
 
     out = sys.stdout
     seen = 0
     sub = None
     try:
-        sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), from_seq=args.from_seq,
-                        since=args.since, new=args.new or None, window=args.window,
+        settings = dict(from_seq=args.from_seq, since=args.since, new=args.new or None, window=args.window,
                         curve=options.client_curve(args), timeout=args.timeout)
-        for message in sub:
+        first = None            # --wait SECONDS: the deadline of the first message
+        try:
+            sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), **settings)
+        except NoSuchStream:
+            if args.wait is None:
+                raise
+            log.info("no stream %s yet: waiting for its first message (Ctrl-C stops)", args.stream)
+            sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), wait=True, **settings)
+            first = None if math.isinf(args.wait) else args.wait
+        while True:
+            message = sub.get(first)   # None: closed, or no first message within --wait
+            if message is None:
+                if first is not None:
+                    raise NoMessage("stream %s got no message within %gs (--wait)" % (args.stream, first))
+                break
+            first = None
             out.write("%d\t%s\t%s\n" % (message.seq, message.key.decode("utf-8", "backslashreplace"),
                                         message.body.decode("utf-8", "backslashreplace")))
             seen += 1

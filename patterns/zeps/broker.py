@@ -363,7 +363,7 @@ class Broker(Actor):
     def _on_keyed_frames(self, frames):
         """With permissions: note the ZAP User-Id of each ATTACH, then as :meth:`_on_frames`."""
         data = [f.bytes for f in frames]
-        if len(data) == 2 and len(data[1]) > 2 and data[1][2] in (p.ATTACH, p.QUERY):
+        if len(data) == 2 and len(data[1]) > 2 and data[1][2] in (p.ATTACH, p.ATTACH_EXISTING, p.QUERY):
             if len(self._keys) >= _MAX_PENDING_KEYS:       # ATTACHes the handler has not taken: bounded
                 self._keys.clear()
             try:
@@ -864,6 +864,10 @@ class Broker(Actor):
                              % name.decode(), "refused_attach")
                 return
         stream = self._streams.get(name)
+        if stream is None and message.existing and name not in self._closed_streams:  # ATTACH-EXISTING
+            self.stats["no_stream"] += 1    # a reader asked: not an invalid command
+            self._send(identity, p.invalid("NO-STREAM: stream %s does not exist" % name.decode()))
+            return
         if stream is None:
             stream = self._open(identity, name, key)
             if stream is None:

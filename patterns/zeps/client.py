@@ -69,7 +69,7 @@ from zactors.actors.values import to_bytes
 from . import deliver as _deliver, protocol as p
 
 __all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "ReplayError", "StreamRolledBack",
-           "HandshakeFailed", "query"]
+           "NoSuchStream", "HandshakeFailed", "query"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,15 @@ _parse = _deliver.parse      # DELIVER frames to Messages, a batch per call
 
 class ZepsError(Exception):
     """The broker refused something (its INVALID reason is the message), or did not answer."""
+
+
+class NoSuchStream(ZepsError):
+    """The broker has no stream ``stream`` (a :class:`Subscriber` without ``wait=True`` never creates one)."""
+
+    def __init__(self, stream: bytes, endpoint: str) -> None:
+        super().__init__("no stream %r on the ZEPS broker at %s (wait=True, or --wait, waits for its first "
+                         "message)" % (stream.decode("ascii", "replace"), endpoint))
+        self.stream = stream
 
 
 class ReplayError(ZepsError):
@@ -518,7 +527,10 @@ class Subscriber(Actor):
     retained journal), ``since=T`` from the first message journaled at or
     after time T (seconds since the epoch; the SUBSCRIBE-SINCE extension),
     ``new=True`` only messages published from now on; the default is
-    ``from_seq=0``.  ``window`` is the credit in bytes the subscriber keeps
+    ``from_seq=0``.  A stream that does not exist raises :class:`NoSuchStream`
+    (reading never creates a stream: the ATTACH-EXISTING extension);
+    ``wait=True`` creates it instead, empty, and waits for its messages (an
+    empty stream is deleted once idle).  ``window`` is the credit in bytes the subscriber keeps
     open (at least the largest message).  ``callback(message)``, if given,
     runs in the subscriber's greenlet for each message instead of the queue.
 
@@ -546,7 +558,8 @@ class Subscriber(Actor):
                  since: float | None = None, new: bool = False, window: int = 8 << 20,
                  callback: Callable[[Message], object] | None = None,
                  on_gap: Callable[[int, int], object] | None = None, curve: Curve | None = None,
-                 heartbeat: float = 1.0, expiry: float = 5.0, timeout: float = 5.0, name: str | None = None) -> None:
+                 heartbeat: float = 1.0, expiry: float = 5.0, timeout: float = 5.0, name: str | None = None,
+                 wait: bool = False) -> None:
         if sum(x is not None and x is not False for x in (from_seq, since, new or None)) > 1:
             raise ValueError("give at most one of from_seq, since and new")
         self.endpoint = endpoint
@@ -556,6 +569,7 @@ class Subscriber(Actor):
             if len(pattern) > p.MAX_STRING:
                 raise ValueError("a pattern is at most 255 bytes")
         self.since = since
+        self.wait = wait
         self.latest = p.NEW if new else max(0, (from_seq or 0) - 1)
         self.window = window
         self._quarter = window >> 2   # credit goes back in quarters of the window
@@ -653,6 +667,7 @@ class Subscriber(Actor):
     # -- actor side -----------------------------------------------------------------
     def setup(self) -> None:
         self._sock: Socket = None  # type: ignore[assignment]  # _connect sets it
+        self._attached = False
         self._heard = _monotonic()
         self._stats = self.stats
         watch = self._connect(watch=True)
@@ -672,7 +687,7 @@ class Subscriber(Actor):
         self.call_every(self.heartbeat / 2, self._keep_alive)
 
     def teardown(self) -> None:
-        if self._sock is not None:
+        if self._sock is not None and self._attached:  # (refused, or never answered: nothing to end)
             try:
                 self._sock.send(p.DETACH_FRAME, zmq.NOBLOCK)
             except zmq.ZMQError:
@@ -681,7 +696,12 @@ class Subscriber(Actor):
         self._ready.set()
 
     def _connect(self, watch=False):
-        """Connect, ATTACH and SUBSCRIBE (pipelined); with ``watch``, returns the Monitor of the handshake."""
+        """Connect and ATTACH; with ``watch``, returns the Monitor of the handshake.
+
+        The subscription follows the ATTACH-OK (:meth:`_subscribe`): ATTACH-EXISTING may be refused,
+        and then nothing else is sent.  With ``wait`` the ATTACH cannot be refused for a missing stream:
+        all goes at once.
+        """
         if self._sock is not None:
             self.close_socket(self._sock)
         sock = self._sock = self.socket(zmq.DEALER, rcvhwm=0)  # the credit window bounds what comes in
@@ -693,7 +713,15 @@ class Subscriber(Actor):
         self._attached = False
         self._subscribed = 0
         self._credit_given = 0
-        sock.send(p.attach(self.stream))
+        sock.send(p.attach(self.stream, existing=not self.wait))
+        self._heard = _monotonic()
+        if self.wait:
+            self._subscribe()
+        return monitor
+
+    def _subscribe(self):
+        """FEATURES, SUBSCRIBE (one per pattern) and CREDIT on the peering just attached."""
+        sock = self._sock
         sock.send(p.features(b"gaps epochs"))  # GAP and EPOCH, before the SUBSCRIBE that may need them
         if self.last_seq is not None:
             first = p.subscribe(self.patterns[0], self.last_seq)
@@ -710,13 +738,13 @@ class Subscriber(Actor):
         credit = max(0, self.window - self._queued_bytes)
         if credit:
             sock.send(p.credit(credit))
-        self._heard = _monotonic()
-        return monitor
 
     def _give_credit(self):
         self._credit_posted = False
+        if self._sock is None or not self._attached:  # not yet: _subscribe gives the window afresh
+            return
         amount, self._consumed = self._consumed, 0
-        if amount and self._sock is not None:
+        if amount:
             self._sock.send(p.credit(amount))
 
     def _on_frames(self, frames):
@@ -777,6 +805,8 @@ class Subscriber(Actor):
             pass
         elif kind is p.AttachOk:
             self._attached = True
+            if not self.wait:
+                self._subscribe()
         elif kind is p.SubscribeOk:
             self._subscribed += 1
         elif kind is p.Detach:
@@ -790,12 +820,15 @@ class Subscriber(Actor):
         elif kind is p.Invalid:
             self._stats["invalid"] += 1
             reason = message.reason
-            log.warning("%s: broker says: %s", self.name, reason)
+            if not reason.startswith("NO-STREAM:"):  # (raised as NoSuchStream: said once, by the caller)
+                log.warning("%s: broker says: %s", self.name, reason)
             if reason.startswith("REPLAY:"):
                 self._fail(ReplayError(reason, self.stream, _number_after(reason, "sequence ")))
             elif reason.startswith("ROLLBACK:"):
                 self._fail(StreamRolledBack(reason, self.stream, _number_after(reason, "ends at sequence "),
                                             _number_after(reason, "before the ")))
+            elif reason.startswith("NO-STREAM:") and not self._attached:
+                self._fail(NoSuchStream(self.stream, self.endpoint))
             elif not self._attached or self._subscribed < len(self.patterns):
                 self._fail(ZepsError(reason))
 
