@@ -135,6 +135,11 @@ class Zeps(Source):
     def sample(self):
         info = self.broker.call("INFO", timeout=CALL_TIMEOUT)
         streams = info["streams"]
+        # totals of the whole broker, before the streams are cut to the busiest: messages journaled
+        # (every stream's last sequence) and delivered (to every subscriber since the broker started)
+        info["totals"] = {"published": sum(s["last_seq"] for s in streams.values()),
+                          "delivered": info.get("delivered", sum(x["delivered"] for s in streams.values()
+                                                                 for x in s["subscribers"]))}
         if len(streams) > self.max_streams:  # keep the busiest: a snapshot goes to every page each tick
             keep = sorted(streams, key=lambda n: -streams[n]["rate"])[:self.max_streams]
             info["streams"] = {n: streams[n] for n in sorted(keep)}
@@ -149,8 +154,7 @@ class Zeps(Source):
         return info
 
     def totals(self, sample):
-        streams = sample["streams"].values()
-        return {"published": sum(s["last_seq"] for s in streams), "delivered": sum(s["delivered"] for s in streams)}
+        return dict(sample["totals"])
 
     def health(self, sample):
         streams = sample["streams"]
