@@ -187,7 +187,7 @@ class Pipeline:
         endpoint = self._endpoint()
         self.progress("broker on %s (journal %s)" % (endpoint, os.path.join(self.workdir, "journal")))
         try:
-            self._printer = Subscriber(endpoint, AGGREGATES, new=True, callback=self._print_aggregate)
+            self._printer = Subscriber(endpoint, AGGREGATES, new=True, wait=True, callback=self._print_aggregate)
             self.progress("starting Spark (%s)..." % self.master)
             _spark_call(self._start_spark, endpoint)
             self._greenlets.append(gevent.spawn(self._sensor_loop, endpoint))

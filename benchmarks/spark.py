@@ -160,7 +160,7 @@ def latency(spark, endpoint, seconds, rate):
     pool = gevent.get_hub().threadpool
     tmp = tempfile.mkdtemp(prefix="zactors-spark-lat-")
     lat = []
-    sub = Subscriber(endpoint, "latency-out", new=True,
+    sub = Subscriber(endpoint, "latency-out", new=True, wait=True,
                      callback=lambda m: lat.append(time.time() - json.loads(m.body)["sent"]))
 
     def start():

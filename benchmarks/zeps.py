@@ -82,7 +82,7 @@ def role_zeps_broker(journal):
 def role_zeps_sub(endpoint, n, from_start):
     from zactors.patterns.zeps import Subscriber
     sub = Subscriber(endpoint, STREAM, from_seq=1 if from_start else None, new=not from_start, window=16 << 20,
-                     timeout=30)
+                     timeout=30, wait=True)
     print("ready", flush=True)
     latencies, received, first = [], 0, None
     unpack, clock, get_many = _STAMP.unpack_from, time.monotonic, sub.get_many

@@ -74,6 +74,15 @@ def spark_environment():
         raise options.UsageError(str(exc)) from None
 
 
+def done_line(pipeline, kept):
+    """The last progress line: what ran, and where the Parquet output is if ``kept`` (the --workdir),
+    never a temporary directory that is about to be removed."""
+    where = ("Parquet in %s" % os.path.join(kept, "aggregates") if kept else
+             "the temporary journal and Parquet output are removed (--workdir DIR keeps them)")
+    return "done: %d readings published, %d aggregates printed (%d outliers); %s" % (
+        pipeline.published, pipeline.printed, pipeline.outliers, where)
+
+
 def run_pipeline(args):
     from zactors.apps.spark_pipeline import Pipeline
 
@@ -90,8 +99,7 @@ def run_pipeline(args):
                         out=lambda line: print(line, flush=True), progress=progress)
     try:
         pipeline.run()
-        progress("done: %d readings published, %d aggregates printed (%d outliers); Parquet in %s"
-                 % (pipeline.published, pipeline.printed, pipeline.outliers, os.path.join(workdir, "aggregates")))
+        progress(done_line(pipeline, workdir if args.workdir else None))
         return exitstatus.OK
     except Interrupted:
         progress("stopped: %d readings published, %d aggregates printed" % (pipeline.published, pipeline.printed))

@@ -2,6 +2,7 @@
 import argparse
 import datetime
 import logging
+import math
 import os
 import re
 import sys
@@ -18,6 +19,8 @@ ORDER = 40
 log = logging.getLogger("zactors.zeps")
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5570"
+#: where ``zactors up`` (default --data ./zactors-data) journals its streams
+DEFAULT_JOURNAL = os.path.join("zactors-data", "zeps")
 
 
 def register(sub):
@@ -89,7 +92,8 @@ def register(sub):
     subscribe = cmds.add_parser("subscribe", help="print messages of STREAM matching PATTERN",
                                 description="Print 'SEQ<TAB>KEY<TAB>BODY' for each message of STREAM whose key "
                                             "matches PATTERN (a prefix; re:REGEX or glob:GLOB), until Ctrl-C "
-                                            "(exit status 130) or --count messages (0).")
+                                            "(exit status 130) or --count messages (0).  A stream that does "
+                                            "not exist is exit status 1, unless --wait.")
     subscribe.add_argument("stream", help="stream name")
     subscribe.add_argument("pattern", nargs="?", default="", help="subscription pattern (default: everything)")
     start = subscribe.add_mutually_exclusive_group()
@@ -99,6 +103,9 @@ def register(sub):
                        help="start at a time: seconds since the epoch, an ISO date, or an age such as 10m")
     start.add_argument("--new", action="store_true", help="only messages published from now on")
     subscribe.add_argument("--count", type=options.count, default=0, help="stop after N messages (default: never)")
+    subscribe.add_argument("--wait", type=options.positive_float, nargs="?", const=math.inf, metavar="SECONDS",
+                           help="if STREAM does not exist yet, create it (empty) and wait for its first message, "
+                                "up to SECONDS if given (then exit status 1) (default: say so and exit 1)")
     subscribe.add_argument("--window", type=_size, default=8 << 20, metavar="SIZE",
                            help="credit window (default: 8M)")
     _connect(subscribe)
@@ -112,10 +119,16 @@ def register(sub):
     streams.add_argument("--json", action="store_true", help="print the raw JSON")
     streams.set_defaults(func=run_streams)
 
-    dump = cmds.add_parser("dump", help="print a journal directory offline",
-                           description="Print the records of a stream's journal directory (no broker needed); "
-                                       "given a broker's --journal directory, list its streams.")
-    dump.add_argument("dir", help="a stream's journal directory, or a broker's --journal directory")
+    dump = cmds.add_parser("dump", help="print a stream's journal offline",
+                           description="Print the records of a stream (no broker needed) in aligned columns: "
+                                       "sequence, time journaled (local time, with its UTC offset), key, "
+                                       "body.  Given a broker's journal directory, list its streams.")
+    dump.add_argument("target", metavar="STREAM|DIR",
+                      help="a stream name (found under --journal), a stream's journal directory, or a broker's "
+                           "journal directory")
+    dump.add_argument("--journal", metavar="DIR", default=None,
+                      help="the broker's journal directory, for a stream name (default: %s, where zactors up "
+                           "journals)" % DEFAULT_JOURNAL)
     dump.add_argument("--from", dest="from_seq", type=options.positive_int, default=None, metavar="SEQ",
                       help="first sequence")
     dump.add_argument("--count", type=options.count, default=0, help="stop after N records (default: all)")
@@ -126,6 +139,10 @@ def _connect(parser):
     contexts.connect_options(parser, "zeps", DEFAULT_ENDPOINT)
     parser.add_argument("--timeout", type=options.positive_float, default=5.0,
                         help="seconds to wait for the broker (default: %(default)s)")
+
+
+class NoMessage(Exception):
+    """``subscribe --wait SECONDS`` saw no message in time (exit status 1)."""
 
 
 class NoAnswer(Exception):
@@ -324,16 +341,30 @@ def _ranges(ranges):
 
 
 def run_subscribe(args):
-    from zactors.patterns.zeps import Subscriber
+    from zactors.patterns.zeps import NoSuchStream, Subscriber
 
     out = sys.stdout
     seen = 0
     sub = None
     try:
-        sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), from_seq=args.from_seq,
-                        since=args.since, new=args.new or None, window=args.window,
+        settings = dict(from_seq=args.from_seq, since=args.since, new=args.new or None, window=args.window,
                         curve=options.client_curve(args), timeout=args.timeout)
-        for message in sub:
+        first = None            # --wait SECONDS: the deadline of the first message
+        try:
+            sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), **settings)
+        except NoSuchStream:
+            if args.wait is None:
+                raise
+            log.info("no stream %s yet: waiting for its first message (Ctrl-C stops)", args.stream)
+            sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), wait=True, **settings)
+            first = None if math.isinf(args.wait) else args.wait
+        while True:
+            message = sub.get(first)   # None: closed, or no first message within --wait
+            if message is None:
+                if first is not None:
+                    raise NoMessage("stream %s got no message within %gs (--wait)" % (args.stream, first))
+                break
+            first = None
             out.write("%d\t%s\t%s\n" % (message.seq, message.key.decode("utf-8", "backslashreplace"),
                                         message.body.decode("utf-8", "backslashreplace")))
             seen += 1
@@ -388,33 +419,70 @@ def run_dump(args):
     from zactors.actors.journal import JournalError, JournalReader
     from zactors.patterns.zeps.names import stream_name
 
-    if not os.path.isdir(args.dir):
-        raise options.UsageError("%s: no such directory (give a stream's journal directory, or the broker's "
-                                 "--journal)" % args.dir)
-    if not any(name.endswith(".seg") for name in os.listdir(args.dir)):
-        streams = sorted((stream_name(d), d) for d in os.listdir(args.dir)
-                         if os.path.isdir(os.path.join(args.dir, d)) and stream_name(d) is not None)
+    directory = _dump_directory(args)
+    if not any(name.endswith(".seg") for name in os.listdir(directory)):
+        streams = sorted((stream_name(d), d) for d in os.listdir(directory)
+                         if os.path.isdir(os.path.join(directory, d)) and stream_name(d) is not None)
         if not streams:
-            raise options.UsageError("%s holds no journal segments and no stream directories" % args.dir)
-        for name, directory in streams:
+            raise options.UsageError("%s holds no journal segments and no stream directories" % directory)
+        for name, sub in streams:
             try:
-                with JournalReader(os.path.join(args.dir, directory)) as reader:
-                    print("%-30s %-30s seq %d..%d" % (name.decode("ascii", "replace"), directory, reader.first_seq,
+                with JournalReader(os.path.join(directory, sub)) as reader:
+                    print("%-30s %-30s seq %d..%d" % (name.decode("ascii", "replace"), sub, reader.first_seq,
                                                       reader.last_seq))
             except JournalError as exc:
-                print("%-30s %-30s unreadable: %s" % (name.decode("ascii", "replace"), directory, exc))
+                print("%-30s %-30s unreadable: %s" % (name.decode("ascii", "replace"), sub, exc))
         return exitstatus.OK
     out = sys.stdout
-    with JournalReader(args.dir) as reader:
+    with JournalReader(directory) as reader:
+        seq_width = max(3, len(str(reader.last_seq)))
+        key_width = None        # set by the first 1000 records, then only grows
         seen = 0
+        chunk = []
         for record in reader.records(from_seq=args.from_seq):
-            stamp = datetime.datetime.fromtimestamp(record.timestamp).isoformat(timespec="microseconds")
-            out.write("%d\t%s\t%s\t%s\n" % (record.seq, stamp, record.key.decode("utf-8", "backslashreplace"),
-                                            record.body.decode("utf-8", "backslashreplace")))
+            chunk.append(record)
             seen += 1
+            if len(chunk) == 1000 or seen == args.count:
+                key_width = _write_records(out, chunk, seq_width, key_width)
+                chunk = []
             if seen == args.count:
                 break
+        if chunk or key_width is None:
+            _write_records(out, chunk, seq_width, key_width)
     return exitstatus.OK
+
+
+def _dump_directory(args):
+    """The directory ``zeps dump`` reads: ``args.target`` if it is one, else stream ``target`` under the journal."""
+    from zactors.patterns.zeps.names import stream_directory, stream_name
+
+    if os.path.isdir(args.target) and args.journal is None:
+        return args.target
+    journal = args.journal or DEFAULT_JOURNAL
+    if not os.path.isdir(journal):
+        raise options.UsageError("%s: no such directory, and no journal directory %s to find a stream of that "
+                                 "name in (give --journal DIR, the broker's)" % (args.target, journal))
+    directory = os.path.join(journal, stream_directory(args.target.encode()))
+    if not os.path.isdir(directory):
+        names = sorted(stream_name(d).decode("ascii", "replace") for d in os.listdir(journal)
+                       if stream_name(d) is not None and os.path.isdir(os.path.join(journal, d)))
+        raise options.UsageError("no stream %r in journal directory %s (%s)" % (
+            args.target, journal, "streams there: " + ", ".join(names[:20]) if names else "it holds no stream"))
+    return directory
+
+
+def _write_records(out, records, seq_width, key_width):
+    """Write ``records`` in aligned columns, after the header on the first call (``key_width`` None);
+    returns the key column's width (it only grows, up to 40)."""
+    keys = [r.key.decode("utf-8", "backslashreplace") for r in records]
+    width = max([3] + [min(40, len(k)) for k in keys] + [key_width or 0])
+    if key_width is None:
+        out.write("%*s  %-32s  %-*s  %s\n" % (seq_width, "SEQ", "TIME", width, "KEY", "BODY"))
+    for record, key in zip(records, keys):
+        stamp = datetime.datetime.fromtimestamp(record.timestamp).astimezone().isoformat(timespec="microseconds")
+        out.write("%*d  %-32s  %-*s  %s\n" % (seq_width, record.seq, stamp, width, key,
+                                              record.body.decode("utf-8", "backslashreplace")))
+    return width
 
 
 def demo(out, node):

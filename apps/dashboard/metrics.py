@@ -2,7 +2,8 @@
 
 Scrapes read the snapshot the sampler already took: a scrape never calls a
 broker.  Names: ``zactors_<source>_<counter>_total`` for every counter a
-pattern keeps, the gauges each source lists, ``zactors_up{pattern}``, and
+pattern keeps and every total the dashboard charts as a rate (ZEPS
+``published`` and ``delivered``, Clone ``updates``), the gauges each source lists, ``zactors_up{pattern}``, and
 the dashboard's own (SSE clients, snapshots dropped for slow clients).
 """
 import re
@@ -41,10 +42,16 @@ class Metrics:
             up.add_metric([source.name], 0 if sample is None else 1)
             if sample is None:
                 continue
-            for key, value in sorted(source.counters(sample).items()):
+            counters = source.counters(sample)
+            for key, value in sorted(counters.items()):
                 if isinstance(value, (int, float)):
                     yield CounterMetricFamily("zactors_%s_%s" % (source.name, _name(key)),
                                               "%s counter %s" % (source.title, key), value=value)
+            for key, value in sorted((part.get("totals") or {}).items()):
+                if key not in counters and isinstance(value, (int, float)):  # (a counter already says it)
+                    yield CounterMetricFamily("zactors_%s_%s" % (source.name, _name(key)),
+                                              "%s total %s (the dashboard charts its rate)"
+                                              % (source.title, source.charted.get(key, key)), value=value)
             for name, text, labels, value in source.gauges(sample):
                 family = families.get(name)
                 if family is None:

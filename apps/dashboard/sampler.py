@@ -3,7 +3,9 @@
 :class:`Sampler` is an actor.  Each tick it samples every source (blocking
 only its own greenlet on the actors' ``INFO`` calls), turns counters into
 rates, keeps a bounded history for the charts, encodes the snapshot to JSON
-once, and emits it as a ``SNAPSHOT`` event.  Its event policy is
+once, and emits it as a ``SNAPSHOT`` event.  A source's part holds its
+``totals`` (cumulative, e.g. messages published) and ``now`` (their rates,
+and its levels).  Its event policy is
 ``"drop"``: readers (one per Server-Sent-Events client) take it from their
 own ``subscribe(size, policy="drop")`` queue, so a slow, stuck or thousandth
 client loses snapshots instead of holding anything back, and the brokers are
@@ -75,7 +77,7 @@ class Sampler(Actor):
                 self.previous[source.name] = (now, totals)
             for key, points in self.series[source.name].items():
                 points.append(values.get(key, 0))
-            part.update(status=status, summary=summary, now=values, data=sample)
+            part.update(status=status, summary=summary, now=values, totals=totals, data=sample)
         self.latest = {"time": now, "interval": self.interval, "sources": parts}
         self.encoded = json.dumps(self.latest, separators=(",", ":"), default=_jsonable).encode()
         self.ticks += 1

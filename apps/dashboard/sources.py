@@ -135,6 +135,11 @@ class Zeps(Source):
     def sample(self):
         info = self.broker.call("INFO", timeout=CALL_TIMEOUT)
         streams = info["streams"]
+        # totals of the whole broker, before the streams are cut to the busiest: messages journaled
+        # (every stream's last sequence) and delivered (to every subscriber since the broker started)
+        info["totals"] = {"published": sum(s["last_seq"] for s in streams.values()),
+                          "delivered": info.get("delivered", sum(x["delivered"] for s in streams.values()
+                                                                 for x in s["subscribers"]))}
         if len(streams) > self.max_streams:  # keep the busiest: a snapshot goes to every page each tick
             keep = sorted(streams, key=lambda n: -streams[n]["rate"])[:self.max_streams]
             info["streams"] = {n: streams[n] for n in sorted(keep)}
@@ -149,8 +154,7 @@ class Zeps(Source):
         return info
 
     def totals(self, sample):
-        streams = sample["streams"].values()
-        return {"published": sum(s["last_seq"] for s in streams), "delivered": sum(s["delivered"] for s in streams)}
+        return dict(sample["totals"])
 
     def health(self, sample):
         streams = sample["streams"]
@@ -184,16 +188,15 @@ class Zeps(Source):
             parse(query.get("key", "").encode())   # refused before anything is asked: 400 with RE2's reason
         except PatternError as exc:
             raise ActionError(str(exc)) from None
-        # attaching creates a stream: a GET must not, so only streams the broker has open are tailed
-        if stream not in self.broker.call("INFO", timeout=CALL_TIMEOUT)["streams"]:
-            raise ActionError("no open stream %r" % stream[:100], "404 Not Found")
         if self.tails >= self.max_tails:
             raise ActionError("too many live tails open (%d)" % self.max_tails, "503 Service Unavailable")
-        from zactors.patterns.zeps import Subscriber, ZepsError
+        from zactors.patterns.zeps import NoSuchStream, Subscriber, ZepsError
         pattern = query.get("key", "")
-        try:
+        try:  # a Subscriber never creates a stream: a GET creates nothing
             sub = Subscriber(self.endpoint, stream, pattern, new=True, window=256 << 10, timeout=3.0,
                              name="dashboard-tail")
+        except NoSuchStream:
+            raise ActionError("no stream %r" % stream[:100], "404 Not Found") from None
         except (PatternError, ZepsError, ValueError, ActorError) as exc:
             raise ActionError("cannot tail %r: %s" % (stream, exc)) from None
         self.tails += 1

@@ -14,12 +14,13 @@ _EXPORTS = {
     "Broker": ".broker",
     "Message": ".client", "Publisher": ".client", "Subscriber": ".client", "ZepsError": ".client",
     "MessagesLost": ".client", "ReplayError": ".client", "StreamRolledBack": ".client", "query": ".client",
+    "HandshakeFailed": ".client", "NoSuchStream": ".client",
     "Filter": ".matcher", "Matcher": ".matcher", "PatternError": ".matcher",
     "NEW": ".protocol", "ProtocolError": ".protocol",
 }
 
 __all__ = ["Broker", "Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "ReplayError",
-           "StreamRolledBack", "query", "Filter", "Matcher",
+           "StreamRolledBack", "NoSuchStream", "HandshakeFailed", "query", "Filter", "Matcher",
            "PatternError", "ProtocolError", "NEW"]
 
 

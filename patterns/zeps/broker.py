@@ -297,6 +297,7 @@ class Broker(Actor):
         os.makedirs(self.journal_dir, mode=0o700, exist_ok=True)
         self._streams: dict[bytes, _Stream] = {}
         self._peers: dict[bytes, _Peer] = {}
+        self._delivered_gone = 0  # messages delivered to peers since dropped (INFO "delivered": all of them)
         self._replaying: dict[bytes, _Peer] = {}        # peers with credit waiting to be replayed (ordered set)
         self._pumping = False
         self._ping_tokens = 0     # ack="synced": numbers the PINGs waiting for an fsync
@@ -363,7 +364,7 @@ class Broker(Actor):
     def _on_keyed_frames(self, frames):
         """With permissions: note the ZAP User-Id of each ATTACH, then as :meth:`_on_frames`."""
         data = [f.bytes for f in frames]
-        if len(data) == 2 and len(data[1]) > 2 and data[1][2] in (p.ATTACH, p.QUERY):
+        if len(data) == 2 and len(data[1]) > 2 and data[1][2] in (p.ATTACH, p.ATTACH_EXISTING, p.QUERY):
             if len(self._keys) >= _MAX_PENDING_KEYS:       # ATTACHes the handler has not taken: bounded
                 self._keys.clear()
             try:
@@ -865,6 +866,10 @@ class Broker(Actor):
                              % name.decode(), "refused_attach")
                 return
         stream = self._streams.get(name)
+        if stream is None and message.existing and name not in self._closed_streams:  # ATTACH-EXISTING
+            self.stats["no_stream"] += 1    # a reader asked: not an invalid command
+            self._send(identity, p.invalid("NO-STREAM: stream %s does not exist" % name.decode()))
+            return
         if stream is None:
             stream = self._open(identity, name, key)
             if stream is None:
@@ -1125,6 +1130,7 @@ class Broker(Actor):
         if self._peers.pop(identity, None) is None:
             return
         peer.stream.peers.pop(identity, None)
+        self._delivered_gone += peer.delivered
         if not peer.stream.peers:
             peer.stream.idle_since = _monotonic()
         if peer.filter is not None:
@@ -1138,7 +1144,8 @@ class Broker(Actor):
         if peer is not None:
             self.stats["peers_lost"] += 1
             self._drop(peer)
-        else:
+        elif identity not in self._gone and frames[0] != p.DETACH_OK_FRAME:
+            # (the answer to a DETACH, or a PING to a peer that left, finds its connection closed: a clean end)
             self.stats["unroutable"] += 1
         if identity in self._gone and identity not in self._peers:  # its connection is gone: so are its bytes
             del self._gone[identity]
@@ -1240,6 +1247,7 @@ class Broker(Actor):
         windows = self._windows
         info = {"endpoint": self.endpoint, "ack": self.ack, "streams": streams, "peers": len(self._peers),
                 "counters": dict(self.stats),
+                "delivered": self._delivered_gone + sum(peer.delivered for peer in self._peers.values()),
                 "stream_budget": {"open": len(self._streams), "closed": len(self._closed_streams),
                                   "max_open": self._max_open, "max_streams": self.max_streams},
                 "credit": {"held": windows.used, "budget": windows.total, "per_subscriber": windows.per_holder,

@@ -16,6 +16,12 @@ Each is one peering (one DEALER).  Both keep the peering alive with PING
 ATTACH again.  A subscriber then subscribes from the last sequence it
 received, so it sees no gap and no duplicate across the loss.
 
+A broker that refuses the connection (a CURVE key it does not accept, a
+wrong server key, CURVE on one side only) raises :class:`HandshakeFailed`
+(the kernel's, a ``ConnectionRefusedError``) from the constructor (and
+:func:`query`) within a second or so, as the Majordomo and Clone clients
+do; :class:`ZepsError` "no answer" means nobody answered at all.
+
 ``flush`` is the publisher's durability point: when it returns, every message
 published before it is in the journal at the broker's acknowledgement level
 (``written``: survives ``kill -9`` of the broker; ``synced``: a power loss).
@@ -55,6 +61,7 @@ from gevent.lock import Semaphore
 
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import Keypair, curve_client
+from zactors.actors.monitor import HANDSHAKE, HandshakeFailed, Monitor, describe
 from zactors.actors.sockets import POLLIN, Socket, context, limit_size
 from zactors.actors.speedups import events as _events, recv_singles, send_message
 from zactors.actors.values import to_bytes
@@ -62,7 +69,7 @@ from zactors.actors.values import to_bytes
 from . import deliver as _deliver, protocol as p
 
 __all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "ReplayError", "StreamRolledBack",
-           "query"]
+           "NoSuchStream", "HandshakeFailed", "query"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +98,15 @@ _parse = _deliver.parse      # DELIVER frames to Messages, a batch per call
 
 class ZepsError(Exception):
     """The broker refused something (its INVALID reason is the message), or did not answer."""
+
+
+class NoSuchStream(ZepsError):
+    """The broker has no stream ``stream`` (a :class:`Subscriber` without ``wait=True`` never creates one)."""
+
+    def __init__(self, stream: bytes, endpoint: str) -> None:
+        super().__init__("no stream %r on the ZEPS broker at %s (wait=True, or --wait, waits for its first "
+                         "message)" % (stream.decode("ascii", "replace"), endpoint))
+        self.stream = stream
 
 
 class ReplayError(ZepsError):
@@ -149,8 +165,12 @@ _MAX_ANSWER = 4096
 _MAX_REPORT = 64 << 20
 
 
-def _dealer(endpoint, curve, limit, sndhwm=None):
-    """A DEALER to the broker; a frame over ``limit`` bytes from it drops the connection (ZMQ_MAXMSGSIZE)."""
+def _dealer(endpoint, curve, limit, sndhwm=None, watch=False):
+    """A DEALER to the broker; a frame over ``limit`` bytes from it drops the connection (ZMQ_MAXMSGSIZE).
+
+    With ``watch``, returns ``(sock, monitor)``: the Monitor of its handshake,
+    for :func:`_wait` (close it once the broker has answered).
+    """
     sock = context().socket(zmq.DEALER, socket_class=Socket)
     sock.linger = 0
     limit_size(sock, limit)
@@ -158,17 +178,49 @@ def _dealer(endpoint, curve, limit, sndhwm=None):
         sock.sndhwm = sndhwm
     if curve:
         curve_client(sock, curve[1], curve[0])
+    monitor = Monitor(sock, HANDSHAKE) if watch else None  # before connect: no event missed
     sock.connect(endpoint)
-    return sock
+    return (sock, monitor) if watch else sock
 
 
-def _attach(sock, stream, timeout):
-    """ATTACH on a fresh socket and wait for ATTACH-OK (ZepsError on INVALID or silence)."""
+#: while a new connection's handshake has not ended, answers are awaited in slices this long (s)
+_HANDSHAKE_SLICE = 0.05
+
+
+def _wait(sock, watch, timeout, curve, endpoint):
+    """Wait up to ``timeout`` s for a frame on ``sock``; False at the deadline.  Parks this greenlet.
+
+    Until the broker answers, reads ``watch`` (the socket's handshake Monitor,
+    or None) between short slices, and raises :class:`HandshakeFailed` as soon
+    as the broker ends the handshake (a refused key, CURVE on one side only),
+    as the Majordomo and Clone clients do, instead of waiting out ``timeout``.
+    """
+    deadline = _monotonic() + timeout
+    while True:
+        remaining = deadline - _monotonic()
+        if watch is None:
+            return remaining > 0 and sock.wait(POLLIN, remaining)
+        if sock.wait(POLLIN, max(0.0, min(_HANDSHAKE_SLICE, remaining))):
+            return True
+        for event in watch.events():
+            if event.event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                watch = None
+                break
+            if event.event != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL or curve:
+                raise HandshakeFailed("%s at %s" % (describe(event, "the ZEPS broker", bool(curve)), endpoint),
+                                      event)
+        if remaining <= 0:
+            return False
+
+
+def _attach(sock, stream, timeout, watch=None, curve=None, endpoint=""):
+    """ATTACH on a fresh socket and wait for ATTACH-OK (ZepsError on INVALID or silence,
+    HandshakeFailed when ``watch`` sees the broker refuse the connection)."""
     sock.send(p.attach(stream))
     deadline = _monotonic() + timeout
     while True:
         remaining = deadline - _monotonic()
-        if remaining <= 0 or not sock.wait(POLLIN, remaining):
+        if remaining <= 0 or not _wait(sock, watch, remaining, curve, endpoint):
             raise ZepsError("no answer to ATTACH from the broker within %ss" % timeout)
         message = p.decode(sock.recv_frames()[0])
         if type(message) is p.AttachOk:
@@ -219,12 +271,14 @@ class Publisher:
         # other bound, and a send never parks (publish numbers go out in order; a resend never blocks)
         self._sndhwm = 0 if idempotent else None
         self._parked = False      # idempotent: a publish is parked in a send; the others queue behind it
-        self._sock = _dealer(endpoint, curve, _MAX_ANSWER, self._sndhwm)
+        self._sock, watch = _dealer(endpoint, curve, _MAX_ANSWER, self._sndhwm, watch=True)
         try:
-            _attach(self._sock, self.stream, timeout)
+            _attach(self._sock, self.stream, timeout, watch, curve, endpoint)
         except Exception:
             self._sock.close(0)
             raise
+        finally:
+            watch.close()
         self._heard = _monotonic()
         self._pings = 0           # PINGs sent on this peering; the broker answers each, in order,
         self._answers = 0         # with PING-OK, or INVALID "PING: ..." when it cannot write
@@ -472,7 +526,10 @@ class Subscriber(Actor):
     retained journal), ``since=T`` from the first message journaled at or
     after time T (seconds since the epoch; the SUBSCRIBE-SINCE extension),
     ``new=True`` only messages published from now on; the default is
-    ``from_seq=0``.  ``window`` is the credit in bytes the subscriber keeps
+    ``from_seq=0``.  A stream that does not exist raises :class:`NoSuchStream`
+    (reading never creates a stream: the ATTACH-EXISTING extension);
+    ``wait=True`` creates it instead, empty, and waits for its messages (an
+    empty stream is deleted once idle).  ``window`` is the credit in bytes the subscriber keeps
     open (at least the largest message).  ``callback(message)``, if given,
     runs in the subscriber's greenlet for each message instead of the queue.
 
@@ -500,7 +557,8 @@ class Subscriber(Actor):
                  since: float | None = None, new: bool = False, window: int = 8 << 20,
                  callback: Callable[[Message], object] | None = None,
                  on_gap: Callable[[int, int], object] | None = None, curve: Curve | None = None,
-                 heartbeat: float = 1.0, expiry: float = 5.0, timeout: float = 5.0, name: str | None = None) -> None:
+                 heartbeat: float = 1.0, expiry: float = 5.0, timeout: float = 5.0, name: str | None = None,
+                 wait: bool = False) -> None:
         if sum(x is not None and x is not False for x in (from_seq, since, new or None)) > 1:
             raise ValueError("give at most one of from_seq, since and new")
         self.endpoint = endpoint
@@ -510,6 +568,7 @@ class Subscriber(Actor):
             if len(pattern) > p.MAX_STRING:
                 raise ValueError("a pattern is at most 255 bytes")
         self.since = since
+        self.wait = wait
         self.latest = p.NEW if new else max(0, (from_seq or 0) - 1)
         self.window = window
         self._quarter = window >> 2   # credit goes back in quarters of the window
@@ -607,22 +666,27 @@ class Subscriber(Actor):
     # -- actor side -----------------------------------------------------------------
     def setup(self) -> None:
         self._sock: Socket = None  # type: ignore[assignment]  # _connect sets it
+        self._attached = False
         self._heard = _monotonic()
         self._stats = self.stats
-        self._connect()
-        deadline = _monotonic() + self.timeout
-        while not (self._attached and self._subscribed == len(self.patterns)):  # subscribed, or raise
-            remaining = deadline - _monotonic()
-            if remaining <= 0 or not self._sock.wait(POLLIN, remaining):
-                raise ZepsError("no answer to ATTACH/SUBSCRIBE from %s within %ss" % (self.endpoint, self.timeout))
-            self._on_frames(self._sock.recv_frames())
-            if self._error is not None and not (self._attached and self._subscribed == len(self.patterns)):
-                raise self._error  # refused; an error after the subscription (REPLAY:) waits for get()
+        watch = self._connect(watch=True)
+        try:
+            deadline = _monotonic() + self.timeout
+            while not (self._attached and self._subscribed == len(self.patterns)):  # subscribed, or raise
+                remaining = deadline - _monotonic()
+                if remaining <= 0 or not _wait(self._sock, watch, remaining, self.curve, self.endpoint):
+                    raise ZepsError("no answer to ATTACH/SUBSCRIBE from %s within %ss"
+                                    % (self.endpoint, self.timeout))
+                self._on_frames(self._sock.recv_frames())
+                if self._error is not None and not (self._attached and self._subscribed == len(self.patterns)):
+                    raise self._error  # refused; an error after the subscription (REPLAY:) waits for get()
+        finally:
+            watch.close()
         self.add_reader(self._sock, self._on_frames)
         self.call_every(self.heartbeat / 2, self._keep_alive)
 
     def teardown(self) -> None:
-        if self._sock is not None:
+        if self._sock is not None and self._attached:  # (refused, or never answered: nothing to end)
             try:
                 self._sock.send(p.DETACH_FRAME, zmq.NOBLOCK)
             except zmq.ZMQError:
@@ -630,18 +694,33 @@ class Subscriber(Actor):
         self._closed = True
         self._ready.set()
 
-    def _connect(self):
+    def _connect(self, watch=False):
+        """Connect and ATTACH; with ``watch``, returns the Monitor of the handshake.
+
+        The subscription follows the ATTACH-OK (:meth:`_subscribe`): ATTACH-EXISTING may be refused,
+        and then nothing else is sent.  With ``wait`` the ATTACH cannot be refused for a missing stream:
+        all goes at once.
+        """
         if self._sock is not None:
             self.close_socket(self._sock)
         sock = self._sock = self.socket(zmq.DEALER, rcvhwm=0)  # the credit window bounds what comes in
         limit_size(sock, max(self.window, _MAX_ANSWER))  # a DELIVER costs credit: none is larger than the window
         if self.curve:
             curve_client(sock, self.curve[1], self.curve[0])
+        monitor = Monitor(sock, HANDSHAKE) if watch else None
         sock.connect(self.endpoint)
         self._attached = False
         self._subscribed = 0
         self._credit_given = 0
-        sock.send(p.attach(self.stream))
+        sock.send(p.attach(self.stream, existing=not self.wait))
+        self._heard = _monotonic()
+        if self.wait:
+            self._subscribe()
+        return monitor
+
+    def _subscribe(self):
+        """FEATURES, SUBSCRIBE (one per pattern) and CREDIT on the peering just attached."""
+        sock = self._sock
         sock.send(p.features(b"gaps epochs"))  # GAP and EPOCH, before the SUBSCRIBE that may need them
         if self.last_seq is not None:
             first = p.subscribe(self.patterns[0], self.last_seq)
@@ -658,12 +737,13 @@ class Subscriber(Actor):
         credit = max(0, self.window - self._queued_bytes)
         if credit:
             sock.send(p.credit(credit))
-        self._heard = _monotonic()
 
     def _give_credit(self):
         self._credit_posted = False
+        if self._sock is None or not self._attached:  # not yet: _subscribe gives the window afresh
+            return
         amount, self._consumed = self._consumed, 0
-        if amount and self._sock is not None:
+        if amount:
             self._sock.send(p.credit(amount))
 
     def _on_frames(self, frames):
@@ -724,6 +804,8 @@ class Subscriber(Actor):
             pass
         elif kind is p.AttachOk:
             self._attached = True
+            if not self.wait:
+                self._subscribe()
         elif kind is p.SubscribeOk:
             self._subscribed += 1
         elif kind is p.Detach:
@@ -737,12 +819,15 @@ class Subscriber(Actor):
         elif kind is p.Invalid:
             self._stats["invalid"] += 1
             reason = message.reason
-            log.warning("%s: broker says: %s", self.name, reason)
+            if not reason.startswith("NO-STREAM:"):  # (raised as NoSuchStream: said once, by the caller)
+                log.warning("%s: broker says: %s", self.name, reason)
             if reason.startswith("REPLAY:"):
                 self._fail(ReplayError(reason, self.stream, _number_after(reason, "sequence ")))
             elif reason.startswith("ROLLBACK:"):
                 self._fail(StreamRolledBack(reason, self.stream, _number_after(reason, "ends at sequence "),
                                             _number_after(reason, "before the ")))
+            elif reason.startswith("NO-STREAM:") and not self._attached:
+                self._fail(NoSuchStream(self.stream, self.endpoint))
             elif not self._attached or self._subscribed < len(self.patterns):
                 self._fail(ZepsError(reason))
 
@@ -819,10 +904,10 @@ def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) ->
     """The broker's introspection (the QUERY extension): a dict, see ``Broker.info``."""
     import json
 
-    sock = _dealer(endpoint, curve, _MAX_REPORT)
+    sock, watch = _dealer(endpoint, curve, _MAX_REPORT, watch=True)
     try:
         sock.send(p.encode(p.Query()))
-        if not sock.wait(POLLIN, timeout):
+        if not _wait(sock, watch, timeout, curve, endpoint):
             raise ZepsError("no answer from %s within %ss" % (endpoint, timeout))
         message = p.decode(sock.recv_frames()[0])
         if type(message) is p.Invalid:
@@ -831,4 +916,5 @@ def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) ->
             raise ZepsError("unexpected answer %s" % p.NAMES[message.id])
         return json.loads(message.report)
     finally:
+        watch.close()
         sock.close(0)

@@ -89,6 +89,13 @@ Errors every client gets, as INVALID with a reason prefix (like ``PING:``):
   as duplicates.  The subscription is refused; subscribe again from L or
   earlier, knowing that L+1..N held other messages.
 
+zactors extension for readers: **ATTACH-EXISTING** (id 22, C) = ATTACH's
+fields; the broker attaches as for ATTACH, but only to a stream that exists
+(open, or its journal on disk): else it answers INVALID ``NO-STREAM: stream
+NAME does not exist`` and creates nothing.  Subscribers and the Spark
+reader use it, so that reading never creates a stream.  It decodes as an
+``Attach`` whose ``existing`` is True.
+
 zactors datagrams for the real-time multicast output (UDP, see
 :mod:`.multicast`), never on a ZEPS peering: **MC-DELIVER** (id 16) =
 ``signature %d16 stream sequence key body`` and **MC-HEAD** (id 17) =
@@ -102,7 +109,7 @@ __all__ = [
     "SIGNATURE", "VERSION", "PROTOCOL", "NEW", "MAX_STRING", "MAX_CHUNK",
     "ATTACH", "ATTACH_OK", "SUBSCRIBE", "SUBSCRIBE_OK", "CREDIT", "PUBLISH", "DELIVER",
     "PING", "PING_OK", "DETACH", "DETACH_OK", "INVALID", "SUBSCRIBE_SINCE", "QUERY", "QUERY_OK",
-    "MC_DELIVER", "MC_HEAD", "FEATURES", "GAP", "PUBLISH_ID", "EPOCH", "NAMES",
+    "MC_DELIVER", "MC_HEAD", "FEATURES", "GAP", "PUBLISH_ID", "EPOCH", "ATTACH_EXISTING", "NAMES",
     "Attach", "AttachOk", "Subscribe", "SubscribeOk", "Credit", "Publish", "Deliver",
     "Ping", "PingOk", "Detach", "DetachOk", "Invalid", "SubscribeSince", "Query", "QueryOk", "McDeliver",
     "McHead", "Features", "Gap", "PublishId", "Epoch",
@@ -126,14 +133,16 @@ ATTACH, ATTACH_OK, SUBSCRIBE, SUBSCRIBE_OK, CREDIT, PUBLISH, DELIVER = 1, 2, 3, 
 PING, PING_OK, DETACH, DETACH_OK, INVALID, SUBSCRIBE_SINCE, QUERY, QUERY_OK = 8, 9, 10, 11, 12, 13, 14, 15
 MC_DELIVER, MC_HEAD = 16, 17
 FEATURES, GAP, PUBLISH_ID, EPOCH = 18, 19, 20, 21
+ATTACH_EXISTING = 22
 
 NAMES = {ATTACH: "ATTACH", ATTACH_OK: "ATTACH-OK", SUBSCRIBE: "SUBSCRIBE", SUBSCRIBE_OK: "SUBSCRIBE-OK",
          CREDIT: "CREDIT", PUBLISH: "PUBLISH", DELIVER: "DELIVER", PING: "PING", PING_OK: "PING-OK",
          DETACH: "DETACH", DETACH_OK: "DETACH-OK", INVALID: "INVALID", SUBSCRIBE_SINCE: "SUBSCRIBE-SINCE",
          QUERY: "QUERY", QUERY_OK: "QUERY-OK", MC_DELIVER: "MC-DELIVER", MC_HEAD: "MC-HEAD",
-         FEATURES: "FEATURES", GAP: "GAP", PUBLISH_ID: "PUBLISH-ID", EPOCH: "EPOCH"}
+         FEATURES: "FEATURES", GAP: "GAP", PUBLISH_ID: "PUBLISH-ID", EPOCH: "EPOCH",
+         ATTACH_EXISTING: "ATTACH-EXISTING"}
 
-Attach = namedtuple("Attach", "stream version")
+Attach = namedtuple("Attach", "stream version existing", defaults=(False,))  # existing: ATTACH-EXISTING
 AttachOk = namedtuple("AttachOk", "")
 Subscribe = namedtuple("Subscribe", "pattern latest")
 SubscribeOk = namedtuple("SubscribeOk", "")
@@ -205,9 +214,9 @@ def _number(value, field, bits):
     return value
 
 
-def attach(stream, version=VERSION):
-    """C: ATTACH ``stream`` (protocol "ZEPS", ``version``)."""
-    return _HEAD(SIGNATURE, ATTACH) + _string(PROTOCOL, "protocol") + _u16(_number(version, "version", 16)) + \
+def attach(stream, version=VERSION, existing=False):
+    """C: ATTACH ``stream`` (protocol "ZEPS", ``version``); ATTACH-EXISTING with ``existing``."""
+    return _HEAD(SIGNATURE, ATTACH_EXISTING if existing else ATTACH) + _string(PROTOCOL, "protocol") + _u16(_number(version, "version", 16)) + \
         _string(stream, "stream")
 
 
@@ -309,7 +318,7 @@ def encode(message):
     if frame is not None:
         return frame
     if kind is Attach:
-        return attach(message.stream, message.version)
+        return attach(message.stream, message.version, message.existing)
     if kind is Subscribe:
         return subscribe(message.pattern, message.latest)
     if kind is SubscribeSince:
@@ -413,14 +422,15 @@ def decode(frame):
     if command in _SINGLETONS:
         _end(frame, 3, NAMES[command])
         return _SINGLETONS[command]
-    if command == ATTACH:
-        protocol, at = _read_string(frame, 3, "ATTACH protocol")
+    if command == ATTACH or command == ATTACH_EXISTING:
+        name = NAMES[command]
+        protocol, at = _read_string(frame, 3, name + " protocol")
         if protocol != PROTOCOL:
-            raise ProtocolError("ATTACH protocol must be \"ZEPS\", got %r" % protocol[:16])
-        version, at = _read_number(_unpack_u16, 2, frame, at, "ATTACH version")
-        stream, at = _read_string(frame, at, "ATTACH stream")
-        _end(frame, at, "ATTACH")
-        return Attach(_text(stream, "ATTACH stream", allow_empty=False), version)
+            raise ProtocolError("%s protocol must be \"ZEPS\", got %r" % (name, protocol[:16]))
+        version, at = _read_number(_unpack_u16, 2, frame, at, name + " version")
+        stream, at = _read_string(frame, at, name + " stream")
+        _end(frame, at, name)
+        return Attach(_text(stream, name + " stream", allow_empty=False), version, command == ATTACH_EXISTING)
     if command == SUBSCRIBE or command == SUBSCRIBE_SINCE:
         name = NAMES[command]
         pattern, at = _read_string(frame, 3, name + " pattern")

@@ -114,8 +114,10 @@
     zeps: { title: "ZEPS", live: true, draw(part, arg) {
       const d = part.data;
       if (arg) return stream(d, arg);
+      const totals = part.totals || {};
       return [tiles([["streams", Object.keys(d.streams).length], ["peers", d.peers],
-                     ["published/s", number(part.now.published || 0)], ["delivered/s", number(part.now.delivered || 0)]]),
+                     ["published", totals.published || 0], ["published/s", number(part.now.published || 0)],
+                     ["delivered", totals.delivered || 0], ["delivered/s", number(part.now.delivered || 0)]]),
         chartGrid("zeps"),
         el("h2", {}, "Streams"),
         table([{ title: "stream", cell: r => el("a", { href: "#/zeps/" + encodeURIComponent(r[0]) }, r[0]) },

@@ -14,6 +14,13 @@
 ``bodyFormat``         ``binary`` (default), ``utf-8`` (body as a string), ``json``
                        (body fields as columns: give ``bodySchema`` in DDL)
 ``bodySchema``         e.g. ``"sensor STRING, value DOUBLE"`` (with ``bodyFormat=json``)
+``mode``               ``bodyFormat=json``, a body that is not a JSON object matching
+                       bodySchema, as Spark's JSON reader: ``PERMISSIVE`` (default:
+                       its fields are null), ``DROPMALFORMED`` (its row is left out)
+                       or ``FAILFAST`` (the read fails, naming its sequence)
+``columnNameOfCorruptRecord``  PERMISSIVE: a STRING field of bodySchema with this
+                       name (default ``_corrupt_record``) holds a malformed body's
+                       text (null for the others)
 ``partitionBytes``     most bytes of journal per partition (default 128 MiB, as
                        Spark's ``spark.sql.files.maxPartitionBytes``)
 ``minPartitions``      partitions a read spreads over at least, while each keeps
@@ -30,7 +37,12 @@
 ``writerId``           streaming write: names the exactly-once commit log (default
                        ``default``; give distinct ids to queries writing one stream)
 ``timeout``            seconds to wait for the broker (default 10)
+``window``             reads from a broker: the subscriber's credit window in bytes
+                       (default 8 MiB)
 =====================  ==========================================================
+
+Option names are case-insensitive, as Spark's are; a name not listed here is
+refused with the list (a misspelled option would otherwise be ignored).
 """
 import datetime
 import json
@@ -39,6 +51,14 @@ import os
 __all__ = ["Options", "ZepsSparkError", "parse_time"]
 
 BODY_FORMATS = ("binary", "utf-8", "json")
+MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
+#: every option, spelled as documented (Spark lower-cases the names it passes)
+NAMES = ("path", "broker", "stream", "streams", "fromSeq", "toSeq", "startTime", "endTime", "keyPattern",
+         "bodyFormat", "bodySchema", "mode", "columnNameOfCorruptRecord", "partitionBytes", "minPartitions",
+         "startingOffsets", "maxRecordsPerTrigger", "failOnDataLoss", "writerId", "timeout", "window")
+#: options Spark itself handles and may pass along (a streaming write's checkpoint)
+_SPARKS = ("checkpointlocation", "queryname")
+_KNOWN = {name.lower() for name in NAMES} | set(_SPARKS)
 
 
 class ZepsSparkError(Exception):
@@ -91,6 +111,10 @@ class Options:
 
     def __init__(self, options):
         options = {str(k).lower(): v for k, v in dict(options).items()}
+        unknown = sorted(name for name in options if name not in _KNOWN)
+        if unknown:
+            raise ZepsSparkError("unknown option%s %s: the zeps source takes %s" % (
+                "s" if len(unknown) > 1 else "", ", ".join(unknown), ", ".join(NAMES)))
         self.path = options.get("path") or None
         self.broker = options.get("broker") or None
         if self.path and self.broker:
@@ -115,13 +139,22 @@ class Options:
         self.body_schema = options.get("bodyschema")
         if self.body_format == "json" and not self.body_schema:
             raise ZepsSparkError("bodyFormat json needs bodySchema, e.g. \"sensor STRING, value DOUBLE\"")
+        self.mode = str(options.get("mode") or "PERMISSIVE").strip().upper()
+        if self.mode not in MODES:
+            raise ZepsSparkError("option mode: %r is not one of %s" % (options["mode"], ", ".join(MODES)))
+        self.corrupt_column = str(options.get("columnnameofcorruptrecord") or "_corrupt_record").strip()
         self.partition_bytes = _int(options, "partitionbytes", 128 << 20, 1 << 10)
         self.min_partitions = _int(options, "minpartitions", os.cpu_count() or 1, 1)
         self.starting_offsets = (options.get("startingoffsets") or "earliest").strip()
         self.max_records = _int(options, "maxrecordspertrigger", None, 1)
         self.fail_on_data_loss = _bool(options, "failondataloss", True)
         self.writer_id = options.get("writerid") or "default"
-        self.timeout = float(options.get("timeout") or 10.0)
+        try:
+            self.timeout = float(options.get("timeout") or 10.0)
+        except ValueError:
+            raise ZepsSparkError("option timeout: %r is not a number of seconds" % options["timeout"]) from None
+        if not self.timeout > 0:
+            raise ZepsSparkError("option timeout: %r must be above 0 seconds" % options["timeout"])
         self.stream_window = _int(options, "window", 8 << 20, 1 << 16)
 
     def require_source(self):

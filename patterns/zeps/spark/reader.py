@@ -114,19 +114,18 @@ def broker_info(opts):
         raise ZepsSparkError("cannot reach the ZEPS broker at %r: %s" % (opts.broker, exc)) from None
 
 
-def broker_range(opts, stream, must_exist=True):
-    """(first_seq, last_seq) of a stream on the broker, opening it there if it is on disk."""
-    report = broker_info(opts)
-    info = report["streams"].get(stream)
-    if info is None:                 # not opened since the broker started: ATTACH opens it
-        from zactors.patterns.zeps.client import Publisher, ZepsError
-        try:
-            Publisher(opts.broker, stream, timeout=opts.timeout).close()
-        except ZepsError as exc:
-            raise ZepsSparkError("broker %s refused stream %r: %s" % (opts.broker, stream, exc)) from None
-        info = broker_info(opts)["streams"].get(stream)
-        if info is None or (must_exist and info["last_seq"] == 0):
+def broker_range(opts, stream, must_exist=True, report=None):
+    """(first_seq, last_seq) of a stream on the broker (from its QUERY ``report``, asked for if None).
+
+    Reading never creates a stream: a stream the broker does not have is an
+    error with ``must_exist``, else empty (``(1, 0)``: a streaming query may
+    start before the stream's first message).
+    """
+    info = (report or broker_info(opts))["streams"].get(stream)
+    if info is None:
+        if must_exist:
             raise ZepsSparkError("no stream %r on the broker at %s" % (stream, opts.broker))
+        return 1, 0
     return info["first_seq"], info["last_seq"]
 
 
@@ -137,7 +136,8 @@ def stream_ranges(opts, must_exist=True):
         return {name: journal_range(d) + (d,) for name, d in journal_streams(opts).items()}
     if not opts.streams:
         raise ZepsSparkError("option stream is required with broker")
-    return {name: broker_range(opts, name, must_exist) + (None,) for name in opts.streams}
+    report = broker_info(opts)      # one QUERY for every stream
+    return {name: broker_range(opts, name, must_exist, report) + (None,) for name in opts.streams}
 
 
 # -- planning ------------------------------------------------------------------------
@@ -258,9 +258,17 @@ class _KeyFilter:
         return pc.is_in(keys, value_set=pa.array(wanted, pa.binary()))
 
 
-def _body_columns(opts, body, arrow_fields, part):
+def _body_columns(opts, body, arrow_fields, part, seqs):
+    """The body's columns for one batch, and a mask of the rows to keep (None: all).
+
+    ``bodyFormat=json`` follows ``mode`` as Spark's JSON reader does: a body
+    that is not one JSON object matching ``bodySchema`` gives nulls
+    (PERMISSIVE, and its text in the ``columnNameOfCorruptRecord`` field if
+    bodySchema has one), drops its row (DROPMALFORMED), or fails the read
+    naming its sequence (FAILFAST).
+    """
     if opts.body_format == "binary":
-        return [body]
+        return [body], None
     if opts.body_format == "utf-8":
         text = body.cast(pa.string(), safe=False)
         try:
@@ -268,23 +276,61 @@ def _body_columns(opts, body, arrow_fields, part):
         except pa.ArrowInvalid:
             raise ZepsSparkError("stream %r: a body between sequences %d and %d is not valid UTF-8"
                                  " (use bodyFormat binary)" % (part.stream, part.from_seq, part.to_seq)) from None
-        return [text]
+        return [text], None
+    if len(body) == 0:
+        return [pa.array([], f.type) for f in arrow_fields], None
+    corrupt = opts.corrupt_column
+    fields = [f for f in arrow_fields if f.name != corrupt]
+    bodies = body.to_pylist()
+    tables, bad = _parse_json(bodies, 0, len(bodies), pa.schema(fields))
+    if bad and opts.mode == "FAILFAST":
+        at = bad[0]
+        raise ZepsSparkError("stream %r: the body at sequence %d is not a JSON object matching bodySchema "
+                             "(mode FAILFAST; PERMISSIVE gives nulls, DROPMALFORMED skips it)"
+                             % (part.stream, seqs[at].as_py()))
+    parsed = pa.concat_tables(tables) if tables else None
+    n = len(bodies)
+    bad_set = set(bad)
+    if bad:   # row i takes parsed row take[i]; a bad row takes null
+        take, good = [], 0
+        for i in range(n):
+            take.append(None if i in bad_set else good)
+            good += i not in bad_set
+        take = pa.array(take, pa.int64())
+    columns = []
+    for f in arrow_fields:
+        if f.name == corrupt:
+            columns.append(pa.array([bodies[i].decode("utf-8", "replace") if i in bad_set else None
+                                     for i in range(n)], f.type) if bad else pa.nulls(n, f.type))
+        elif parsed is None:
+            columns.append(pa.nulls(n, f.type))
+        else:
+            column = parsed.column(f.name).combine_chunks()
+            columns.append(column.take(take) if bad else column)
+    keep = None
+    if bad and opts.mode == "DROPMALFORMED":
+        keep = pa.array([i not in bad_set for i in range(n)], pa.bool_())
+    return columns, keep
+
+
+def _parse_json(bodies, lo, hi, schema):
+    """([tables of the good bodies in order], [indices of the bad]) for bodies[lo:hi]: read at once, and
+    split in halves only where a read fails, so a batch with k bad bodies costs O(k log n) reads."""
     import io
     import pyarrow.json as pajson
-    schema = pa.schema(arrow_fields)
-    if len(body) == 0:
-        return [pa.array([], f.type) for f in arrow_fields]
-    lines = b"\n".join(body.to_pylist())
     try:
-        table = pajson.read_json(io.BytesIO(lines), parse_options=pajson.ParseOptions(
+        table = pajson.read_json(io.BytesIO(b"\n".join(bodies[lo:hi])), parse_options=pajson.ParseOptions(
             explicit_schema=schema, newlines_in_values=True, unexpected_field_behavior="ignore"))
-    except (pa.ArrowInvalid, ValueError) as exc:
-        raise ZepsSparkError("stream %r: a body between sequences %d and %d is not JSON matching bodySchema: %s"
-                             % (part.stream, part.from_seq, part.to_seq, str(exc).splitlines()[0])) from None
-    if table.num_rows != len(body):
-        raise ZepsSparkError("stream %r: bodies between sequences %d and %d are not one JSON object each"
-                             % (part.stream, part.from_seq, part.to_seq))
-    return [table.column(i).combine_chunks() for i in range(table.num_columns)]
+        if table.num_rows == hi - lo:
+            return [table], []
+    except (pa.ArrowInvalid, ValueError):
+        pass
+    if hi - lo == 1:
+        return [], [lo]
+    mid = (lo + hi) // 2
+    left, left_bad = _parse_json(bodies, lo, mid, schema)
+    right, right_bad = _parse_json(bodies, mid, hi, schema)
+    return left + right, left_bad + right_bad
 
 
 def read_partition(opts, slices, out_schema, body_fields=None):
@@ -320,8 +366,10 @@ def _read_slice(opts, part, out_schema, body_fields):
             if not batch.num_rows:
                 continue
             columns = [pa.repeat(stream, batch.num_rows), batch.column(0), batch.column(1), batch.column(2)]
-            columns.extend(_body_columns(opts, batch.column(3), body_fields, part))
-            yield pa.RecordBatch.from_arrays(columns, schema=out_schema)
+            body, keep = _body_columns(opts, batch.column(3), body_fields, part, batch.column(0))
+            columns.extend(body)
+            out = pa.RecordBatch.from_arrays(columns, schema=out_schema)
+            yield out if keep is None else out.filter(keep)
     except SequenceGone as exc:
         if not opts.fail_on_data_loss:      # a whole segment file removed between planning and reading
             log.warning("stream %r: sequences %d..%d were removed by retention before they were read; skipped",

@@ -18,6 +18,7 @@ checkpoint resumes at exactly the next sequence.  Every object here is
 created by Spark (driver or executor); none is shared between threads.
 """
 import logging
+import time
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -28,6 +29,11 @@ from .reader import BASE_FIELDS, plan, read_partition, stream_ranges
 __all__ = ["ZepsDataSource"]
 
 log = logging.getLogger(__name__)
+
+#: seconds the streaming reader reuses the streams' latest offsets: Spark asks for them between
+#: micro-batches, tens of times a second when idle; each ask is a QUERY to the broker (or a look
+#: at every journal), so at most this often
+LATEST_OFFSETS_TTL = 0.5
 
 
 def fair_share(wants, budget):
@@ -106,6 +112,12 @@ class _Reading:
                 [f.name for f in schema.fields[:len(BASE_FIELDS)]] != [n for n, _ in BASE_FIELDS]:
             raise ZepsSparkError("a zeps schema starts with %s and the body: do not set .schema() by hand, "
                                  "use bodyFormat/bodySchema" % ", ".join(n for n, _ in BASE_FIELDS))
+        if opts.body_format == "json":
+            from pyspark.sql.types import StringType
+            for field in schema.fields[len(BASE_FIELDS):]:
+                if field.name == opts.corrupt_column and not isinstance(field.dataType, StringType):
+                    raise ZepsSparkError("bodySchema field %s holds malformed bodies (columnNameOfCorruptRecord):"
+                                         " make it STRING" % field.name)
 
     def read(self, partition):
         import pyarrow as pa
@@ -144,9 +156,14 @@ class _StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNo
     def __init__(self, opts, schema):
         super().__init__(opts, schema)
         self._target = None             # Trigger.AvailableNow: the offsets not to go past
+        self._cached = None             # (monotonic time, ranges): see LATEST_OFFSETS_TTL
 
     def _ranges(self):
-        return stream_ranges(self.opts, must_exist=False)
+        """{stream: (first, last, directory)}, asked for at most every LATEST_OFFSETS_TTL seconds."""
+        now = time.monotonic()
+        if self._cached is None or now - self._cached[0] >= LATEST_OFFSETS_TTL:
+            self._cached = (now, stream_ranges(self.opts, must_exist=False))
+        return self._cached[1]
 
     def initialOffset(self):
         how, value = self.opts.starting()
@@ -163,6 +180,8 @@ class _StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNo
         return offsets
 
     def _seq_at_time(self, stream, directory, when, last):
+        if directory is None and last == 0:  # no message yet (perhaps no stream): start at the first
+            return 1
         if directory is not None:
             from zactors.actors.journal import JournalReader
             with JournalReader(directory) as reader:

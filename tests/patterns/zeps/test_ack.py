@@ -33,7 +33,7 @@ def test_synced_delivers_and_acknowledges_only_what_an_fsync_covered(synced_brok
         if synced < message.seq:
             early.append((message.seq, synced))
 
-    sub = Subscriber(broker.endpoint, "s", new=True, callback=on_message)
+    sub = Subscriber(broker.endpoint, "s", new=True, callback=on_message, wait=True)
     pub = raw(broker.endpoint)
     pub.send(p.attach(b"s"))
     pub.expect(p.AttachOk)
@@ -63,7 +63,8 @@ def test_written_is_the_default_and_delivers_before_the_fsync(journal_dir, raw):
     from zactors.patterns.zeps.broker import Broker
     with Broker(journal_dir, fsync=10.0) as broker:
         got = []
-        sub = Subscriber(broker.endpoint, "s", new=True, callback=lambda m: got.append(_journal(broker).synced_seq))
+        sub = Subscriber(broker.endpoint, "s", new=True, wait=True,
+                         callback=lambda m: got.append(_journal(broker).synced_seq))
         try:
             with Publisher(broker.endpoint, "s") as pub:
                 for i in range(10):

@@ -52,7 +52,22 @@ def test_publish_subscribe_streams_and_dump(run, capsys, tmp_path, monkeypatch):
     assert main(["-q", "zeps", "dump", journal]) == 0
     assert "seq 1..4" in capsys.readouterr().out
     assert main(["-q", "zeps", "dump", os.path.join(journal, "orders"), "--from", "4"]) == 0
-    assert capsys.readouterr().out.split("\t")[::3] == ["4", "hello\n"]
+    by_directory = capsys.readouterr().out
+    header, line = by_directory.splitlines()
+    assert header.split() == ["SEQ", "TIME", "KEY", "BODY"]
+    seq, stamp, key, body = line.split()
+    assert (seq, key, body) == ("4", "us.ny", "hello") and re.search(r"[+-]\d\d:\d\d$", stamp)  # a time zone
+    assert header.index("KEY") == line.index("us.ny") and header.index("TIME") == line.index(stamp)  # aligned
+    assert main(["-q", "zeps", "dump", "orders", "--journal", journal, "--from", "4"]) == 0  # by stream name
+    assert capsys.readouterr().out == by_directory
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("zactors-data")
+    os.rename(journal, os.path.join("zactors-data", "zeps"))      # where zactors up journals: the default
+    assert main(["-q", "zeps", "dump", "orders", "--from", "4"]) == 0
+    assert capsys.readouterr().out == by_directory
+    assert main(["-q", "zeps", "dump", "ordres"]) == 2
+    assert "no stream 'ordres' in journal directory zactors-data/zeps (streams there: orders)" in \
+        capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, says", [

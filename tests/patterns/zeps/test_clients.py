@@ -125,7 +125,7 @@ def test_callbacks_and_iteration(broker):
 
 def test_refused_subscription_raises(broker):
     with pytest.raises(ZepsError, match="bad regular expression"):
-        Subscriber(broker.endpoint, "s", b"re:(")
+        Subscriber(broker.endpoint, "s", b"re:(", wait=True)
     with pytest.raises(ZepsError, match="reserved"):
         Publisher(broker.endpoint, "$x")
 

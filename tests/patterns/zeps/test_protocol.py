@@ -73,7 +73,7 @@ def test_command_ids_are_the_specs():
     (b"\xaa\xa5", "at least 3 bytes"),
     (b"\xaa\xa6\x08", "bad signature"),
     (SIG + b"\x00", "unknown command id 0"),
-    (SIG + b"\x16", "unknown command id 22"),
+    (SIG + b"\x17", "unknown command id 23"),
     (SIG + b"\x15" + b"\x00" * 8, "EPOCH floor: needs 8 bytes"),
     (SIG + b"\x14" + struct.pack(">QQ", 1, 1) + b"\x01k\x00\x00\x00\x05abc", "PUBLISH-ID body: length 5"),
     (SIG + b"\x12", "FEATURES features: missing"),
@@ -113,7 +113,7 @@ u64 = st.integers(0, 2 ** 64 - 1)
 short = st.binary(max_size=255)
 text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=255)
 messages = st.one_of(
-    st.builds(p.Attach, text.filter(bool).map(str.encode), st.integers(0, 65535)),
+    st.builds(p.Attach, text.filter(bool).map(str.encode), st.integers(0, 65535), st.booleans()),
     st.builds(p.Subscribe, short, u64),
     st.builds(p.SubscribeSince, short, u64),
     st.builds(p.Credit, u64),

@@ -94,7 +94,7 @@ def test_a_subscriber_resuming_past_a_journal_cut_shorter_is_told_of_the_rollbac
     from zactors.patterns.zeps.broker import Broker
     broker = Broker(journal_dir, heartbeat=0.2, expiry=1.0)
     endpoint = broker.endpoint
-    sub = Subscriber(endpoint, "s", heartbeat=0.2, expiry=1.0)
+    sub = Subscriber(endpoint, "s", heartbeat=0.2, expiry=1.0, wait=True)
     try:
         _fill(endpoint, 500)
         got = [sub.get(timeout=20).seq for _ in range(500)]
@@ -133,7 +133,7 @@ def test_a_rollback_is_seen_even_when_new_messages_took_the_stream_past_what_the
 
     from zactors.patterns.zeps import query
     proc, endpoint = broker_process()
-    sub = Subscriber(endpoint, "s", heartbeat=5.0, expiry=30.0)  # slow to notice the restart
+    sub = Subscriber(endpoint, "s", heartbeat=5.0, expiry=30.0, wait=True)  # slow to notice the restart
     try:
         _fill(endpoint, 500)
         assert [sub.get(timeout=20).seq for _ in range(500)][-1] == 500

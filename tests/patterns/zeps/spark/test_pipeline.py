@@ -85,3 +85,18 @@ def test_pipeline_on_a_standalone_cluster(tmp_path, processes):
                     proc.wait(timeout=30)
                 except Exception:
                     os.killpg(proc.pid, signal.SIGKILL)
+
+
+class _Ran:
+    published, printed, outliers = 1200, 7, 1
+
+
+def test_the_last_line_never_points_at_a_removed_directory(tmp_path):
+    """Issue 21: without --workdir the output directory is removed at the end, so it is not named."""
+    from zactors.apps.commands.spark import done_line
+    kept = done_line(_Ran, str(tmp_path))
+    assert kept == "done: 1200 readings published, 7 aggregates printed (1 outliers); Parquet in %s" % (
+        tmp_path / "aggregates")
+    temporary = done_line(_Ran, None)
+    assert "zactors-spark-" not in temporary and "Parquet in" not in temporary
+    assert temporary.endswith("the temporary journal and Parquet output are removed (--workdir DIR keeps them)")

@@ -106,6 +106,11 @@ def test_clear_errors(spark, journal, tmp_path, broker_process):
 def test_json_body_that_is_not_json(spark, tmp_path):
     root = tmp_path / "j"
     write_journal(root, "t", [(b"k", b"{\"n\": 1}"), (b"k", b"not json")])
-    message = _error(spark, lambda: spark.read.format("zeps").option("path", str(root))
-                     .option("bodyFormat", "json").option("bodySchema", "n INT").load().collect())
-    assert message.startswith("stream 't': a body between sequences 1 and 2 is not JSON matching bodySchema")
+    read = (spark.read.format("zeps").option("path", str(root)).option("bodyFormat", "json")
+            .option("bodySchema", "n INT, _corrupt_record STRING"))
+    assert sorted((r.seq, r.n, r._corrupt_record) for r in read.load().collect()) == [
+        (1, 1, None), (2, None, "not json")]                          # PERMISSIVE, as Spark's JSON reader
+    assert [r.seq for r in read.option("mode", "DROPMALFORMED").load().collect()] == [1]
+    message = _error(spark, lambda: read.option("mode", "FAILFAST").load().collect())
+    assert message.startswith("stream 't': the body at sequence 2 is not a JSON object matching bodySchema")
+    assert _error(spark, lambda: read.option("mdoe", "FAILFAST").load()).startswith("unknown option mdoe: ")
