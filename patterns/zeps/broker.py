@@ -53,8 +53,9 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   (its DELIVER frame size) gets it straight from the publish path, with no
   disk read.  One whose credit does not is switched to replay at that
   sequence; once credit comes back it is replayed from the journal (the
-  journal's tail cache, or the disk) by one cooperative task for all
-  replaying subscribers, filtered by its patterns, and switched back to live
+  journal's tail cache in the loop; the disk on the hub's threadpool, never
+  on the loop, at most ``replay_reads`` reads at once) by one cooperative
+  task for all replaying subscribers, filtered by its patterns, and switched back to live
   when it has caught up.  Every subscriber gets each matching message once,
   in sequence order, with no gap, whatever its speed.
 - Credit budget: what the broker may have to hold for subscribers is the
@@ -127,6 +128,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -164,8 +166,6 @@ _MAX_COMMAND = 1024
 class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspection, Actor):
     """A ZEPS broker journaling under ``journal_dir``.  See the module docstring."""
 
-    #: replay: records read per journal call (one task step)
-    replay_batch = 256
     #: messages waiting in the kernel outbox for one peer before it is switched to replay
     transport_high = 1000
     #: libzmq's send queue per peer, in messages: credit is the flow control, so it is
@@ -226,14 +226,17 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         if name:
             self.name = name
 
+    # -- setup and teardown ---------------------------------------------------------
     def setup(self) -> None:
         os.makedirs(self.journal_dir, mode=0o700, exist_ok=True)
         self._streams: dict[bytes, _Stream] = {}
         self._peers: dict[bytes, _Peer] = {}
         self._replaying: dict[bytes, _Peer] = {}        # peers with credit waiting to be replayed (ordered set)
         self._pumping = False
-        self._ping_tokens = 0     # ack="synced": numbers the PINGs waiting for an fsync
+        self._cold_reads = 0      # replay reads under way off the hub
+        self._cold_waiting: OrderedDict[bytes, _Peer] = OrderedDict()  # peers waiting for one (ordered set)
         self._incarnation = secrets.randbits(64)  # names this run (EPOCH): a client resuming across a restart knows
+        self._ping_tokens = 0     # ack="synced": numbers the PINGs waiting for an fsync
         self._alive: Liveness[bytes] = Liveness(self.heartbeat, self.expiry)
         self._alive_timer = None
         self._heard: set[bytes] = set()         # identities heard from since the last liveness sweep

@@ -163,8 +163,10 @@ class Commands:
             log.warning("%s: %r: %s", self.name, identity, reason)
             self._send(identity, p.invalid(reason))
             return
+        since = None
         if type(message) is p.SubscribeSince:
-            start = journal.seq_at_time(message.since / 1e6)
+            since = message.since / 1e6  # in the loop only when the tail cache holds the whole journal
+            start = journal.seq_at_time(since) if journal.cached(journal.first_seq) else 0
         elif message.latest == p.NEW:
             start = journal.last_seq + 1
         else:
@@ -173,7 +175,10 @@ class Commands:
         peer.next = max(start, 1)
         self.stats["subscribed"] += 1
         self._send(identity, p.SUBSCRIBE_OK_FRAME)
-        if peer.next > peer.stream.delivered_seq:
+        if not start:  # the time is looked up off the hub: replay starts there
+            peer.mode = _REPLAY
+            self._find_since(peer, since)
+        elif peer.next > peer.stream.delivered_seq:
             self._go_live(peer)
         else:
             peer.mode = _REPLAY

@@ -151,7 +151,8 @@ class CreditBudget:
                 continue
             if not peer.probes:
                 self._probe(peer)
-            if peer.credit > 0 and identity not in self._replaying:  # (a replay step may be spending it)
+            if peer.credit > 0 and identity not in self._replaying and not peer.reading:  # (a replay
+                # step may be spending it, or a read off the hub bringing what it will spend it on)
                 unspent, peer.credit = peer.credit, 0
                 peer.honoured -= unspent
                 self.stats["credit_revoked"] += 1

@@ -25,7 +25,8 @@ _LIVE, _REPLAY = "live", "replay"
 
 class _Peer:
     __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
-                 "key", "may_publish", "delivered", "held", "gaps", "honoured", "acked", "probes", "starved")
+                 "key", "may_publish", "delivered", "held", "gaps", "honoured", "acked", "probes", "starved",
+                 "reading", "fetched", "since")
 
     def __init__(self, identity, stream, key):
         self.identity = identity
@@ -45,6 +46,9 @@ class _Peer:
         self.acked = 0            # of what was sent, bytes known drained (a PING-OK came back after them)
         self.probes = deque()     # per unanswered PING: the bytes sent before it
         self.starved = False      # its credit waits for the budget (and it was told)
+        self.reading = False      # a replay read off the hub is queued or under way for it
+        self.fetched = None       # what that read brought: (its first sequence, records or the error)
+        self.since = None         # SUBSCRIBE-SINCE: the time whose sequence that read looks up
 
 
 
@@ -78,6 +82,7 @@ class Peers:
         if peer.filter is not None:
             peer.stream.matcher.remove(peer.filter)
         self._replaying.pop(identity, None)
+        self._cold_waiting.pop(identity, None)
         self._alive.forget(identity)
         self._release(peer, self.router.drop(identity))
 

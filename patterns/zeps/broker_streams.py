@@ -51,7 +51,7 @@ def _open_stream_budget(max_streams):
 
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
-                 "publishes", "pings", "producers", "floor", "idle_since", "creator", "pinned")
+                 "publishes", "pings", "producers", "floor", "idle_since", "creator", "pinned", "reads")
 
     def __init__(self, name, journal, commit):
         self.name = name
@@ -69,6 +69,7 @@ class _Stream:
         self.idle_since = _monotonic()  # no peer since then (None while it has peers)
         self.creator = None       # the peer (key or identity) that created it, for its quota
         self.pinned = False       # declared: never closed for idleness
+        self.reads = 0            # replay reads of its journal under way off the hub (it stays open)
 
 
 
@@ -153,6 +154,7 @@ class Streams:
         since = stream.idle_since
         journal = stream.journal
         return (since is not None and now - since >= idle and not stream.pinned and not stream.fresh
+                and not stream.reads
                 and journal.written_seq == journal.last_seq
                 and (self.fsync == "never" or journal.synced_seq == journal.written_seq))
 
