@@ -127,7 +127,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -235,7 +234,6 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         self._pumping = False
         self._cold_reads = 0      # replay reads under way off the hub
         self._cold_waiting: OrderedDict[bytes, _Peer] = OrderedDict()  # peers waiting for one (ordered set)
-        self._incarnation = secrets.randbits(64)  # names this run (EPOCH): a client resuming across a restart knows
         self._ping_tokens = 0     # ack="synced": numbers the PINGs waiting for an fsync
         self._alive: Liveness[bytes] = Liveness(self.heartbeat, self.expiry)
         self._alive_timer = None

@@ -74,8 +74,13 @@ class Commands:
             if peer is not None:  # (before ATTACH: ignored, as the extension says)
                 names = message.features.split()
                 peer.gaps = b"gaps" in names
-                if b"epochs" in names:
-                    self._send(identity, p.epoch(self._incarnation, peer.stream.floor))
+                if b"epochs" in names:  # the stream journal's epoch, and where it started
+                    self._send(identity, p.epoch(*peer.stream.journal.epochs[-1]))
+        elif kind is p.Epoch:  # the client says where its position is from (before its SUBSCRIBE)
+            if peer is None:
+                self._unattached(identity, "EPOCH")
+            else:
+                peer.resume = message
         elif kind is p.Query:
             self.stats["queries"] += 1
             may_see = None
@@ -154,6 +159,9 @@ class Commands:
             self._invalid(identity, str(exc))
             return
         journal = peer.stream.journal
+        if type(message) is p.Subscribe and message.latest != p.NEW and peer.resume is not None \
+                and self._rolled_back(identity, peer, peer.resume):
+            return
         if type(message) is p.Subscribe and message.latest != p.NEW and message.latest > journal.last_seq:
             self.stats["rollbacks"] += 1
             reason = ("ROLLBACK: stream %s ends at sequence %d, before the %d you resume after: the journal lost "
@@ -185,6 +193,23 @@ class Commands:
             if peer.credit:
                 self._replaying[identity] = peer
                 self._pump()
+
+    def _rolled_back(self, identity, peer, resume):
+        """The EPOCH extension: True, and INVALID "ROLLBACK: ...", when the client's position (sequence
+        ``resume.seq`` of epoch ``resume.epoch``) was lost since: the journal gives those sequences to
+        other messages (``Journal.check_resume``), even if the stream has since grown past them."""
+        journal = peer.stream.journal
+        last = journal.check_resume(resume.epoch, resume.seq)
+        if last is None:
+            return False
+        self.stats["rollbacks"] += 1
+        name = peer.stream.name.decode()
+        reason = ("ROLLBACK: stream %s: epoch %d ends at sequence %d, before the %d you resume after: the journal "
+                  "lost messages; sequences from %d on are other ones: subscribe again from %d or earlier"
+                  % (name, resume.epoch, last, resume.seq, last + 1, last + 1))
+        log.warning("%s: %r: %s", self.name, identity, reason)
+        self._send(identity, p.invalid(reason))
+        return True
 
     def _ping(self, identity, peer):
         if peer is None:  # no peering here (the broker restarted?): tell it to attach again

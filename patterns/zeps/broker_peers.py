@@ -26,7 +26,7 @@ _LIVE, _REPLAY = "live", "replay"
 class _Peer:
     __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
                  "key", "may_publish", "delivered", "held", "gaps", "honoured", "acked", "probes", "starved",
-                 "reading", "fetched", "since")
+                 "reading", "fetched", "since", "resume")
 
     def __init__(self, identity, stream, key):
         self.identity = identity
@@ -49,6 +49,7 @@ class _Peer:
         self.reading = False      # a replay read off the hub is queued or under way for it
         self.fetched = None       # what that read brought: (its first sequence, records or the error)
         self.since = None         # SUBSCRIBE-SINCE: the time whose sequence that read looks up
+        self.resume = None        # the client's EPOCH: the epoch its position is from, and that position
 
 
 

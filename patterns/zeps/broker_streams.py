@@ -51,7 +51,7 @@ def _open_stream_budget(max_streams):
 
 class _Stream:
     __slots__ = ("name", "journal", "commit", "matcher", "peers", "fresh", "delivered_seq", "samples",
-                 "publishes", "pings", "producers", "floor", "idle_since", "creator", "pinned", "reads")
+                 "publishes", "pings", "producers", "idle_since", "creator", "pinned", "reads")
 
     def __init__(self, name, journal, commit):
         self.name = name
@@ -61,7 +61,6 @@ class _Stream:
         self.peers = {}           # identity -> _Peer attached here
         self.fresh = []           # journal Records appended this round: written, then delivered live
         self.delivered_seq = journal.last_seq  # the publish path delivered up to here
-        self.floor = journal.last_seq  # its last sequence when this run of the broker opened it (EPOCH)
         self.samples = []         # (monotonic, last_seq) for the rate
         self.publishes = 0
         self.pings = {}           # ack="synced": token -> identity of a PING waiting for its fsync

@@ -74,7 +74,7 @@ def test_command_ids_are_the_specs():
     (b"\xaa\xa6\x08", "bad signature"),
     (SIG + b"\x00", "unknown command id 0"),
     (SIG + b"\x16", "unknown command id 22"),
-    (SIG + b"\x15" + b"\x00" * 8, "EPOCH floor: needs 8 bytes"),
+    (SIG + b"\x15" + b"\x00" * 8, "EPOCH seq: needs 8 bytes"),
     (SIG + b"\x14" + struct.pack(">QQ", 1, 1) + b"\x01k\x00\x00\x00\x05abc", "PUBLISH-ID body: length 5"),
     (SIG + b"\x12", "FEATURES features: missing"),
     (SIG + b"\x13" + struct.pack(">QQ", 5, 4), "GAP first 5 is after last 4"),
