@@ -159,3 +159,23 @@ def test_mutated_valid_frames_decode_or_raise_protocol_error(message, data):
         decode(bytes(frame))
     except ProtocolError:
         pass
+
+
+@settings(max_examples=1000, deadline=None)
+@given(messages, st.data())
+def test_parse_publish_is_decodes_publish(message, data):
+    """One PUBLISH parser: the broker's hot path takes a frame exactly when decode makes it a Publish."""
+    frame = bytearray(encode(message))
+    if data.draw(st.booleans()) and frame:
+        i = data.draw(st.integers(0, len(frame) - 1))
+        frame[i] ^= data.draw(st.integers(1, 255))
+    frame = bytes(frame)
+    try:
+        decoded = decode(frame)
+    except ProtocolError:
+        decoded = None
+    parsed = p.parse_publish(frame)
+    if type(decoded) is p.Publish:
+        assert parsed == tuple(decoded)
+    else:
+        assert parsed is None
