@@ -58,6 +58,11 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   task for all replaying subscribers, filtered by its patterns, and switched back to live
   when it has caught up.  Every subscriber gets each matching message once,
   in sequence order, with no gap, whatever its speed.
+- Resuming: a SUBSCRIBE after sequence N that the journal lost (N past the
+  stream's end, or, told by the client's EPOCH, lost in an epoch since:
+  ``Journal.check_resume``, whatever broker runs came between) is refused
+  with INVALID "ROLLBACK: ..." (counted ``rollbacks``): those sequences are
+  other messages now.  See :mod:`.protocol`.
 - Credit budget: what the broker may have to hold for subscribers is the
   credit it honours, so credit is honoured from one budget of
   ``max_credit_total`` bytes (default 64 MiB) for all subscribers, at most
@@ -116,7 +121,7 @@ uses):
 
 - :mod:`.broker_hot_path`: PUBLISH in, the journal append, live delivery;
 - :mod:`.broker_replay`: the replay task and its reads off the hub;
-- :mod:`.broker_commands`: ATTACH, SUBSCRIBE, PING, FEATURES, QUERY, permissions;
+- :mod:`.broker_commands`: ATTACH, SUBSCRIBE (and ROLLBACK), PING, FEATURES, EPOCH, QUERY, permissions;
 - :mod:`.broker_peers`: peerings, transport events, liveness;
 - :mod:`.broker_credit`: the credit budget;
 - :mod:`.broker_streams`: streams opened, created and closed within their budgets;

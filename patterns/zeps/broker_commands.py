@@ -1,10 +1,12 @@
-"""The ZEPS broker's commands: ATTACH, SUBSCRIBE, PING, DETACH, FEATURES, QUERY and the permissions that
-guard them (a mixin of :class:`.broker.Broker`).
+"""The ZEPS broker's commands: ATTACH, SUBSCRIBE, PING, DETACH, FEATURES, EPOCH, QUERY and the permissions
+that guard them (a mixin of :class:`.broker.Broker`).
 
 :meth:`Commands._on_message` decodes every frame the hot path did not take
 (:func:`.protocol.decode`) and dispatches it; each command is answered as
-:mod:`.protocol` says, anything else with INVALID and a reason.  Runs in the
-broker's loop only.
+:mod:`.protocol` says, anything else with INVALID and a reason.  A resuming
+SUBSCRIBE whose position the journal lost is refused with ROLLBACK: past the
+stream's end, or, with the client's EPOCH, lost in any epoch since
+(``Journal.check_resume``).  Runs in the broker's loop only.
 """
 from __future__ import annotations
 
