@@ -55,7 +55,8 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   sequence; once credit comes back it is replayed from the journal (the
   journal's tail cache in the loop; the disk on the hub's threadpool, never
   on the loop, at most ``replay_reads`` reads at once) by one cooperative
-  task for all replaying subscribers, filtered by its patterns, and switched back to live
+  task for all replaying subscribers (``tail_cache``: bytes of recent
+  messages each open stream keeps in memory, default 32 MiB), filtered by its patterns, and switched back to live
   when it has caught up.  Every subscriber gets each matching message once,
   in sequence order, with no gap, whatever its speed.
 - Resuming: a SUBSCRIBE after sequence N that the journal lost (N past the
@@ -182,7 +183,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
                  max_patterns: int = 64, max_producers: int = 10000, max_stream_name: int = 80,
                  max_credit: int = 32 << 20, max_credit_total: int = 64 << 20, max_streams_per_peer: int = 16,
                  max_open_streams: int | None = None, stream_idle: float = 60.0,
-                 segment_bytes: int = 64 << 20, retain_bytes: int | None = None,
+                 segment_bytes: int = 64 << 20, tail_cache: int = 32 << 20, retain_bytes: int | None = None,
                  retain_seconds: float | None = None, curve: Keypair | bytes | str | None = None,
                  curve_domain: str | None = None, permissions: Permissions | None = None,
                  multicast: tuple[str, int] | None = None, multicast_interface: str | None = None,
@@ -216,8 +217,8 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
             raise ValueError("max_streams_per_peer and max_open_streams must be >= 1, stream_idle > 0")
         if min(max_credit, max_credit_total) < max_message + 64:
             raise ValueError("max_credit and max_credit_total must hold a message of max_message bytes")
-        self.journal_options = dict(segment_bytes=segment_bytes, retain_bytes=retain_bytes,
-                                    retain_seconds=retain_seconds)
+        self.journal_options = dict(segment_bytes=segment_bytes, tail_cache_bytes=tail_cache,
+                                    retain_bytes=retain_bytes, retain_seconds=retain_seconds)
         self.curve = curve
         self.curve_domain = curve_domain
         self.permissions = permissions

@@ -30,27 +30,38 @@ def _reads_seen(monkeypatch):
     return seen
 
 
-def _fill(journal_dir):
-    """N messages of ~1 KB (~6 MB in six segments); returns a time between the two halves."""
-    from zactors.patterns.zeps.broker import Broker
-    with Broker(journal_dir, segment_bytes=1 << 20) as broker:
-        with Publisher(broker.endpoint, "s") as pub:
-            for i in range(N):
-                if i == N // 2:
-                    pub.flush()
-                    stamp = time.time()
-                pub.publish(b"k.%d" % (i % 7), b"%06d" % i + BODY)
-            pub.flush()
+def _publish(endpoint):
+    """N messages of ~1 KB (~6 MB); returns a time between the two halves."""
+    with Publisher(endpoint, "s") as pub:
+        for i in range(N):
+            if i == N // 2:
+                pub.flush()
+                stamp = time.time()
+            pub.publish(b"k.%d" % (i % 7), b"%06d" % i + BODY)
+        pub.flush()
     return stamp
 
 
-def test_a_cold_replay_reads_on_the_threadpool_while_pings_stay_fast(journal_dir, raw, monkeypatch):
+def _fill(journal_dir):
+    """:func:`_publish` through a broker run of its own (six segments)."""
     from zactors.patterns.zeps.broker import Broker
-    _fill(journal_dir)
+    with Broker(journal_dir, segment_bytes=1 << 20) as broker:
+        return _publish(broker.endpoint)
+
+
+@pytest.mark.parametrize("cache", ["restarted", "small"])
+def test_a_cold_replay_reads_on_the_threadpool_while_pings_stay_fast(journal_dir, raw, monkeypatch, cache):
+    """``restarted``: a new broker run, whose tail cache holds none of the journal; ``small``: the run
+    that wrote the journal, whose tail cache holds its last 128 KiB of ~6 MB."""
+    from zactors.patterns.zeps.broker import Broker
+    if cache == "restarted":
+        _fill(journal_dir)
     seen = _reads_seen(monkeypatch)
     hub = threading.get_ident()
-    # a new run: its tail cache holds none of the journal, every replay step needs the disk
-    with Broker(journal_dir, segment_bytes=1 << 20) as broker:
+    with Broker(journal_dir, segment_bytes=1 << 20, tail_cache=128 << 10) as broker:
+        if cache == "small":
+            _publish(broker.endpoint)
+            assert not seen  # (publishing reads nothing)
         pinger = raw(broker.endpoint)
         pinger.send(p.attach(b"s"))
         pinger.expect(p.AttachOk)
