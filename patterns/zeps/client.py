@@ -525,6 +525,7 @@ class Subscriber(Actor):
         self.timeout = timeout
         self.last_seq = None        # the last sequence received
         self._epoch = None          # the stream's epoch (EPOCH) when last_seq was received
+        self._told_epoch = None     # an EPOCH on this peering: ours once its SUBSCRIBE is accepted
         self._queue: deque[Message] = deque()
         self._ready = Event()
         self._queued_bytes = 0
@@ -644,6 +645,7 @@ class Subscriber(Actor):
         self._attached = False
         self._subscribed = 0
         self._credit_given = 0
+        self._told_epoch = None
         sock.send(p.attach(self.stream))
         sock.send(p.features(b"gaps epochs"))  # GAP and EPOCH, before the SUBSCRIBE that may need them
         if self.last_seq is not None and self._epoch is not None:  # resuming: was our position lost since?
@@ -731,6 +733,8 @@ class Subscriber(Actor):
             self._attached = True
         elif kind is p.SubscribeOk:
             self._subscribed += 1
+            if self._told_epoch is not None:  # the broker accepted our position in its epoch
+                self._epoch, self._told_epoch = self._told_epoch, None
         elif kind is p.Detach:
             self._stats["reattached"] += 1
             log.info("%s: the broker closed the peering; attaching again from %s", self.name, self.last_seq)
@@ -738,7 +742,7 @@ class Subscriber(Actor):
         elif kind is p.Gap:
             self._gap(message.first, message.last)
         elif kind is p.Epoch:  # (a position the journal lost since is refused: the ROLLBACK below)
-            self._epoch = message.epoch
+            self._told_epoch = message.epoch
         elif kind is p.Invalid:
             self._stats["invalid"] += 1
             reason = message.reason
