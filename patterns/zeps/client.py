@@ -546,9 +546,11 @@ class Subscriber(Actor):
     :class:`ReplayError` when the broker cannot read a message from its
     journal (a corrupt record; nothing is skipped), :class:`StreamRolledBack`
     when the stream restarted below what this subscriber holds (the journal
-    lost messages: seen on resuming, from the broker run's EPOCH, even if new
-    messages have since taken the stream past it; nothing is delivered after
-    it), :class:`ZepsError` when the subscription is refused.
+    lost messages: seen on resuming, where the broker checks the position
+    against the stream's epochs, the EPOCH extension, whatever broker runs
+    came between and even if new messages have since taken the stream past
+    it; nothing is delivered after it), :class:`ZepsError` when the
+    subscription is refused.
 
     Commands: ``INFO`` (reply: stream, last sequence, counters).
     """
@@ -580,7 +582,8 @@ class Subscriber(Actor):
         self.expiry = expiry
         self.timeout = timeout
         self.last_seq = None        # the last sequence received
-        self._incarnation = None    # the broker run (EPOCH) that last_seq came from
+        self._epoch = None          # the stream's epoch (EPOCH) when last_seq was received
+        self._told_epoch = None     # an EPOCH on this peering: ours once its SUBSCRIBE is accepted
         self._queue: deque[Message] = deque()
         self._ready = Event()
         self._queued_bytes = 0
@@ -712,6 +715,7 @@ class Subscriber(Actor):
         self._attached = False
         self._subscribed = 0
         self._credit_given = 0
+        self._told_epoch = None
         sock.send(p.attach(self.stream, existing=not self.wait))
         self._heard = _monotonic()
         if self.wait:
@@ -722,6 +726,8 @@ class Subscriber(Actor):
         """FEATURES, SUBSCRIBE (one per pattern) and CREDIT on the peering just attached."""
         sock = self._sock
         sock.send(p.features(b"gaps epochs"))  # GAP and EPOCH, before the SUBSCRIBE that may need them
+        if self.last_seq is not None and self._epoch is not None:  # resuming: was our position lost since?
+            sock.send(p.epoch(self._epoch, self.last_seq))
         if self.last_seq is not None:
             first = p.subscribe(self.patterns[0], self.last_seq)
         elif self.since is not None:
@@ -808,14 +814,16 @@ class Subscriber(Actor):
                 self._subscribe()
         elif kind is p.SubscribeOk:
             self._subscribed += 1
+            if self._told_epoch is not None:  # the broker accepted our position in its epoch
+                self._epoch, self._told_epoch = self._told_epoch, None
         elif kind is p.Detach:
             self._stats["reattached"] += 1
             log.info("%s: the broker closed the peering; attaching again from %s", self.name, self.last_seq)
             self._reconnect()
         elif kind is p.Gap:
             self._gap(message.first, message.last)
-        elif kind is p.Epoch:
-            self._epoch(message.incarnation, message.floor)
+        elif kind is p.Epoch:  # (a position the journal lost since is refused: the ROLLBACK below)
+            self._told_epoch = message.epoch
         elif kind is p.Invalid:
             self._stats["invalid"] += 1
             reason = message.reason
@@ -824,33 +832,24 @@ class Subscriber(Actor):
             if reason.startswith("REPLAY:"):
                 self._fail(ReplayError(reason, self.stream, _number_after(reason, "sequence ")))
             elif reason.startswith("ROLLBACK:"):
-                self._fail(StreamRolledBack(reason, self.stream, _number_after(reason, "ends at sequence "),
-                                            _number_after(reason, "before the ")))
+                self._rolled_back(StreamRolledBack(reason, self.stream, _number_after(reason, "ends at sequence "),
+                                                   _number_after(reason, "before the ")))
             elif reason.startswith("NO-STREAM:") and not self._attached:
                 self._fail(NoSuchStream(self.stream, self.endpoint))
             elif not self._attached or self._subscribed < len(self.patterns):
                 self._fail(ZepsError(reason))
 
-    def _epoch(self, incarnation, floor):
-        """EPOCH, before the SUBSCRIBE-OK: a broker run that reopened the stream below what we hold lost
-        those messages, and the sequences since are other messages: stop here (StreamRolledBack)."""
-        held = self.last_seq
-        if self._incarnation is not None and incarnation != self._incarnation and held is not None \
-                and held > floor:
-            self._stats["rollbacks"] += 1
-            reason = ("ROLLBACK: stream %s restarted at sequence %d, below the %d this subscriber holds: the "
-                      "journal lost messages, and sequences from %d on are other messages"
-                      % (self.stream.decode(), floor, held, floor + 1))
-            log.warning("%s: %s", self.name, reason)
-            self._fail(StreamRolledBack(reason, self.stream, floor, held))
-            try:
-                self._sock.send(p.DETACH_FRAME, zmq.NOBLOCK)
-            except zmq.ZMQError:
-                pass
-            self.close_socket(self._sock)  # nothing more from this peering: no message past the rollback
-            self._sock = None
-            return
-        self._incarnation = incarnation
+    def _rolled_back(self, error):
+        """The broker refused to resume: the journal lost messages this subscriber holds, and the
+        sequences since are other messages.  Stop here (StreamRolledBack)."""
+        self._stats["rollbacks"] += 1
+        self._fail(error)
+        try:
+            self._sock.send(p.DETACH_FRAME, zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        self.close_socket(self._sock)  # nothing more from this peering: no message past the rollback
+        self._sock = None
 
     def _fail(self, error):
         if self._error is None:

@@ -57,12 +57,19 @@ it never sees them.  Names: ``gaps`` asks for **GAP** (id 19, S) =
 ``signature %d19 first last`` (two number-8): sequences ``first..last`` will
 never be delivered to this peering, retention removed them before it read
 them; delivery goes on at ``last + 1``.  ``epochs`` asks for **EPOCH**
-(id 21, S, the answer to that FEATURES) = ``signature %d21 incarnation
-floor`` (two number-8): ``incarnation`` names this run of the broker (random
-at each start), ``floor`` is the stream's last sequence when this run opened
-it.  A client that holds sequence N from another incarnation and sees
-``floor < N`` knows that the journal lost N's tail across the restart (the
-ROLLBACK below, even when new messages have since taken the stream past N).
+(id 21, S, the answer to that FEATURES) = ``signature %d21 epoch seq`` (two
+number-8): ``epoch`` is the stream journal's current epoch (it changes only
+when the journal lost or may have lost messages: an unclean shutdown, a
+cut), ``seq`` the first sequence of that epoch.  The client keeps the epoch
+beside the last sequence it holds; when it resumes, it sends **EPOCH** (id
+21, C, after that FEATURES, before its first SUBSCRIBE) = ``signature %d21
+epoch seq``: it holds messages up to sequence ``seq`` (its SUBSCRIBE's
+``latest``), and knew the stream in ``epoch``.  If the journal lost that
+position since (``Journal.check_resume``: whatever broker runs and epochs
+came between, and even when new messages have since taken the stream past
+``seq``), the SUBSCRIBE is answered with the ROLLBACK below, naming the last
+sequence of ``epoch`` that survived.  An EPOCH before ATTACH is answered
+INVALID (and DETACH).
 
 zactors extension for idempotent publishing: **PUBLISH-ID** (id 20, C) =
 ``signature %d20 producer sequence key body`` (producer and sequence
@@ -83,7 +90,9 @@ Errors every client gets, as INVALID with a reason prefix (like ``PING:``):
   broker does not skip data.
 * ``ROLLBACK:`` answers a SUBSCRIBE whose ``latest`` (not :data:`NEW`) is
   past the stream's last sequence: ``ROLLBACK: stream NAME ends at sequence
-  L, before the N you resume after: ...``.  The journal lost messages (a
+  L, before the N you resume after: ...``, or whose position the client's
+  EPOCH says was lost: ``ROLLBACK: stream NAME: epoch E ends at sequence L,
+  before the N you resume after: ...``.  The journal lost messages (a
   power loss in ``written`` mode, a cut corrupt tail): sequences above L
   will be given to new messages, so resuming there would silently drop them
   as duplicates.  The subscription is refused; subscribe again from L or
@@ -113,7 +122,7 @@ __all__ = [
     "Attach", "AttachOk", "Subscribe", "SubscribeOk", "Credit", "Publish", "Deliver",
     "Ping", "PingOk", "Detach", "DetachOk", "Invalid", "SubscribeSince", "Query", "QueryOk", "McDeliver",
     "McHead", "Features", "Gap", "PublishId", "Epoch",
-    "ProtocolError", "decode", "encode", "deliver_cost",
+    "ProtocolError", "decode", "parse_publish", "encode", "deliver_cost",
     "attach", "subscribe", "subscribe_since", "credit", "publish", "deliver", "invalid", "query_ok", "mc_deliver",
     "mc_head", "stream_field", "features", "gap", "publish_id", "epoch",
     "ATTACH_OK_FRAME", "SUBSCRIBE_OK_FRAME", "PING_FRAME", "PING_OK_FRAME", "DETACH_FRAME",
@@ -162,7 +171,7 @@ McHead = namedtuple("McHead", "stream sequence")
 Features = namedtuple("Features", "features")
 Gap = namedtuple("Gap", "first last")
 PublishId = namedtuple("PublishId", "producer sequence key body")
-Epoch = namedtuple("Epoch", "incarnation floor")
+Epoch = namedtuple("Epoch", "epoch seq")
 
 for _cls, _id in ((Attach, ATTACH), (AttachOk, ATTACH_OK), (Subscribe, SUBSCRIBE), (SubscribeOk, SUBSCRIBE_OK),
                   (Credit, CREDIT), (Publish, PUBLISH), (Deliver, DELIVER), (Ping, PING), (PingOk, PING_OK),
@@ -292,9 +301,10 @@ def publish_id(producer, sequence, key, body):
         _u64(_number(sequence, "sequence", 64)) + publish(key, body)[3:]
 
 
-def epoch(incarnation, floor):
-    """S: EPOCH (zactors extension): this broker run's ``incarnation`` and the stream's ``floor``."""
-    return _HEAD(SIGNATURE, EPOCH) + _u64(_number(incarnation, "incarnation", 64)) + _u64(_number(floor, "floor", 64))
+def epoch(epoch, seq):
+    """S/C: EPOCH (zactors extension): the stream's ``epoch`` and its first ``seq`` (S), or the ``epoch``
+    of the client's position ``seq`` (C)."""
+    return _HEAD(SIGNATURE, EPOCH) + _u64(_number(epoch, "epoch", 64)) + _u64(_number(seq, "seq", 64))
 
 
 def gap(first, last):
@@ -346,7 +356,7 @@ def encode(message):
     if kind is Gap:
         return gap(message.first, message.last)
     if kind is Epoch:
-        return epoch(message.incarnation, message.floor)
+        return epoch(message.epoch, message.seq)
     if kind is PublishId:
         return publish_id(message.producer, message.sequence, message.key, message.body)
     raise TypeError("not a ZEPS message: %r" % (message,))
@@ -390,6 +400,20 @@ def _text(value, field, allow_empty=True):
     return value
 
 
+def parse_publish(frame):
+    """``(key, body)`` of a well-formed PUBLISH frame (bytes), else None: the one PUBLISH parser.
+
+    The broker's hot path calls it on every frame from an attached peer;
+    :func:`decode` uses it too, and says what is wrong when it returns None.
+    """
+    size = len(frame)
+    if size > 7 and frame[2] == PUBLISH and frame[0] == 0xAA and frame[1] == 0xA5:
+        end = 4 + frame[3]
+        if size >= end + 4 and _unpack_u32(frame, end)[0] == size - end - 4:
+            return frame[4:end], frame[end + 4:]
+    return None
+
+
 def decode(frame):
     """One frame -> a message object; :class:`ProtocolError` for anything else."""
     if type(frame) is not bytes:
@@ -403,11 +427,12 @@ def decode(frame):
         raise ProtocolError("bad signature %s (expected aa a5)" % frame[:2].hex(" "))
     command = frame[2]
     if command == PUBLISH:  # the hot path first
-        key, at = _read_string(frame, 3, "PUBLISH key")
+        parsed = parse_publish(frame)
+        if parsed is not None:
+            return Publish(*parsed)
+        key, at = _read_string(frame, 3, "PUBLISH key")  # not one: say what is wrong
         size, at = _read_number(_unpack_u32, 4, frame, at, "PUBLISH body length")
-        if at + size != len(frame):
-            raise ProtocolError("PUBLISH body: length %d but %d byte(s) follow" % (size, len(frame) - at))
-        return Publish(key, frame[at:])
+        raise ProtocolError("PUBLISH body: length %d but %d byte(s) follow" % (size, len(frame) - at))
     if command == DELIVER:
         sequence, at = _read_number(_unpack_u64, 8, frame, 3, "DELIVER sequence")
         key, at = _read_string(frame, at, "DELIVER key")
@@ -466,10 +491,10 @@ def decode(frame):
             raise ProtocolError("PUBLISH-ID body: length %d but %d byte(s) follow" % (size, len(frame) - at))
         return PublishId(producer, sequence, key, frame[at:])
     if command == EPOCH:
-        incarnation, at = _read_number(_unpack_u64, 8, frame, 3, "EPOCH incarnation")
-        floor, at = _read_number(_unpack_u64, 8, frame, at, "EPOCH floor")
+        number, at = _read_number(_unpack_u64, 8, frame, 3, "EPOCH epoch")
+        seq, at = _read_number(_unpack_u64, 8, frame, at, "EPOCH seq")
         _end(frame, at, "EPOCH")
-        return Epoch(incarnation, floor)
+        return Epoch(number, seq)
     if command == GAP:
         first, at = _read_number(_unpack_u64, 8, frame, 3, "GAP first")
         last, at = _read_number(_unpack_u64, 8, frame, at, "GAP last")

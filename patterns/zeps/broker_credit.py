@@ -1,0 +1,160 @@
+"""The ZEPS broker's credit budget: what it may have to hold for subscribers (a mixin of
+:class:`.broker.Broker`).
+
+Credit is honoured from one :class:`~zactors.actors.budget.Budget` for all
+subscribers (``max_credit_total``, at most ``max_credit`` each).  A
+subscriber holds what it was granted until it has drained it: PINGs (probes)
+note what had been sent before them, and their PING-OKs release it.  Credit
+beyond the budget waits, first come first served; credit held unspent is
+revoked and granted again in turn while others wait.  A peer gone with bytes
+on their way keeps them in the budget (``_gone``) until it answers or its
+connection is gone.  Runs in the broker's loop only.
+"""
+from __future__ import annotations
+
+import time
+
+from . import protocol as p
+from .broker_peers import _REPLAY
+
+__all__: list[str] = []
+
+#: PINGs unanswered per peer at most (each notes how much had been sent before it)
+_MAX_PROBES = 64
+_monotonic = time.monotonic
+
+
+class CreditBudget:
+    """Credit granted, probed and released.  State: ``_windows`` (the Budget), ``_gone`` (peers gone holding
+    bytes), ``_reclaimed`` (when held credit was last revoked), ``_beats``."""
+
+    def _credit(self, peer, amount):
+        identity = peer.identity
+        windows = self._windows
+        granted = windows.request(identity, amount)
+        if granted:
+            self._grant(peer, granted)
+        if windows.wanted(identity):
+            self.stats["credit_deferred"] += 1
+            if not peer.starved:
+                peer.starved = True
+                self._send(identity, p.invalid(
+                    "credit budget: %d of %d bytes held for subscribers (at most %d each); %d bytes of "
+                    "credit wait for them to drain" % (windows.used, windows.total, windows.per_holder,
+                                                       windows.wanted(identity))))
+            self._probe_holders()
+        if not peer.probes:
+            self._probe(peer)
+
+    def _grant(self, peer, amount):
+        peer.credit += amount
+        peer.honoured += amount
+        if peer.mode is _REPLAY and peer.identity not in self._replaying:
+            self._replaying[peer.identity] = peer
+            self._pump()
+
+    def _served(self, grants):
+        """Credit that waited for the budget, granted now."""
+        for identity, amount in grants:
+            peer = self._peers.get(identity)
+            if peer is not None:  # (a peer that left cancelled its wait)
+                self._grant(peer, amount)
+                if not self._windows.wanted(identity):
+                    peer.starved = False
+
+    def _probe(self, peer):
+        """PING ``peer`` (attached or gone) if it has bytes not known drained: its PING-OK says they are."""
+        if peer.honoured - peer.credit > peer.acked:
+            self._ping_peer(peer.identity)
+
+    def _ping_peer(self, identity):
+        """Every PING to a peer goes here: it notes what had been sent before it, for the PING-OK."""
+        peer = self._peers.get(identity) or self._gone.get(identity)
+        if peer is None:
+            self._send(identity, p.PING_FRAME)
+        elif len(peer.probes) < _MAX_PROBES and self._send(identity, p.PING_FRAME):
+            peer.probes.append(peer.honoured - peer.credit)  # (full: it answers nothing; see _reclaim)
+
+    def _ping_ok(self, identity):
+        peer = self._peers.get(identity)
+        gone = peer is None
+        if gone:
+            peer = self._gone.get(identity)
+        if peer is None or not peer.probes:
+            return
+        drained = peer.probes.popleft()
+        if drained > peer.acked:
+            grants = self._windows.release(identity, drained - peer.acked)
+            peer.acked = drained
+            if gone and drained >= peer.honoured:  # all it was sent left us
+                del self._gone[identity]
+                grants += self._windows.forget(identity)
+            self._served(grants)
+
+    def _release(self, peer, dropped):
+        """``peer`` left: its unspent credit back to the budget; what is on its way stays until drained.
+
+        ``dropped`` are the messages its outbox held (they never left): their
+        DELIVER bytes are free again, and their PINGs will never be answered.
+        """
+        identity = peer.identity
+        windows = self._windows
+        windows.cancel(identity)
+        peer.starved = False
+        unsent = pings = 0
+        for frames in dropped:
+            frame = frames[0]
+            if frame[2] == p.DELIVER:
+                unsent += len(frame)
+            elif frame[2] == p.PING:
+                pings += 1
+        for _ in range(min(pings, len(peer.probes))):  # the newest PINGs were the ones still here
+            peer.probes.pop()
+        free = peer.credit + min(unsent, peer.honoured - peer.credit - peer.acked)
+        grants = windows.release(identity, free)
+        peer.honoured -= free
+        peer.credit = 0
+        if peer.honoured > peer.acked:
+            gone = self._gone
+            gone[identity] = peer
+            if len(gone) > self.max_peers:  # bounded: the oldest is forgotten
+                grants += windows.forget(gone.pop(next(iter(gone))).identity)
+            self._ping_peer(identity)
+        else:
+            grants += windows.forget(identity)
+        self._served(grants)
+
+    def _reclaim(self):
+        """Every beat: PING the peers gone with bytes on their way (answered, or unroutable once their
+        connection is gone), and the holders whose drain is not known while credit waits."""
+        self._beats += 1
+        for identity, peer in list(self._gone.items()):
+            if len(peer.probes) < _MAX_PROBES:
+                self._ping_peer(identity)
+            elif self._beats % 16 == 0:  # 64 unanswered: is its connection still there? (its sends are
+                self._send(identity, p.PING_FRAME)  # frozen: an unnoted PING's answer frees nothing early)
+        self._probe_holders()
+
+    def _probe_holders(self):
+        """While credit waits (at most every 50 ms): PING the holders whose drain is not known, and
+        put the credit they hold unspent back in line behind the waiters (granted again in turn), so
+        that peers sitting on credit they do not use cannot keep the others waiting."""
+        now = _monotonic()
+        windows = self._windows
+        if not windows.waiting or now - self._reclaimed < 0.05:
+            return
+        self._reclaimed = now
+        grants = []
+        for identity in windows.holders():
+            peer = self._peers.get(identity)
+            if peer is None:
+                continue
+            if not peer.probes:
+                self._probe(peer)
+            if peer.credit > 0 and identity not in self._replaying and not peer.reading:  # (a replay
+                # step may be spending it, or a read off the hub bringing what it will spend it on)
+                unspent, peer.credit = peer.credit, 0
+                peer.honoured -= unspent
+                self.stats["credit_revoked"] += 1
+                grants += windows.revoke(identity, unspent)
+        self._served(grants)

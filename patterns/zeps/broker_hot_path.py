@@ -1,0 +1,172 @@
+"""The ZEPS broker's hot path: PUBLISH in, journal append, live delivery (a mixin of :class:`.broker.Broker`).
+
+Every message on the ROUTER comes in through :meth:`HotPath._on_frames`: a
+PUBLISH from an attached peer is parsed by :func:`.protocol.parse_publish`
+(the one PUBLISH parser, which :func:`.protocol.decode` shares) and appended
+to its stream's journal; everything else goes to the commands
+(:mod:`.broker_commands`).  Once the stream's GroupCommit has the messages at
+the acknowledgement level, :meth:`HotPath._written` delivers them to the live
+subscribers whose credit covers them, straight to libzmq; the others switch
+to replay (:mod:`.broker_replay`).  Runs in the broker's loop only.
+"""
+from __future__ import annotations
+
+from zmq import ZMQError
+
+from zactors.actors.journal import JournalError
+from zactors.actors.speedups import send_message
+
+from . import protocol as p
+from .broker_peers import _LIVE, _REPLAY
+from .deliver import frames as _frames
+
+__all__: list[str] = []
+
+#: at most this many client keys noted from ATTACHes not handled yet
+_MAX_PENDING_KEYS = 10000
+_parse_publish = p.parse_publish
+
+
+class HotPath:
+    """PUBLISH, the journal append and live delivery.  State: ``stream.fresh``, ``stream.producers``,
+    ``peer.published``; with permissions, ``_keys`` (the ZAP User-Id of ATTACHes not handled yet)."""
+
+    def _on_keyed_frames(self, frames):
+        """With permissions: note the ZAP User-Id of each ATTACH, then as :meth:`_on_frames`."""
+        data = [f.bytes for f in frames]
+        if len(data) == 2 and len(data[1]) > 2 and data[1][2] in (p.ATTACH, p.ATTACH_EXISTING, p.QUERY):
+            if len(self._keys) >= _MAX_PENDING_KEYS:       # ATTACHes the handler has not taken: bounded
+                self._keys.clear()
+            try:
+                self._keys[data[0]] = frames[0].get("User-Id") or None
+            except ZMQError:
+                self._keys[data[0]] = None
+        self._on_frames(data)
+
+    def _on_frames(self, frames):
+        """Every message on the ROUTER: a PUBLISH from an attached peer is appended here; the rest
+        (and a PUBLISH that needs a check or a refusal) goes to :meth:`_on_message`."""
+        if len(frames) == 2:
+            identity, frame = frames
+            peer = self._peers.get(identity)
+            if peer is not None:
+                self._heard.add(identity)
+                parsed = _parse_publish(frame)
+                if parsed is not None:
+                    key, body = parsed
+                    if peer.may_publish is not True or len(key) + len(body) > self.max_message:
+                        self._publish(peer, key, body)  # checks, and INVALID with the reason
+                        return
+                    stream = peer.stream  # the common case: append, then deliver this round
+                    try:
+                        record = stream.journal.append_record(key, body)
+                    except JournalError:
+                        self._publish(peer, key, body)  # refused again there, and said so
+                        return
+                    peer.published = record[0]
+                    stream.fresh.append(record)
+                    stream.commit.kick()
+                    return
+            self._on_message(identity, [frame])
+        elif len(frames) > 2:
+            self._on_message(frames[0], frames[1:])
+        else:
+            self.stats["router_malformed"] += 1
+
+    def _publish(self, peer, key, body, producer=None, sequence=0):
+        stream = peer.stream
+        if len(key) + len(body) > self.max_message:
+            self._invalid(peer.identity, "message of %d bytes is over the limit of %d"
+                          % (len(key) + len(body), self.max_message))
+            return
+        if peer.may_publish is not True:
+            if not self._allowed(peer, "publish"):
+                return
+        producers = stream.producers
+        if producer is not None:
+            seen = producers.get(producer)
+            if seen is not None:
+                producers.move_to_end(producer)
+                if sequence <= seen[0]:  # journaled already (a resend): its PING waits for that one
+                    self.stats["duplicates_dropped"] += 1
+                    peer.published = max(peer.published, seen[1])
+                    return
+        try:  # PUBLISH-ID: the producer goes into the journal too, so dedup survives a restart
+            record = stream.journal.append_record(
+                key, body, None, None if producer is None else (producer.to_bytes(8, "little"), sequence))
+        except JournalError as exc:
+            self.stats["journal_refused"] += 1
+            self._invalid(peer.identity, "stream %s refused the message: %s" % (stream.name.decode(), exc))
+            return
+        if producer is not None:
+            producers[producer] = (sequence, record[0])
+            if len(producers) > self.max_producers:  # a budget: the least recently heard from goes
+                producers.popitem(last=False)
+                self.stats["producers_evicted"] += 1
+        peer.published = record[0]
+        stream.fresh.append(record)
+        stream.commit.kick()
+
+    def _written(self, stream, seq):
+        """``stream``'s GroupCommit wrote (``ack="written"``) or fsynced (``"synced"``) its journal up
+        to ``seq``: deliver the fresh messages up to there to live subscribers.
+
+        At the level first: a subscriber never holds a message that a crash
+        (of the broker, or of the machine with ``"synced"``) could take back:
+        its sequence would be given to another.
+        """
+        fresh = stream.fresh
+        if not fresh:
+            return
+        n = seq - fresh[0][0] + 1  # fresh holds consecutive sequences; with "synced" some may be past seq
+        if n <= 0:
+            return
+        if n >= len(fresh):
+            stream.fresh = []
+        else:
+            fresh, stream.fresh = fresh[:n], fresh[n:]
+        stream.publishes += len(fresh)
+        stream.delivered_seq = fresh[-1][0]
+        if self._multicast is not None:
+            multicast, name = self._multicast.send, stream.name
+            for seq, _, key, body in fresh:
+                multicast(name, seq, key, body)
+        matcher = stream.matcher
+        if not matcher:
+            return
+        match = matcher.match
+        send, pending = self._outbox_send, self._outbox_pending
+        sock = self.router.socket
+        handle = sock.handle
+        direct = {}  # identity -> nothing waits in the outbox for it (asked once per call, not per message)
+        frames = _frames(fresh, 0, fresh[-1][0], 1 << 62, None)[0]  # every DELIVER frame, in one call
+        for (seq, _, key, _), frame in zip(fresh, frames):
+            owners = match(key)
+            if owners:
+                cost = len(frame)
+                for sub in owners:
+                    if seq < sub.floor or sub.mode is not _LIVE:
+                        continue
+                    if sub.credit >= cost and not sub.held:
+                        sub.credit -= cost
+                        sub.delivered += 1
+                        identity = sub.identity
+                        ok = direct.get(identity)
+                        if ok is None:
+                            ok = direct[identity] = not pending(identity)
+                        if ok:
+                            try:  # straight to libzmq (one C call), the kernel outbox when it would block
+                                send_message(sock, handle, (identity, frame))
+                                continue
+                            except ZMQError:
+                                direct[identity] = False
+                        send(identity, [frame])  # behind what waits already, in order (or dropped: gone)
+                    else:
+                        self._to_replay(sub, seq)
+
+    def _to_replay(self, sub, seq):
+        """``sub`` could not take message ``seq`` live: replay from it."""
+        sub.stream.matcher.remove(sub.filter)
+        sub.mode = _REPLAY
+        sub.next = seq
+        self.stats["to_replay"] += 1

@@ -1,0 +1,248 @@
+"""The ZEPS broker's replay: subscribers behind the live stream, served from the journal (a mixin of
+:class:`.broker.Broker`).
+
+One cooperative task (:meth:`Replay._replay`) serves every replaying
+subscriber in turn, a batch per step, so that the loop keeps flowing.  A
+step whose records are in the journal's tail cache reads them in the loop;
+one that would read the disk asks the hub's threadpool for them and goes on
+with the others, and that subscriber's replay continues when they arrive
+(``replay_reads`` such reads at most in flight; counted ``replay_cold_reads``).
+So does the lookup of a SUBSCRIBE-SINCE's time when the tail cache does not
+hold the whole journal.
+Runs in the broker's loop only (the cold reads: ``Journal.read``, safe from a
+thread).
+"""
+from __future__ import annotations
+
+import logging
+import struct
+from functools import partial
+
+from zactors.actors.journal import JournalError, SequenceGone
+from zactors.actors.speedups import send_each
+
+from . import protocol as p
+from .broker_peers import _LIVE, _REPLAY
+from .deliver import frames as _frames, matcher_of
+
+__all__: list[str] = []
+
+log = logging.getLogger("zactors.patterns.zeps.broker")  # one logger for the whole broker
+_unpack_u64 = struct.Struct(">Q").unpack_from
+
+
+class Replay:
+    """Replay tasks and cold reads.  State: ``_replaying`` (peers with credit waiting to be replayed, an
+    ordered set), ``_pumping`` (the task runs), ``_cold_reads`` (reads under way off the hub),
+    ``_cold_waiting`` (peers waiting for one, an ordered set)."""
+
+    #: replay: records read per journal call (one task step)
+    replay_batch = 256
+    #: replay reads of the disk under way on the threadpool at most (the pool also writes and fsyncs)
+    replay_reads = 2
+
+    def _pump(self):
+        if not self._pumping and self._replaying:
+            self._pumping = True
+            self.start_task(self._replay(), self._replay_done)
+
+    def _replay(self):
+        """The cooperative task serving every replaying subscriber in turn, a batch per step."""
+        replaying = self._replaying
+        while replaying:
+            for identity in list(replaying):
+                peer = replaying.get(identity)
+                if peer is None:
+                    continue
+                if not self._replay_step(peer):
+                    replaying.pop(identity, None)
+                yield
+
+    def _replay_done(self, task):
+        self._pumping = False
+        if task.error is not None:  # a bug: do not spin on it; the next CREDIT of each peer tries again
+            log.error("%s: replay failed: %r", self.name, task.error)
+            self.stats["replay_errors"] += 1
+            self._replaying.clear()
+        self._pump()  # credit may have come in at the very end
+
+    def _replay_step(self, peer):
+        """Deliver up to a batch from the journal; True if there is more to do now.
+
+        Replay goes up to the last sequence the publish path has delivered
+        live (``stream.delivered_seq``); past it the subscriber is live again
+        and the next flush delivers the rest.
+        """
+        stream = peer.stream
+        if peer.held or peer.reading:
+            return False
+        limit = stream.delivered_seq
+        if peer.next > limit:
+            self._go_live(peer)
+            return False
+        try:
+            records = self._records(peer)
+        except SequenceGone as gone:
+            self.stats["replay_skipped_retention"] += 1
+            log.info("%s: %r asked for %d, retention kept from %d", self.name, peer.identity, peer.next,
+                     gone.first_seq)
+            if peer.gaps:  # asked to be told; others see the jump in the sequences
+                self._send(peer.identity, p.gap(peer.next, gone.first_seq - 1))
+            peer.next = gone.first_seq
+            return True
+        except JournalError as exc:
+            self._unreadable(peer, exc)
+            return False
+        if records is None:  # being read off the hub: this peer's replay goes on when they arrive
+            return False
+        # the whole batch matched and encoded in one call, and sent in one while libzmq takes it
+        frames, credit, consumed, short = _frames(records, 0, limit, peer.credit, matcher_of(peer.filter))
+        identity = peer.identity
+        sock = self.router.socket
+        sent = 0 if self._outbox_pending(identity) else send_each(sock, sock.handle, identity, frames)
+        stopped = False
+        if sent < len(frames):  # the rest behind the kernel outbox (in order), or the peer is gone
+            send = self._outbox_send
+            for frame in frames[sent:]:
+                if not send(identity, [frame]):  # gone (dropped by on_unroutable)
+                    stopped = True
+                    break
+                sent += 1
+                if peer.held:  # the transport is full: sent, but go no further now
+                    stopped = True
+                    break
+        more = not short
+        if stopped:
+            credit += sum(map(len, frames[sent:]))  # not sent: not spent
+            if sent:
+                peer.next = _unpack_u64(frames[sent - 1], 3)[0] + 1
+            more = False
+        elif consumed:
+            peer.next = records[consumed - 1][0] + 1
+        peer.credit = credit
+        peer.delivered += sent
+        self.stats["replayed"] += sent
+        if not more:
+            return False
+        if peer.next > limit:
+            self._go_live(peer)
+            return False
+        if not records:
+            self._unreadable(peer, "the journal returned nothing (written up to %d)" % limit)
+            return False
+        return True
+
+    def _records(self, peer):
+        """The next batch for ``peer`` (from ``peer.next``) when it is in memory: in the journal's tail
+        cache, or brought by a read off the hub.  Else None, and that read is started (or queued)."""
+        seq = peer.next
+        fetched = peer.fetched
+        if fetched is not None:
+            peer.fetched = None
+            if fetched[0] == seq:
+                if isinstance(fetched[1], BaseException):
+                    raise fetched[1]
+                return fetched[1]
+        journal = peer.stream.journal
+        if journal.cached(seq):
+            return self._read(journal, seq)
+        peer.reading = True
+        self._cold_waiting[peer.identity] = peer
+        self._start_cold_reads()
+        return None
+
+    def _find_since(self, peer, timestamp):
+        """SUBSCRIBE-SINCE on a journal the tail cache does not hold: the sequence at ``timestamp`` is
+        looked up off the hub (the sparse index, then a scan), and the replay starts there."""
+        peer.since = timestamp
+        peer.reading = True
+        self._cold_waiting[peer.identity] = peer
+        self._start_cold_reads()
+
+    def _since_found(self, peer, seq, error):
+        """Back in the loop: the sequence at ``peer.since`` is ``seq`` (or the lookup failed with ``error``)."""
+        self._cold_reads -= 1
+        stream = peer.stream
+        stream.reads -= 1
+        peer.reading = False
+        timestamp, peer.since = peer.since, None
+        if self._peers.get(peer.identity) is peer:
+            if error is not None:
+                name = stream.name.decode("ascii", "replace")
+                self.stats["replay_errors"] += 1
+                log.error("%s: stream %s: replay cannot find time %.6f: %s", self.name, name, timestamp, error)
+                self._send(peer.identity, p.invalid("REPLAY: stream %s: the messages since %.6f cannot be found: %s"
+                                                    % (name, timestamp, error)))
+            else:
+                peer.next = max(seq, 1)
+                if peer.next > stream.delivered_seq:
+                    self._go_live(peer)
+                elif peer.credit and not peer.held:
+                    self._replaying[peer.identity] = peer
+                    self._pump()
+        self._start_cold_reads()
+
+    def _start_cold_reads(self):
+        """Start the queued reads off the hub, ``replay_reads`` at most under way."""
+        waiting = self._cold_waiting
+        while waiting and self._cold_reads < self.replay_reads:
+            identity, peer = waiting.popitem(last=False)
+            if self._peers.get(identity) is not peer or peer.mode is not _REPLAY:
+                peer.reading = False  # gone, or live again meanwhile
+                continue
+            stream = peer.stream
+            self._cold_reads += 1
+            stream.reads += 1
+            self.stats["replay_cold_reads"] += 1
+            if peer.since is not None:
+                self.run_in_thread(stream.journal.seq_at_time, peer.since, on_done=partial(self._since_found, peer))
+                continue
+            # at most what its credit can take (the credit is budgeted: so is what reads bring)
+            budget = max(1, min(4 << 20, peer.credit))
+            self.run_in_thread(self._read, stream.journal, peer.next, budget,
+                               on_done=partial(self._cold_read_done, peer, peer.next))
+
+    def _cold_read_done(self, peer, seq, records, error):
+        """Back in the loop: a read off the hub for ``peer`` from ``seq`` brought ``records`` (or ``error``)."""
+        self._cold_reads -= 1
+        peer.stream.reads -= 1
+        peer.reading = False
+        if self._peers.get(peer.identity) is peer and peer.mode is _REPLAY:
+            peer.fetched = (seq, records if error is None else error)
+            if peer.credit and not peer.held:
+                self._replaying[peer.identity] = peer
+                self._pump()
+        self._start_cold_reads()
+
+    def _read(self, journal, seq, max_bytes=4 << 20):
+        """Up to a batch of records from ``seq``.  A batch that cannot be read is tried in halves, so
+        that the records before a corrupt one are still delivered and the error names its sequence.
+        Blocks on the disk unless ``journal.cached(seq)``: safe in a thread."""
+        batch = self.replay_batch
+        while True:
+            try:
+                return journal.read(seq, max_records=batch, max_bytes=max_bytes)
+            except SequenceGone:
+                raise
+            except JournalError:
+                if batch == 1:
+                    raise
+                batch >>= 1
+
+    def _unreadable(self, peer, error):
+        """Replay cannot read message ``peer.next``: say so to the peer (INVALID "REPLAY: ..."), never skip it.
+
+        The peer stays where it is; its next CREDIT tries again (a journal
+        repaired meanwhile serves it).
+        """
+        stream = peer.stream
+        self.stats["replay_errors"] += 1
+        log.error("%s: stream %s: replay cannot read sequence %d: %s", self.name,
+                  stream.name.decode("ascii", "replace"), peer.next, error)
+        self._send(peer.identity, p.invalid("REPLAY: stream %s: sequence %d cannot be read: %s"
+                                            % (stream.name.decode("ascii", "replace"), peer.next, error)))
+
+    def _go_live(self, peer):
+        peer.mode = _LIVE
+        peer.floor = peer.next
+        peer.stream.matcher.add(peer.filter)
