@@ -109,7 +109,7 @@ _D = TypeVar("_D")
 _C = TypeVar("_C", bound=Callable[[bytes, bytes, int], object])
 
 
-def server_endpoints(server: str | Iterable[str]) -> tuple[str | None, ...]:
+def server_endpoints(server: str | Iterable[str]) -> tuple[str, str | None, str | None]:
     """``(snapshot, publisher, collector)`` from a tuple of three (or four), or ``(snapshot, None, None)``
     from one endpoint: the others are learnt from the server (see the module docstring)."""
     if isinstance(server, str):
@@ -120,7 +120,7 @@ def server_endpoints(server: str | Iterable[str]) -> tuple[str | None, ...]:
     server = tuple(server)
     if len(server) < 3:
         raise ValueError("a server needs (snapshot, publisher, collector) endpoints")
-    return server[:3]
+    return server[0], server[1], server[2]
 
 
 _WILDCARD = re.compile(r"^tcp://(\*|0\.0\.0\.0|\[::\]|::)(?=:\d+$)")
