@@ -87,3 +87,43 @@ def test_cli_reaches_a_node_on_clone_port_0(tmp_path, capsys):
     finally:
         node.stop()
 
+
+
+def test_a_server_that_advertises_nothing_is_reached_on_the_spec_ports(make, raw):
+    """A spec-only server (P, P+1, P+2; a KTHXBAI without properties): one endpoint still works."""
+    from tests.patterns.clone.conftest import free_base_port
+    from zactors.patterns.clone.protocol import decode_icanhaz, encode_kthxbai, encode_kvmsg
+
+    base = free_base_port()
+    snapshot, publisher, collector = raw(zmq.ROUTER), raw(zmq.PUB), raw(zmq.SUB)
+    collector.setsockopt(zmq.SUBSCRIBE, b"")
+    for i, sock in enumerate((snapshot, publisher, collector)):
+        sock.bind("tcp://127.0.0.1:%d" % (base + i))
+    got = []
+
+    def answer():
+        while True:
+            identity, *request = snapshot.recv_multipart()
+            subtree = decode_icanhaz(request)
+            if not subtree:
+                snapshot.send_multipart([identity, *encode_kvmsg(b"k", 1, b"v")])
+            snapshot.send_multipart([identity, *encode_kthxbai(1, subtree)])
+
+    def collect():
+        while True:
+            got.append(collector.recv_multipart())
+
+    def hugz():
+        while True:
+            publisher.send_multipart([b"HUGZ", bytes(8), b"", b"", b""])
+            gevent.sleep(0.05)  # the server's HUGZ interval, not a wait for anything
+
+    server = [gevent.spawn(answer), gevent.spawn(collect), gevent.spawn(hugz)]
+    try:
+        a = make(Clone, "tcp://127.0.0.1:%d" % base)
+        assert a.wait_synced(5) and a.get("k") == b"v"
+        assert a.call("INFO")["endpoints"][1:] == ["tcp://127.0.0.1:%d" % (base + 1), "tcp://127.0.0.1:%d" % (base + 2)]
+        a.set("x", "1")
+        wait_for(lambda: any(frames[0] == b"x" for frames in got), what="the update at the spec's collector")
+    finally:
+        gevent.killall(server)
