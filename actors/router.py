@@ -31,9 +31,25 @@ from .outbox import Outbox
 from .sockets import limit_size
 from .speedups import send_message
 
-__all__ = ["Router", "RouterActor"]
+__all__ = ["Router", "RouterActor", "count_disconnects"]
 
 log = logging.getLogger(__name__)
+
+
+def count_disconnects(actor: Actor, sock: zmq.Socket, counter: str = "disconnects") -> None:
+    """Count the connections of ``actor``'s socket ``sock`` that close in ``actor.stats[counter]``
+    (libzmq's monitor: the only place a drop for a frame over ``ZMQ_MAXMSGSIZE`` shows).  Call it
+    before ``sock``'s other readers: the monitor stops when ``sock`` closes."""
+    endpoint = "inproc://zactors-router-monitor-%s" % uuid.uuid4().hex
+    sock.monitor(endpoint, zmq.EVENT_DISCONNECTED)
+    events = actor.socket(zmq.PAIR)
+    events.connect(endpoint)
+    stats = actor.stats
+
+    def disconnected(frames):
+        stats[counter] += 1
+
+    actor.add_reader(events, disconnected)
 
 
 class Router:
@@ -87,18 +103,7 @@ class Router:
         actor.add_reader(sock, self._on_frames)
 
     def _watch_disconnects(self):
-        """Count the connections that close (libzmq's monitor: the only place a drop for size shows)."""
-        actor, sock = self.actor, self.socket
-        endpoint = "inproc://zactors-router-monitor-%s" % uuid.uuid4().hex
-        sock.monitor(endpoint, zmq.EVENT_DISCONNECTED)  # stopped when sock closes (before the reader below)
-        events = actor.socket(zmq.PAIR)
-        events.connect(endpoint)
-        stats = actor.stats
-
-        def disconnected(frames):
-            stats["disconnects"] += 1
-
-        actor.add_reader(events, disconnected)
+        count_disconnects(self.actor, self.socket)
 
     def bind(self, endpoint: str) -> str:
         """Bind and return the actual endpoint (``tcp://127.0.0.1:*`` picks a port).

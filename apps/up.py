@@ -14,7 +14,8 @@ it listens) and refuses with a :class:`ConfigError` naming the node that
 holds it.  The kernel drops the lock when the process ends, however it ends.
 
 Parts (each may be turned off, ``enabled = false``): a Majordomo broker, a
-ZEPS broker journaling under ``<data>/zeps``, a Clone server (ports P..P+2)
+ZEPS broker journaling under ``<data>/zeps``, a Clone server (ports P..P+2, or
+three free ones for port 0; clients need only the first)
 journaling its map under ``<data>/clone``, a Harmony node (beacons off unless ``beacon = true``; ``endpoints`` to
 connect to known peers), and the dashboard (:mod:`zactors.apps.dashboard`)
 served by gevent's ``pywsgi``.  Everything binds 127.0.0.1 by default; a

@@ -26,12 +26,14 @@ def register(sub):
 
     server = cmds.add_parser("server", help="run a Clone server until Ctrl-C",
                              description="Serve snapshots on PORT, updates on PORT+1, collect on PORT+2; "
-                                         "a pair also exchanges Binary Star state on PORT+3. "
+                                         "a pair also exchanges Binary Star state on PORT+3. With --port 0 "
+                                         "each is a free port; clients need only the snapshot endpoint (the "
+                                         "server tells them the others). "
                                          "Ctrl-C or SIGTERM stops it (exit status 0).")
     server.add_argument("--host", default="127.0.0.1", type=options.host,
                         help="interface to bind, * for all (default: %(default)s)")
     server.add_argument("--port", type=options.port_or_any, default=DEFAULT_PORT,
-                        help="base port P (P, P+1, P+2), 0 or * for any free ones (default: %(default)s)")
+                        help="base port P (P, P+1, P+2), 0 or * for free ones (default: %(default)s)")
     role = server.add_mutually_exclusive_group()
     role.add_argument("--primary", action="store_true", help="primary of a Binary Star pair (needs --peer)")
     role.add_argument("--backup", action="store_true", help="backup of a Binary Star pair (needs --peer)")
@@ -90,7 +92,7 @@ def register(sub):
 
 
 def _client(parser, subtree=False):
-    contexts.connect_options(parser, "clone", "tcp://127.0.0.1:%d" % DEFAULT_PORT, role="the server's base",
+    contexts.connect_options(parser, "clone", "tcp://127.0.0.1:%d" % DEFAULT_PORT, role="the server's snapshot",
                              many=True)
     parser.add_argument("--timeout", type=options.positive_float, default=3.0,
                         help="seconds to wait for a server (default: %(default)s)")
@@ -160,9 +162,7 @@ def _open(args):
     from zactors.patterns.clone.client import Clone
     from zactors.patterns.clone.protocol import check_subtree
 
-    servers = args.connect
-    for server in servers:
-        _base(server)
+    servers = args.connect  # snapshot endpoints: the client learns the others from each server
     try:
         subtree = check_subtree(getattr(args, "subtree", "") or "")
     except ValueError as exc:

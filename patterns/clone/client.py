@@ -11,9 +11,15 @@
     for key, value, sequence in clone.changes(timeout=1): ...
     clone.destroy()
 
-A server is a base endpoint (``tcp://host:P``: snapshot at P, updates at
-P+1, collector at P+2) or a ``(snapshot, publisher, collector)`` tuple; a
-Binary Star pair is two of them, primary first.
+A server is its snapshot endpoint (``tcp://host:P``) or a ``(snapshot,
+publisher, collector)`` tuple; a Binary Star pair is two of them, primary
+first.  Given the snapshot endpoint only, the client asks that server first
+for an empty snapshot (subtree :data:`DISCOVERY`) whose KTHXBAI advertises
+the other two endpoints (a zactors server's extension; a wildcard host
+becomes the host we reached it by); a server that advertises nothing (the
+Guide's, a spec-only one) is taken to use the spec's P+1 and P+2.  (A
+backup given this way is learnt only when the client fails over to it;
+updates it misses meanwhile are resent, see below.)
 
 Reading (``get``, ``[]``, ``in``, ``len``, iteration, ``items``) never
 blocks and never leaves this process: the map lives in the client actor,
@@ -36,9 +42,18 @@ Behaviour:
   sequence lower than ours: a server that lost state) is refused and
   counted (``stale_snapshots``); we keep our map and ask the next server
   ``timeout`` seconds later.
-- ``set``/``delete`` publish a KVSET with a fresh UUID to *every* server's
-  collector (so a passive backup holds it as pending until it sees it from
-  the active).  The local map changes when the server's KVPUB comes back,
+- Restart: when the server's collector connects to us again (it
+  restarted, or the link broke) we re-sync, as updates published before
+  our subscriber reconnected would otherwise go unseen.
+- Synced (:meth:`wait_synced`) means the snapshot is in *and* the
+  server's collector has subscribed to our publisher (an XPUB sees the
+  subscription), so an update sent from then on reaches it.
+- ``set``/``delete`` publish a KVSET with a fresh UUID to *every* known
+  server's collector (so a passive backup holds it as pending until it
+  sees it from the active).  With ``wait``, an update with no KVPUB yet is
+  sent again (same UUID) whenever a collector connects (a restarted or
+  newly reached server) and every ``resend`` seconds; servers drop a UUID
+  they applied already, so it is applied once.  The local map changes when the server's KVPUB comes back,
   never before: the map is always a state some server published.  A
   server that cannot keep the update (its journal's disk is full) refuses
   it with KVERR: ``set(wait=...)`` raises :class:`UpdateRefused`; without
@@ -54,6 +69,7 @@ say); not across OS threads.
 from __future__ import annotations
 
 import logging
+import re
 import struct
 import time
 import uuid as _uuid
@@ -68,12 +84,16 @@ from gevent.queue import Empty, Full, Queue
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import Keypair, curve_client
 from zactors.actors.errors import ActorTimeout
+from zactors.actors.sockets import limit_size
 from zactors.actors.values import to_bytes
 
-from .protocol import (HUGZ, KTHXBAI, KVERR, ProtocolError, check_subtree, decode_kvmsg, encode_icanhaz,
-                       encode_properties, pack_sequence)
+from .protocol import (HUGZ, KTHXBAI, KVERR, MAX_REQUEST, MAX_VALUE, ProtocolError, advertised, check_subtree,
+                       decode_kvmsg, encode_icanhaz, encode_properties, frame_limit, pack_sequence)
 
-__all__ = ["Clone", "UpdateRefused", "server_endpoints"]
+__all__ = ["Clone", "DISCOVERY", "UpdateRefused", "server_endpoints"]
+
+#: the subtree of the snapshot a client asks to learn a server's endpoints (normally empty: cheap)
+DISCOVERY = b"/zactors.endpoints/"
 
 
 class UpdateRefused(Exception):
@@ -89,18 +109,36 @@ _D = TypeVar("_D")
 _C = TypeVar("_C", bound=Callable[[bytes, bytes, int], object])
 
 
-def server_endpoints(server: str | Iterable[str]) -> tuple[str, ...]:
-    """``(snapshot, publisher, collector)`` from ``tcp://host:P`` or a tuple of three (or four)."""
+def server_endpoints(server: str | Iterable[str]) -> tuple[str, str | None, str | None]:
+    """``(snapshot, publisher, collector)`` from a tuple of three (or four), or ``(snapshot, None, None)``
+    from one endpoint: the others are learnt from the server (see the module docstring)."""
     if isinstance(server, str):
-        head, sep, port = server.rpartition(":")
-        if not sep or not port.isdigit() or "://" not in head:
-            raise ValueError("a server is tcp://host:port or (snapshot, publisher, collector), got %r" % server)
-        base = int(port)
-        return tuple("%s:%d" % (head, base + i) for i in range(3))
+        if "://" not in server:
+            raise ValueError("a server is an endpoint such as tcp://host:port, or (snapshot, publisher, collector),"
+                             " got %r" % server)
+        return (server, None, None)
     server = tuple(server)
     if len(server) < 3:
         raise ValueError("a server needs (snapshot, publisher, collector) endpoints")
-    return server[:3]
+    return server[0], server[1], server[2]
+
+
+_WILDCARD = re.compile(r"^tcp://(\*|0\.0\.0\.0|\[::\]|::)(?=:\d+$)")
+
+
+def _reachable(endpoint, via):
+    """An advertised ``endpoint`` as we can connect to it: a wildcard host becomes ``via``'s host."""
+    if _WILDCARD.match(endpoint) and via.startswith("tcp://"):
+        return "tcp://%s:%s" % (via[len("tcp://"):].rpartition(":")[0], endpoint.rpartition(":")[2])
+    return endpoint
+
+
+def _spec_ports(snapshot):
+    """``(P+1, P+2)`` endpoints for a snapshot endpoint ``tcp://host:P`` (the spec's layout), or None."""
+    head, _, port = snapshot.rpartition(":")
+    if not snapshot.startswith("tcp://") or not port.isdigit() or int(port) > 65533:
+        return None
+    return "%s:%d" % (head, int(port) + 1), "%s:%d" % (head, int(port) + 2)
 
 
 class Clone(Actor):
@@ -109,10 +147,12 @@ class Clone(Actor):
     def __init__(self, servers: str | Iterable[str | Iterable[str]], *, subtree: bytes | str = b"",
                  timeout: float = 1.0, sub_wait: float = 0.3, max_events: int = 10000,
                  curve: Keypair | bytes | str | None = None, server_public: bytes | str | None = None,
-                 name: str | None = None) -> None:
+                 resend: float = 0.5, max_value: int = MAX_VALUE, name: str | None = None) -> None:
         if isinstance(servers, str):
             servers = [servers]
         self.servers = [server_endpoints(s) for s in servers]
+        self.resend = resend
+        self.max_value = max_value
         if not self.servers:
             raise ValueError("at least one server")
         self.subtree = check_subtree(subtree)
@@ -128,7 +168,8 @@ class Clone(Actor):
         self.synced = Event()
         self._callbacks: list[Callable[[bytes, bytes, int], object]] = []
         self._watchers: list[Queue] = []
-        self._acks: dict[bytes, tuple[AsyncResult, bytes, bytes]] = {}
+        # uuid -> (result, key, value, KVSET frames): updates waiting for their KVPUB (resent until then)
+        self._acks: dict[bytes, tuple[AsyncResult, bytes, bytes, list[bytes]]] = {}
 
     # -- parent side: the mapping ---------------------------------------------
     @overload
@@ -162,7 +203,8 @@ class Clone(Actor):
         return self.servers[self.current][0]
 
     def wait_synced(self, timeout: float | None = None) -> bool:
-        """Block this greenlet until the first snapshot is in; False on timeout."""
+        """Block this greenlet until the first snapshot is in and the server's collector takes our
+        updates; False on timeout."""
         return self.synced.wait(timeout)
 
     def set(self, key: bytes | str, value: bytes | str, ttl: float | None = None,
@@ -174,6 +216,9 @@ class Clone(Actor):
         sequence (ActorTimeout if it does not come; the update may still be
         applied later; :class:`UpdateRefused` if the server refused it).  Across a failover or re-sync, a snapshot that holds
         ``value`` for ``key`` counts as that KVPUB (its sequence is returned).
+        Until then the update is resent (same UUID) to a collector that
+        connects and every ``resend`` seconds: a server restart or a
+        reconnect in flight loses nothing, and servers apply it once.
         Safe from many greenlets.
         """
         key, value = to_bytes(key, "key"), to_bytes(value, "value")
@@ -191,7 +236,7 @@ class Clone(Actor):
         if not key.startswith(self.subtree):
             raise ValueError("wait= needs a key inside this client's subtree %r" % self.subtree)
         result = AsyncResult()
-        self._acks[uid] = (result, key, value)
+        self._acks[uid] = (result, key, value, [key, _ZERO, uid, props, value])
         try:
             self.send("SET", key, value, uid, props)
             return result.get(timeout=wait)
@@ -225,16 +270,59 @@ class Clone(Actor):
 
     # -- actor side -------------------------------------------------------------
     def setup(self) -> None:
-        self.pub = self.socket(zmq.PUB, sndhwm=100000)
-        self._secure(self.pub)
-        for _snapshot, _publisher, collector in self.servers:
-            self.pub.connect(collector)
+        self._collectors: dict[int, Any] = {}   # server index -> our XPUB to its collector
+        self._up: set[int] = set()              # servers whose collector subscribed to us
+        self._snapshot_in = False               # the current server's snapshot is applied
+        self._discovering = False
+        for index, (_snapshot, _publisher, collector) in enumerate(self.servers):
+            if collector is not None:
+                self._open_collector(index)
         self.snapshot = self.sub = self._ask_timer = None
         self._received = self._counted = 0  # messages that show the server alive, and those seen by the check
         self._building = None
         self._buffer: list[Any] = []
         self._connect(0)
         self.call_every(max(self.timeout / 5, 0.01), self._check_silence)
+        if self.resend:
+            self.call_every(self.resend, self._resend)
+
+    def _open_collector(self, index):
+        """Our publisher to server ``index``'s collector: an XPUB, whose subscriptions show the collector
+        connected (XPUB_VERBOSE: one for every connection, a restarted server's too)."""
+        sock = self._secure(self.socket(zmq.XPUB, sndhwm=100000, xpub_verbose=1))
+        limit_size(sock, MAX_REQUEST)  # it takes only subscriptions
+        sock.connect(self.servers[index][2])
+        self._collectors[index] = sock
+        self.add_reader(sock, lambda frames, index=index: self._on_subscription(index, frames))
+
+    def _on_subscription(self, index, frames):
+        if not frames[0][:1] == b"\x01":
+            return
+        self.stats["collector_connects"] += 1
+        again = index in self._up
+        self._up.add(index)
+        sock = self._collectors[index]
+        for ack in list(self._acks.values()):  # what it may have missed while it was away
+            sock.send_multipart(ack[3])
+            self.stats["resent"] += 1
+        if again and index == self.current and self._snapshot_in:
+            # Connected again: the server restarted (or the link broke), and our subscriber may have
+            # missed what it published meanwhile; the spec's HUGZ carry no sequence to tell.
+            self._resync("its collector connected again")
+        self._check_synced()
+
+    def _check_synced(self):
+        if self._snapshot_in and self.current in self._up and not self.synced.is_set():
+            self.synced.set()
+
+    def _resend(self):
+        """Send the updates still waiting for their KVPUB again, to every collector."""
+        if not self._acks:
+            return
+        for ack in list(self._acks.values()):
+            for sock in self._collectors.values():
+                sock.send_multipart(ack[3])
+            self.stats["resent"] += 1
 
     def _secure(self, sock):
         if self.curve is not None:
@@ -252,17 +340,26 @@ class Clone(Actor):
         for sock in (self.snapshot, self.sub):
             if sock is not None:
                 self.close_socket(sock)
+        self.snapshot = self.sub = None
         if self._ask_timer is not None:
             self._ask_timer.cancel()
+            self._ask_timer = None
         self.current = index
+        self._snapshot_in = False
         snapshot, publisher, _collector = self.servers[index]
+        if publisher is None:
+            self._discover(index)
+            return
+        self._discovering = False
         sub = self.sub = self._secure(self.socket(zmq.SUB, rcvhwm=0))
+        limit_size(sub, frame_limit(self.max_value))
         sub.setsockopt(zmq.SUBSCRIBE, self.subtree)
         if self.subtree:
             sub.setsockopt(zmq.SUBSCRIBE, HUGZ)
             sub.setsockopt(zmq.SUBSCRIBE, KVERR)
         sub.connect(publisher)
         self.snapshot = self._secure(self.socket(zmq.DEALER, rcvhwm=0))
+        limit_size(self.snapshot, frame_limit(self.max_value))
         self.snapshot.connect(snapshot)
         self._live = False
         self._unproven = False
@@ -279,6 +376,40 @@ class Clone(Actor):
             self._ask()
         else:
             self._ask_timer = self.call_later(self.sub_wait, self._ask)
+
+    def _discover(self, index):
+        """Ask server ``index`` (known by its snapshot endpoint only) for a :data:`DISCOVERY` snapshot:
+        its KTHXBAI names the publisher and collector (see :meth:`_discovered`)."""
+        self._discovering = True
+        self.snapshot = self._secure(self.socket(zmq.DEALER, rcvhwm=0))
+        limit_size(self.snapshot, frame_limit(self.max_value))
+        self.snapshot.connect(self.servers[index][0])
+        self._live = self._unproven = False
+        self._asked = True
+        self._building, self._buffer = {}, []
+        self._heard = _monotonic()
+        self.add_reader(self.snapshot, self._on_snapshot)
+        self.snapshot.send_multipart(encode_icanhaz(DISCOVERY))
+        self.stats["discoveries"] += 1
+
+    def _discovered(self, properties):
+        index = self.current
+        snapshot = self.servers[index][0]
+        found = advertised(properties)
+        if found is None:
+            found = _spec_ports(snapshot)
+            if found is None:
+                log.error("%s: %s advertises no publisher and collector, and is not tcp://HOST:P with the spec's "
+                          "P+1, P+2: give (snapshot, publisher, collector)", self.name, snapshot)
+                self.stats["undiscovered"] += 1
+                self._building = None
+                return
+            log.info("%s: %s advertises no endpoints: using the spec's %s, %s", self.name, snapshot, *found)
+        publisher, collector = (_reachable(e, snapshot) for e in found)
+        self.servers[index] = (snapshot, publisher, collector)
+        if index not in self._collectors:
+            self._open_collector(index)
+        self._connect(index)
 
     def _ask(self, buffered=()):
         """Send ICANHAZ? (a Binary Star vote too).  Updates published meanwhile are buffered."""
@@ -340,6 +471,9 @@ class Clone(Actor):
                 building[key] = value
             return
         msg = decode_kvmsg(frames)
+        if self._discovering:
+            self._discovered(msg.properties)
+            return
         built, buffered = self._building, self._buffer
         self._building, self._buffer = None, []
         if msg.sequence < self.sequence:
@@ -359,10 +493,11 @@ class Clone(Actor):
             for key in old:
                 if key not in built:
                     self._changed(key, b"", seq)
-        self.synced.set()
+        self._snapshot_in = True
+        self._check_synced()
         # Updates waiting for their KVPUB may have been applied before this snapshot (a failover, a
         # re-sync): the snapshot holding the value we set is their acknowledgement.
-        for result, key, value in list(self._acks.values()):
+        for result, key, value, _frames in list(self._acks.values()):
             if built.get(key, b"") == value and key.startswith(self.subtree):
                 result.set(seq)
         if self._unproven and buffered:
@@ -446,11 +581,15 @@ class Clone(Actor):
 
     @command("SET")
     def _publish(self, key, value, uid, props):
-        self.pub.send_multipart([key, _ZERO, uid, props, value])
+        frames = [key, _ZERO, uid, props, value]
+        for sock in self._collectors.values():
+            sock.send_multipart(frames)
         self.stats["sets"] += 1
 
     @command(reply=True)
     def info(self) -> dict[str, Any]:
 
-        return {"server": self.servers[self.current][0], "sequence": self.sequence, "keys": len(self.map),
-                "synced": self._building is None, "subtree": self.subtree, "counters": dict(self.stats)}
+        return {"server": self.servers[self.current][0], "endpoints": list(self.servers[self.current]),
+                "sequence": self.sequence, "keys": len(self.map),
+                "synced": self._snapshot_in and self.current in self._up and self._building is None,
+                "subtree": self.subtree, "counters": dict(self.stats)}

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Entry", "Hashmap", "LISTING_STEP"]
+__all__ = ["Entry", "Hashmap", "LISTING_STEP", "RecentIds"]
 
 _monotonic = time.monotonic
 
@@ -149,6 +150,35 @@ class Hashmap:
             return listed
         return {"keys": listed, "subtrees": [[sub, counts[sub]] for sub in subtrees.items()],
                 "truncated": keys.dropped or subtrees.dropped}
+
+
+class RecentIds:
+    """The last ``limit`` ids added (UUIDs of applied updates): ``id in recent``; the oldest are forgotten."""
+
+    __slots__ = ("limit", "_ids")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("RecentIds needs a limit >= 1")
+        self.limit = limit
+        self._ids: OrderedDict[bytes, None] = OrderedDict()   # the oldest first
+
+    def __contains__(self, uid: bytes) -> bool:
+        return uid in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, uid: bytes) -> None:
+        ids = self._ids
+        ids[uid] = None
+        if len(ids) > self.limit:
+            ids.popitem(last=False)
+
+    def update(self, uids: Iterator[bytes]) -> None:
+        for uid in uids:
+            if uid:
+                self.add(uid)
 
 
 def _preview(key, entry, preview, now):

@@ -28,6 +28,8 @@ newest complete generation, keeping for each key the record with the highest
 sequence, so the cut and the changes made meanwhile may interleave in any
 order.  Incomplete generations are removed on open.
 
+Files are created 0600 in 0700 directories (they hold keys and values).
+
 Used from the server actor's loop only; not thread-safe.
 """
 import logging
@@ -94,7 +96,7 @@ class MapJournal:
         self.fsync = fsync
         self.interval = interval
         self.chunk = chunk
-        os.makedirs(self.directory, exist_ok=True)
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)   # keys and values: the owner's only
         self.generation = None
         self.journal = self.commit = None
         self._next = None           # (generation, journal, commit) being written by compaction
@@ -118,7 +120,7 @@ class MapJournal:
         else:
             self.generation = 0
             path = self._path(0)
-            os.makedirs(path, exist_ok=True)
+            os.makedirs(path, mode=0o700, exist_ok=True)
             self._mark_complete(path)
         self.journal = Journal(path)
         self.commit = self._commit(self.journal, main=True)
@@ -178,7 +180,7 @@ class MapJournal:
         return os.path.join(self.directory, "gen-%08d" % n)
 
     def _mark_complete(self, path):
-        fd = os.open(os.path.join(path, _COMPLETE), os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = os.open(os.path.join(path, _COMPLETE), os.O_WRONLY | os.O_CREAT, 0o600)
         try:
             os.fsync(fd)
         finally:

@@ -11,6 +11,12 @@ Every CHP message but ``ICANHAZ?`` is a kvmsg of five frames::
 
     "KVERR" | sequence 0 | the refused KVSET's UUID | empty | reason (UTF-8, at most MAX_REASON bytes)
 
+A zactors server's ``KTHXBAI`` carries its other endpoints in the properties
+frame (the spec leaves it empty; spec-only clients ignore it), so a client
+needs only the snapshot endpoint (:func:`advertised`)::
+
+    "KTHXBAI" | sequence | empty | "publisher=ENDPOINT\ncollector=ENDPOINT\n" | subtree
+
 A server of a Binary Star pair re-syncs from its peer with a third frame,
 ``ICANHAZ? | "" | "peer"`` (:func:`encode_peer_icanhaz`): the snapshot then
 carries each entry's sequence, UUID and properties, with ttl as the seconds
@@ -58,6 +64,7 @@ __all__ = [
     "ICANHAZ", "KTHXBAI", "HUGZ", "KVERR", "MAX_REASON", "RESERVED_KEYS", "MAX_KEY", "MAX_PROPERTIES", "MAX_PROPERTY",
     "KVMsg", "Dialect", "SPEC", "GUIDE", "dialect",
     "ProtocolError", "BadFrames", "BadKey", "BadSequence", "BadUUID", "BadProperties", "BadSubtree", "BadCommand",
+    "MAX_REQUEST", "MAX_VALUE", "frame_limit", "advertised",
     "PEER_SYNC", "encode_peer_icanhaz", "is_peer_icanhaz",
     "encode_icanhaz", "encode_kvmsg", "encode_kthxbai", "encode_kverr", "encode_properties",
     "decode_icanhaz", "decode_kvmsg", "decode_kvset", "parse_kvset", "decode_properties", "check_subtree", "parse_ttl",
@@ -81,6 +88,15 @@ MAX_PROPERTIES = 32
 MAX_PROPERTY = 4096
 #: longest subtree specification (bytes)
 MAX_SUBTREE = 1024
+#: largest frame a socket that takes only requests, subscriptions or state messages accepts (bytes)
+MAX_REQUEST = 4096
+#: default largest value (bytes): a frame over it closes the sender's connection unread
+MAX_VALUE = 16 << 20
+
+
+def frame_limit(max_value):
+    """The largest frame a socket carrying kvmsgs with values of ``max_value`` bytes accepts."""
+    return max(max_value, MAX_KEY, MAX_PROPERTY, MAX_REQUEST)
 
 _seq = struct.Struct("!Q")
 pack_sequence = _seq.pack
@@ -239,8 +255,22 @@ def encode_kvmsg(key, sequence, value=b"", uuid=b"", properties=b""):
     return [key, pack_sequence(sequence), uuid, properties, value]
 
 
-def encode_kthxbai(sequence, subtree=b""):
-    return [KTHXBAI, pack_sequence(sequence), b"", b"", subtree]
+def encode_kthxbai(sequence, subtree=b"", properties=b""):
+    """KTHXBAI; ``properties``: a zactors server's advertised endpoints (see :func:`advertised`)."""
+    return [KTHXBAI, pack_sequence(sequence), b"", properties, subtree]
+
+
+def advertised(properties):
+    """``(publisher, collector)`` endpoints from a KTHXBAI's properties frame, or None (a server that
+    advertises nothing: a spec-only one)."""
+    try:
+        props = decode_properties(properties)
+    except ProtocolError:
+        return None
+    publisher, collector = props.get("publisher"), props.get("collector")
+    if not publisher or not collector or "://" not in publisher or "://" not in collector:
+        return None
+    return publisher, collector
 
 
 def encode_kverr(uuid, reason):

@@ -84,8 +84,8 @@ class PairSync:
         if not uid:
             self.stats["pending_without_uuid"] += 1
             return
-        if self._seen.pop(uid, None) is not None:
-            return
+        if self._seen.pop(uid, None) is not None or uid in self.pending:
+            return  # shown already, or a client's resend: keep the first arrival (its sequence then)
         entry = self.server.map.get(key)
         if entry is not None and entry.uuid == uid:
             return  # a sync brought it before its KVSET reached us

@@ -10,7 +10,10 @@
 
 Sockets (the spec's ports; each endpoint can be given on its own): snapshot
 ROUTER at P, publisher PUB at P+1, collector SUB at P+2, and for a pair the
-Binary Star state PUB at P+3.
+Binary Star state PUB at P+3.  ``port=0`` (or None) binds free ports, each
+its own.  Every snapshot's KTHXBAI advertises the publisher and collector
+endpoints (:func:`.protocol.encode_kthxbai`), so the snapshot endpoint is all
+a client needs.
 
 Behaviour, and where it improves on the Guide's Clone model 6:
 
@@ -41,6 +44,17 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   re-syncing) refuses the client vote, so it never takes over with a
   partial map.
 - Malformed messages on any socket are dropped and counted (``malformed``).
+- Size caps (``ZMQ_MAXMSGSIZE``) on every network socket: a frame over
+  ``max_value`` bytes on the collector or the pair's feed, over
+  :data:`.protocol.MAX_REQUEST` on the sockets that only take requests or
+  subscriptions, closes the sender's connection unread (counted in
+  ``disconnects`` on the snapshot socket, ``collector_disconnects`` on the
+  collector: libzmq does not tell a refusal from a peer leaving).
+- One update, applied once: a client resends an update it has no KVPUB for
+  (same UUID, see :meth:`.Clone.set`); the server remembers the UUIDs of
+  the last ``max_uuids`` updates it applied, journaled or followed (and
+  those of the map it recovered or synced) and drops a KVSET whose UUID it
+  holds (``duplicates``).
 - ``persist=DIR`` keeps the map in the kernel's Journal (see :mod:`.persist`):
   a restarted server starts from it, at the same sequence.  An update is
   journaled *before* it is applied and published: its KVPUB (and any
@@ -83,12 +97,15 @@ from zactors.actors.actor import Actor, Reply, command
 from zactors.actors.auth import Keypair, curve_client, curve_server
 from zactors.actors.bstar import BinaryStar, decode_state, encode_state
 from zactors.actors.journal import JournalError
+from zactors.actors.router import count_disconnects
+from zactors.actors.sockets import limit_size
 from zactors.actors.speedups import send_message
 
-from .hashmap import Entry, Hashmap
+from .hashmap import Entry, Hashmap, RecentIds
 from .persist import MapJournal
-from .protocol import (Dialect, MAX_REASON, SPEC, ProtocolError, decode_icanhaz, dialect as _dialect, encode_kverr,
-                       is_peer_icanhaz, pack_sequence, parse_kvset)
+from .protocol import (Dialect, MAX_REASON, MAX_REQUEST, MAX_VALUE, SPEC, ProtocolError, decode_icanhaz,
+                       dialect as _dialect, encode_kverr, encode_properties, frame_limit, is_peer_icanhaz,
+                       pack_sequence, parse_kvset)
 from .resync import PairSync
 from .snapshots import Snapshots
 
@@ -120,12 +137,13 @@ class CloneServer(Actor):
                  max_snapshots: int = 64, snapshot_queue: int = 10000, expire_batch: int = 10000,
                  max_pending: int = 1000000, curve: Keypair | bytes | str | None = None,
                  peer_public: bytes | str | None = None, persist: str | os.PathLike[str] | None = None,
-                 fsync: str = "interval", ack: str = "written", name: str | None = None) -> None:
+                 fsync: str = "interval", ack: str = "written", max_value: int = MAX_VALUE,
+                 max_uuids: int = 100000, name: str | None = None) -> None:
         if role not in (None, "primary", "backup"):
             raise ValueError("role must be None (alone), 'primary' or 'backup'")
         if ack not in ("written", "synced"):
             raise ValueError("ack must be 'written' or 'synced', not %r" % (ack,))
-        if port is not None:
+        if port:
             defaults = endpoints(host, port)
         else:
             defaults = tuple("tcp://%s:*" % host for _ in range(4))
@@ -150,6 +168,8 @@ class CloneServer(Actor):
         self.persist = persist
         self.fsync = fsync
         self.ack = ack
+        self.max_value = max_value
+        self.max_uuids = max_uuids
         self.name = name or "clone-%s" % (role or "server")
 
     # -- setup ----------------------------------------------------------------
@@ -161,15 +181,21 @@ class CloneServer(Actor):
             self.store = MapJournal(self, self.persist, fsync=self.fsync, ack=self.ack,
                                     on_durable=self._publish_durable, on_error=self._journal_failed)
             self.map.restore(*self.store.recover())
+        self.applied = RecentIds(self.max_uuids)   # UUIDs of the updates applied (or journaled): resends dropped
+        self._remember(self.map.entries, self.map.sequence)
         self._assigned = self.map.sequence   # the last sequence handed out (journaled; published once durable)
         self._outbox: deque[tuple[Any, ...]] = deque()  # (journal seq, sequence, key, value, uuid, props, ttl)
         curve = self.curve
         self.snapshots = Snapshots(self, self._on_snapshot, window=self.window, chunk=self.chunk,
                                    timeout=self.snapshot_timeout, hwm=self.snapshot_hwm, budget=self.snapshot_budget,
-                                   max_active=self.max_snapshots, max_waiting=self.snapshot_queue)
+                                   max_active=self.max_snapshots, max_waiting=self.snapshot_queue,
+                                   max_message=MAX_REQUEST)
         self.pub = self.socket(zmq.PUB, sndhwm=100000)
+        limit_size(self.pub, MAX_REQUEST)                     # it takes only subscriptions
         self.collector = self.socket(zmq.SUB, rcvhwm=100000)
+        limit_size(self.collector, frame_limit(self.max_value))
         self.collector.setsockopt(zmq.SUBSCRIBE, b"")
+        count_disconnects(self, self.collector, "collector_disconnects")
         for sock in (self.snapshots.router.socket, self.pub, self.collector):
             if curve is not None:
                 curve_server(sock, curve)
@@ -178,6 +204,7 @@ class CloneServer(Actor):
         self.endpoints[1] = self.bind(self.pub, self.endpoints[1])  # type: ignore[arg-type]  # set above
         self.endpoints[2] = self.bind(self.collector, self.endpoints[2])  # type: ignore[arg-type]  # set above
         self.add_reader(self.collector, self._on_collect)
+        self.snapshots.advertised = encode_properties({"publisher": self.endpoints[1], "collector": self.endpoints[2]})
         self.pair = self.state_sub = None
         if self.role is None:
             self.fsm = None
@@ -186,6 +213,7 @@ class CloneServer(Actor):
             self.fsm = BinaryStar(self.role == "primary", self.heartbeat, _monotonic(), self._on_state_change)
             self.pair = PairSync(self, self.max_pending)
             self.state_pub = self.socket(zmq.PUB)
+            limit_size(self.state_pub, MAX_REQUEST)
             if curve is not None:
                 curve_server(self.state_pub, curve)
             self.endpoints[3] = self.bind(self.state_pub, self.endpoints[3])  # type: ignore[arg-type]  # set above
@@ -196,8 +224,10 @@ class CloneServer(Actor):
         self.call_every(0.05, self._expire)
         self.call_every(min(1.0, self.snapshot_timeout / 2), self._housekeeping)
 
-    def _peer_socket(self, kind, **options):
+    def _peer_socket(self, kind, limit=None, **options):
+        """A socket to the pair's peer: CURVE as ours, frames capped at ``limit`` (default: a kvmsg's)."""
         sock = self.socket(kind, **options)
+        limit_size(sock, frame_limit(self.max_value) if limit is None else limit)
         if self.curve is not None:
             secret = getattr(self.curve, "secret", self.curve)
             curve_client(sock, self.curve, self.peer_public or zmq.curve_public(secret))
@@ -206,7 +236,7 @@ class CloneServer(Actor):
     def _connect_peer(self, peer):
         snapshot, publisher, _collector, state = peer
         self.peer = (snapshot, publisher, _collector, state)
-        self.state_sub = self._peer_socket(zmq.SUB)
+        self.state_sub = self._peer_socket(zmq.SUB, MAX_REQUEST)
         self.state_sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.state_sub.connect(state)
         self.add_reader(self.state_sub, self._on_state)
@@ -315,6 +345,9 @@ class CloneServer(Actor):
             self.stats["malformed"] += 1
             log.debug("%s: bad KVSET dropped: %s", self.name, exc)
             return
+        if uid and uid in self.applied:
+            self.stats["duplicates"] += 1   # a client's resend of an update applied already
+            return
         if self.active:
             self._apply(key, value, uid, props, ttl)
         else:
@@ -328,6 +361,8 @@ class CloneServer(Actor):
         if self.store is not None:
             self._journal(key, value, uid, props, ttl)
             return
+        if uid:
+            self.applied.add(uid)
         self.map.set(key, value, self.map.sequence + 1, uid, props, ttl)
         pub = self.pub
         send_message(pub, pub.handle, (key, pack_sequence(self.map.sequence), uid, props, value))
@@ -343,6 +378,8 @@ class CloneServer(Actor):
             self._refuse(uid, exc)
             return False
         self._assigned = seq
+        if uid:
+            self.applied.add(uid)   # also while it waits for the journal: a resend meanwhile is a duplicate
         self._outbox.append((jseq, seq, key, value, uid, props, ttl))
         return True
 
@@ -379,6 +416,8 @@ class CloneServer(Actor):
         """Passive: apply an update of the active's stream (and journal it; nothing is published)."""
         self.map.set(key, value, sequence, uid, props, ttl)
         self._assigned = sequence
+        if uid:
+            self.applied.add(uid)
         if self.store is None:
             return
         try:
@@ -392,9 +431,16 @@ class CloneServer(Actor):
         """Passive: a re-sync brought the whole map at ``sequence``."""
         self.map.replace(entries, sequence)
         self._assigned = sequence
+        self._remember(entries, sequence)
         if self.store is not None:  # the journal describes the old map: write the new one
             self._journal_gap = False
             self.store.compact(self.map.entries, self.map.expires_at, sequence)
+
+    def _remember(self, entries: dict[bytes, Entry], sequence: int) -> None:
+        """Remember the UUIDs of a recovered or synced map's recent changes (at most ``max_uuids``: one
+        pass, no sort)."""
+        horizon = sequence - self.max_uuids
+        self.applied.update(e.uuid for e in entries.values() if e.sequence > horizon)
 
     # -- timers -----------------------------------------------------------------
     def _expire(self):

@@ -73,8 +73,11 @@ class Snapshots:
     (the Binary Star vote) and calls :meth:`start`.
     """
 
+    #: properties frame of every KTHXBAI: the server's other endpoints (set by the server once bound)
+    advertised = b""
+
     def __init__(self, server, on_request, *, window=2000, chunk=100, timeout=30.0, hwm=20000,
-                 budget=2000000, max_active=64, max_waiting=10000):
+                 budget=2000000, max_active=64, max_waiting=10000, max_message=None):
         self.server = server
         self.stats = server.stats
         self.window = window
@@ -92,7 +95,7 @@ class Snapshots:
         self.router = _SnapshotRouter(server, on_request, backlog=window + chunk + 16, high=window,
                                       on_held=self._on_held, on_drained=self._on_drained,
                                       on_unroutable=self._on_unroutable, router_handover=1, sndhwm=hwm,
-                                      heartbeat_ivl=1000, heartbeat_timeout=5000)
+                                      heartbeat_ivl=1000, heartbeat_timeout=5000, max_message=max_message)
 
     def __len__(self):
         return len(self._tasks)
@@ -183,7 +186,7 @@ class Snapshots:
             if n % chunk == 0:
                 yield  # while the client's backlog is full, on_held has paused us
                 now = _monotonic()
-        send(identity, encode_kthxbai(sequence, subtree))
+        send(identity, encode_kthxbai(sequence, subtree, self.advertised))
         self.stats["snapshots_sent"] += 1
 
     def _done(self, identity, task):

@@ -1,4 +1,6 @@
 """A Clone server with persist=DIR: restarted, it has the same map at the same sequence."""
+import os
+import stat
 import subprocess
 
 import gevent
@@ -206,3 +208,18 @@ def test_sigkill_under_load_loses_no_published_update(processes, make, tmp_path)
     assert b.sequence >= top[0], "restarted at %d, a subscriber saw %d" % (b.sequence, top[0])
     lost = {k: v for k, v in seen.items() if int(b.get(k, b"-1")) < v}
     assert not lost, "published updates lost by the restart: %r" % list(lost.items())[:5]
+
+
+def test_persisted_files_are_the_owners_only(make, tmp_path):
+    directory = tmp_path / "clone"
+    server = make(CloneServer, persist=str(directory))
+    a = make(Clone, [client_of(server)])
+    assert a.wait_synced(5) and a.set("k", "secret", wait=5) == 1
+    seen = 0
+    for root, dirs, files in os.walk(directory):
+        assert stat.S_IMODE(os.stat(root).st_mode) == 0o700, root
+        for name in files:
+            path = os.path.join(root, name)
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+            seen += 1
+    assert seen >= 2
