@@ -28,8 +28,9 @@ def register(sub):
                     "A dashboard bound off loopback needs a token: --token-file, $%s, or one is generated "
                     "and printed." % TOKEN_ENV)
     up.add_argument("--config", metavar="FILE", help="TOML config file (see the README)")
-    up.add_argument("--data", metavar="DIR", help="data directory; the ZEPS journal goes to DIR/zeps "
-                                                  "(default: ./zactors-data)")
+    up.add_argument("--data", metavar="DIR", help="data directory, one node's at a time: the ZEPS journal "
+                                                  "goes to DIR/zeps, the Clone map to DIR/clone (default: "
+                                                  "./zactors-data)")
     up.add_argument("--mdp", type=options.bind_endpoint, metavar="ENDPOINT",
                     help="Majordomo endpoint (default: tcp://127.0.0.1:5555)")
     up.add_argument("--zeps", type=options.bind_endpoint, metavar="ENDPOINT",
