@@ -41,6 +41,7 @@ Config file (TOML), every key optional::
     beacon = false
     endpoints = ["tcp://10.0.0.2:49152"]
     groups = ["ops"]
+    tcp_port = 49160           # peers reach us here (0: any free one, kept across restarts)
     [dashboard]
     bind = "127.0.0.1:8765"    # port 0 or *: any free one
     token = "..."              # required off loopback; generated if absent
@@ -91,7 +92,7 @@ DEFAULTS = {
     "zeps": {"enabled": True, "bind": "tcp://127.0.0.1:5570", "fsync": "100ms", "ack": "written"},
     "clone": {"enabled": True, "host": "127.0.0.1", "port": 5556},
     "harmony": {"enabled": True, "name": None, "beacon": False, "interface": None, "endpoints": [], "groups": [],
-                "host": "127.0.0.1"},
+                "host": "127.0.0.1", "tcp_port": 0},
     "dashboard": {"enabled": True, "bind": "127.0.0.1:8765", "token": None, "interval": 1.0,
                   "max_clients": 1000},
 }
@@ -347,11 +348,13 @@ class Up:
             self.lock.describe(self.listening())
 
     def _start_harmony(self):
-        """The Harmony part: a fresh node (a new identity: peers see the old one go) in its groups."""
+        """The Harmony part: a fresh node (a new identity: peers see the old one go) in its groups, on the
+        endpoint the first one got (``tcp_port`` 0: any free one, kept across restarts)."""
         from zactors.patterns.harmony.node import Node
         h = self.config["harmony"]
         node = Node(h["name"], beacon=h["beacon"], interface=h["interface"], endpoints=h["endpoints"],
-                    host=None if h["beacon"] else h["host"]).start()
+                    host=None if h["beacon"] else h["host"], tcp_port=int(h["tcp_port"] or 0) or None).start()
+        h["tcp_port"] = int(node.endpoint.rsplit(":", 1)[1])
         for group in h["groups"]:
             node.join(group)
         self.harmony = node

@@ -142,7 +142,11 @@ class NodeActor(Actor):
             bind_host = host
         self.inbox = self.socket(zmq.ROUTER, router_handover=1, rcvhwm=cfg["hwm"])
         limit_size(self.inbox, cfg["max_message"])
-        port = self.inbox.bind_to_random_port("tcp://%s" % bind_host, 0xC000, 0xFFFF, max_tries=200)
+        if cfg.get("tcp_port"):  # a stable endpoint (a restarted node binds it again while it is released)
+            bound = self.bind(self.inbox, "tcp://%s:%d" % (bind_host, cfg["tcp_port"]))
+            port = int(bound.rsplit(":", 1)[1])
+        else:
+            port = self.inbox.bind_to_random_port("tcp://%s" % bind_host, 0xC000, 0xFFFF, max_tries=200)
         self.endpoint = "tcp://%s:%d" % (host, port)
         self.add_reader(self.inbox, self._on_inbox)
         if self.beacon is not None:

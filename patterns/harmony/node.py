@@ -40,7 +40,9 @@ class Node:
     ``expired`` (seconds: 5 and 30 as Zyre), ``gossip`` (True),
     ``beacon_refresh`` (False), ``hwm`` and ``backlog`` (per-peer queues),
     ``max_peers`` (1000: peers and probes at once), ``max_message`` (16 MiB:
-    a peer sending a larger frame is disconnected unread; ``ZMQ_MAXMSGSIZE``).  ``endpoints`` must be
+    a peer sending a larger frame is disconnected unread; ``ZMQ_MAXMSGSIZE``), ``tcp_port`` (the
+    port peers reach us at; default a free one in 49152-65535, as Zyre: give one for a stable
+    endpoint, e.g. when peers know it without beacons).  ``endpoints`` must be
     ``tcp://host:port`` (ValueError otherwise).
 
     Every method may be called from many greenlets of the thread that
@@ -56,7 +58,7 @@ class Node:
                  endpoints: Iterable[str] = (), host: str | None = None, interval: float = 1.0,
                  evasive: float = 5.0, expired: float = 30.0, gossip: bool = True, beacon_refresh: bool = False,
                  hwm: int = 10000, backlog: int = 100000, max_peers: int = 1000,
-                 max_message: int = 16 << 20) -> None:
+                 max_message: int = 16 << 20, tcp_port: int | None = None) -> None:
         self.uuid = _uuid.uuid4().bytes
         self.id = self.uuid.hex().upper()
         self.name = name or self.id[:6]
@@ -70,7 +72,7 @@ class Node:
             uuid=self.uuid, name=self.name, headers=dict(headers or {}), interface=interface, port=port,
             beacon=beacon, endpoints=list(endpoints), host=host, interval=interval, evasive=evasive,
             expired=expired, gossip=gossip, beacon_refresh=beacon_refresh, hwm=hwm, backlog=backlog,
-            max_peers=max_peers, max_message=max_message)
+            max_peers=max_peers, max_message=max_message, tcp_port=tcp_port)
         Liveness(evasive, expired)  # validates the timeouts now
         self.actor: NodeActor | None = None
         self.endpoint: str | None = None

@@ -291,3 +291,26 @@ def test_embedded_in_a_gevent_web_server(nodes):
 def test_the_handle_and_the_engine_share_one_command_table():
     from zactors.patterns.harmony import NodeActor, commands
     assert {getattr(commands, name) for name in commands.__all__} == set(NodeActor._commands)
+
+
+def test_a_fixed_tcp_port_gives_a_stable_endpoint_across_a_restart():
+    """Issue 21: Harmony's TCP port can be fixed, so the broadcast-free mode has a stable endpoint."""
+    import socket
+
+    from zactors.patterns.harmony.node import Node
+    with socket.socket() as probe:                     # a free port, then released for the node
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    first = Node("fixed", beacon=False, tcp_port=port).start()
+    try:
+        assert first.endpoint == "tcp://127.0.0.1:%d" % port
+    finally:
+        first.stop()
+    again = Node("fixed", beacon=False, tcp_port=port).start()   # binds it again while it is released
+    other = Node("other", beacon=False, endpoints=["tcp://127.0.0.1:%d" % port]).start()
+    try:
+        assert again.endpoint == "tcp://127.0.0.1:%d" % port
+        wait_for(lambda: again.id in other.peers(), 10, "a peer that knows only the fixed endpoint to find it")
+    finally:
+        other.stop()
+        again.stop()
