@@ -21,8 +21,38 @@ __all__ = ["ZepsDataSource", "ZepsSparkError", "Options", "register", "explain",
 
 
 def register(spark):
-    """Register the ``zeps`` format with SparkSession ``spark``."""
+    """Register the ``zeps`` format with SparkSession ``spark``.
+
+    On a ``local`` master, first checks that Spark's Python workers run an interpreter where zactors is
+    installed (a session built from a venv without :func:`prepare` runs the system's ``python3``, and
+    every task would fail with ``No module named 'zactors'``): :class:`ZepsSparkError` says how to fix it.
+    May block a moment (it asks that interpreter).
+    """
+    _check_workers(spark.sparkContext)
     spark.dataSource.register(ZepsDataSource)
+
+
+def _check_workers(context):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    python = context.pythonExec or "python3"
+    if not str(context.master).startswith("local"):
+        return                    # a cluster's workers have their own interpreters: their setup decides
+    found = shutil.which(python) or python
+    if os.path.realpath(found) == os.path.realpath(sys.executable):
+        return
+    try:
+        ok = subprocess.run([found, "-c", "import zactors.patterns.zeps.spark"], capture_output=True,
+                            timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    if not ok:
+        raise ZepsSparkError("Spark's Python workers run %s, which cannot import zactors: call "
+                             "zactors.patterns.zeps.spark.prepare() before building the SparkSession (or set "
+                             "PYSPARK_PYTHON=%s)" % (python, sys.executable))
 
 
 def explain(error):

