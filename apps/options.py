@@ -27,7 +27,7 @@ import re
 import zmq
 
 __all__ = ["UsageError", "bind_endpoint", "connect_endpoint", "positive_int", "count", "positive_float",
-           "non_negative_float", "port", "port_or_any", "host", "secret_key_file", "public_key_file", "key_directory",
+           "non_negative_float", "fsync_policy", "port", "port_or_any", "host", "secret_key_file", "public_key_file", "key_directory",
            "curve_options", "check_curve", "client_curve", "bind_error", "service_name", "writable_directory"]
 
 
@@ -65,6 +65,22 @@ def size(text):
     if not match or not int(match.group(1)):
         _fail("%r is not a size: say 500M or 10G" % text)
     return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def fsync_policy(text):
+    """A journal's fsync policy, the same for every command: ``never``, ``batch`` (after every write), or a
+    period such as ``100ms`` or ``1s`` (a number alone is seconds); returned as the name or the seconds."""
+    text = str(text).strip().lower()
+    if text in ("never", "batch"):
+        return text
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s)?", text)
+    seconds = float(match.group(1)) * (0.001 if match.group(2) == "ms" else 1) if match else 0.0
+    if not seconds > 0:
+        _fail("%r: say never, batch, or a period such as 100ms or 1s" % text)
+    return seconds
+
+
+fsync_policy.__name__ = "fsync policy"
 
 
 def positive_float(text):

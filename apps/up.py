@@ -150,22 +150,14 @@ def _check_intensity(node, where):
 
 
 def parse_period(text):
-    """ZEPS fsync: "never", "batch", a number of seconds, or "100ms" / "1s"."""
-    if isinstance(text, (int, float)) and text > 0:
-        return float(text)
-    if text in ("never", "batch"):
-        return text
-    value = str(text).strip()
+    """A journal's fsync policy from the config: as :func:`zactors.apps.options.fsync_policy`."""
+    import argparse
+
+    from zactors.apps import options
     try:
-        if value.endswith("ms"):
-            seconds = float(value[:-2]) / 1000
-        else:
-            seconds = float(value[:-1] if value.endswith("s") else value)
-    except ValueError:
-        raise ConfigError("fsync is 'never', 'batch' or a period such as 100ms, not %r" % text) from None
-    if seconds <= 0:
-        raise ConfigError("an fsync period is > 0")
-    return seconds
+        return options.fsync_policy(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError("fsync: %s" % exc) from None
 
 
 def parse_ack(text):

@@ -47,8 +47,9 @@ def register(sub):
                         help="how KVSYNC/HUGZ are filled: 'spec' or 'guide' (the Guide's clonecli6 clients)")
     server.add_argument("--persist", metavar="DIR",
                         help="keep the map in a journal in DIR; a restarted server starts from it")
-    server.add_argument("--fsync", choices=("interval", "batch", "never"), default="interval",
-                        help="with --persist: fsync every 0.1 s, after every write, or never (default: %(default)s)")
+    server.add_argument("--fsync", type=options.fsync_policy, default="100ms", metavar="POLICY",
+                        help="with --persist: 'never', 'batch' (after every write) or a period such as 100ms, as "
+                             "for every journal (default: %(default)s)")
     server.add_argument("--ack", choices=("written", "synced"), default="written",
                         help="with --persist: publish an update once the journal holds it written (survives a "
                              "crash of the server) or synced (fsynced: survives a power loss; use with "

@@ -33,7 +33,11 @@ def register(subparsers):
                             help="no UDP beacons: discover through --endpoint only")
         parser.add_argument("--host", type=options.host, help="the address other nodes reach this one at "
                             "(default: the beacon interface's address, else 127.0.0.1)")
-        parser.add_argument("--port", type=options.port, default=5670, help="UDP beacon port (default: 5670)")
+        parser.add_argument("--port", type=options.port_or_any, default=0,
+                            help="the TCP port other nodes reach this one at, as --port is for every server "
+                                 "(default: 0 or *, any free one)")
+        parser.add_argument("--beacon-port", type=options.port, default=5670,
+                            help="UDP beacon port (default: 5670)")
 
     chat = sub.add_parser(
         "chat", help="a group chat over SHOUT (type lines; Ctrl-D leaves)",
@@ -57,8 +61,8 @@ def register(subparsers):
 
 def _node(args, name):
     from zactors.patterns.harmony import Node
-    return Node(name, interface=args.interface, port=args.port, beacon=args.beacon,
-                endpoints=args.endpoint, host=args.host)
+    return Node(name, interface=args.interface, port=args.beacon_port, beacon=args.beacon,
+                endpoints=args.endpoint, host=args.host, tcp_port=args.port or None)
 
 
 def run_chat(args):

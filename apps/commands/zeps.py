@@ -37,7 +37,7 @@ def register(sub):
                         help="journal directory (one subdirectory per stream)")
     broker.add_argument("--bind", default=DEFAULT_ENDPOINT, type=options.bind_endpoint,
                         help="endpoint for clients, e.g. tcp://*:5570 for every interface (default: %(default)s)")
-    broker.add_argument("--fsync", default="100ms", metavar="POLICY", type=_fsync,
+    broker.add_argument("--fsync", default="100ms", metavar="POLICY", type=options.fsync_policy,
                         help="'never', 'batch' (after every write) or a period such as 100ms or 1s "
                              "(default: %(default)s)")
     broker.add_argument("--ack", choices=("written", "synced"), default="written",
@@ -191,15 +191,6 @@ def _time(text):
                                          "minutes ago" % text) from None
 
 
-def _fsync(text):
-    if text in ("never", "batch"):
-        return text
-    age = _age(text)
-    if age is None or age <= 0:
-        raise argparse.ArgumentTypeError("%r: say never, batch, or a period such as 100ms or 1s" % text)
-    return age
-
-
 def _limit(text):
     """A retention limit: ``("age", seconds)`` or ``("size", bytes)``."""
     age = _age(text)
@@ -225,7 +216,6 @@ def _permissions(path):
 
 
 _time.__name__ = "time"
-_fsync.__name__ = "fsync policy"
 _limit.__name__ = "retention limit"
 _permissions.__name__ = "permissions file"
 

@@ -60,7 +60,9 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   journaled *before* it is applied and published: its KVPUB (and any
   snapshot holding it) waits until the journal holds it at the ``ack``
   level: ``"written"`` (survives a crash of the process) or ``"synced"``
-  (fsynced: survives a power loss; pair it with ``fsync="batch"``).  When a
+  (fsynced: survives a power loss; pair it with ``fsync="batch"``).  ``fsync``
+  is ``"never"``, ``"batch"``, or a period in seconds as for a ZEPS broker
+  (``"interval"``: every 0.1 s, the default).  When a
   write fails (a full disk) the updates waiting for it are refused, and so
   is every update until a retried write succeeds: the server publishes
   ``KVERR`` with the update's UUID and the reason (see
@@ -137,7 +139,7 @@ class CloneServer(Actor):
                  max_snapshots: int = 64, snapshot_queue: int = 10000, expire_batch: int = 10000,
                  max_pending: int = 1000000, curve: Keypair | bytes | str | None = None,
                  peer_public: bytes | str | None = None, persist: str | os.PathLike[str] | None = None,
-                 fsync: str = "interval", ack: str = "written", max_value: int = MAX_VALUE,
+                 fsync: str | float = "interval", ack: str = "written", max_value: int = MAX_VALUE,
                  max_uuids: int = 100000, name: str | None = None) -> None:
         if role not in (None, "primary", "backup"):
             raise ValueError("role must be None (alone), 'primary' or 'backup'")
@@ -178,7 +180,9 @@ class CloneServer(Actor):
         self.store = None
         self._journal_gap = False   # a followed update the journal refused: compact from the map
         if self.persist is not None:
-            self.store = MapJournal(self, self.persist, fsync=self.fsync, ack=self.ack,
+            period = isinstance(self.fsync, (int, float)) and not isinstance(self.fsync, bool)
+            self.store = MapJournal(self, self.persist, fsync="interval" if period else self.fsync,
+                                    interval=float(self.fsync) if period else 0.1, ack=self.ack,
                                     on_durable=self._publish_durable, on_error=self._journal_failed)
             self.map.restore(*self.store.recover())
         self.applied = RecentIds(self.max_uuids)   # UUIDs of the updates applied (or journaled): resends dropped

@@ -113,7 +113,7 @@ def test_every_command_describes_itself(command):
     (["mdp", "broker", "--bind", "inproc://x"], "inproc:// works only inside one process"),
     (["mdp", "request", "echo", "x", "--connect", "tcp://*:5555"], "to connect, name the host"),
     (["peer", "chat", "--name", "n", "--host", "nosuchhost.invalid"], "cannot resolve host"),
-    (["peer", "list", "--port", "0"], "a port is 1-65535"),
+    (["peer", "list", "--beacon-port", "0"], "a port is 1-65535"),
     (["mdp", "request", "echo", "x", "--timeout", "0"], "--timeout: 0: must be a number above 0"),
     (["mdp", "request", "echo", "x", "--retries", "0"], "must be 1 or more"),
     (["mdp", "request", "", "x"], "a service name cannot be empty"),

@@ -92,7 +92,7 @@ def test_up_reads_a_config_file_and_options_win(processes, tmp_path):
     ("[majordomo\n", "not valid TOML"),
     ("[mdp]\nbind = 'x'\n", "unknown section 'mdp'"),
     ("[zeps]\nport = 5\n", "has no setting port"),
-    ("[zeps]\nfsync = 'sometimes'\n", "fsync is"),
+    ("[zeps]\nfsync = 'sometimes'\n", "fsync: 'sometimes': say never, batch, or a period"),
     ("[dashboard]\nbind = 'nowhere'\n", "HOST:PORT"),
 ])
 def test_a_bad_config_file_is_one_line(tmp_path, content, words):
