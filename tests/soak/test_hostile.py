@@ -40,23 +40,44 @@ def test_a_well_behaved_client_is_served_while_a_swarm_attacks_the_node():
     assert_served(f, context, done)
 
 
+#: a round trip this long means the node stopped serving: quiet, this box's longest is 7-170 ms
+STALL_MS = 500
+
+
 @pytest.mark.xfail(strict=True, reason="defect: a flood of new ZEPS streams (new connections, each ATTACHing a "
-                   "new stream and publishing one message, ~100 streams/s) stalls the whole node for 2-4.4 s at a "
-                   "time (Majordomo, ZEPS and Clone round trips alike) and a well-behaved publisher's peering is "
-                   "lost (MessagesLost); journals are opened, closed (with fsync) and removed on the hub "
-                   "(broker._open_stream/_close_stream), the likely cause")
+                   "new stream and publishing one message, ~100 streams/s from two processes) stalls the whole node "
+                   "at once (Majordomo, ZEPS and Clone round trips alike): 1.2 s on a quiet box, 2-4.4 s while the "
+                   "disk is busy, where a well-behaved publisher's peering was also lost (MessagesLost). Journals "
+                   "are opened, closed with fsync and removed on the hub (broker._open_stream/_close_stream, reached "
+                   "while the open-stream budget turns streams over): the likely cause")
 def test_a_stream_flood_does_not_stall_the_node():
     f, context, done = swarm_against_node("stream_flood")
     assert f["swarm"].get("streams", 0) > 0, context
+    for kind, s in f["under_attack"].items():
+        assert s["max_ms"] < STALL_MS, (kind, context)
     assert_served(f, context, done)
 
 
 @pytest.mark.xfail(strict=True, reason="defect: ZEPS subscribers that never read (ATTACH, SUBSCRIBE from the "
-                   "start, CREDIT 32 MiB or 2**63, never a recv) on a stream delay a reading subscriber of the "
-                   "same stream: its publish->deliver p99 is ~1 s (max 1.3 s), where Majordomo and Clone stay "
-                   "at ~11-16 ms; the credit budget makes the reading subscriber wait for credit the "
-                   "never-readers hold")
+                   "start, CREDIT 32 MiB or 2**63, never a recv) delay a reading subscriber of the same stream: its "
+                   "publish->deliver p99 is 270-990 ms (and it makes 4-5x fewer round trips) while Majordomo and "
+                   "Clone round trips stay at p99 5-16 ms; the credit budget (64 MiB, taken by the never-readers' "
+                   "grants) makes the reading subscriber wait for credit, the likely cause")
 def test_never_reading_subscribers_do_not_delay_a_reading_one():
     f, context, done = swarm_against_node("never_reading", "credit_flood")
     assert f["swarm"].get("never_reading", 0) > 0 and f["swarm"].get("credits", 0) > 0, context
+    rtt = f["under_attack"]
+    # relative to the node's other round trips: a loaded box slows them all alike, the defect only ZEPS
+    assert rtt["zeps"]["p99_ms"] <= max(50, 3 * max(rtt["mdp"]["p99_ms"], rtt["clone"]["p99_ms"])), context
     assert_served(f, context, done)
+
+
+@pytest.mark.xfail(strict=True, reason="defect: under the whole swarm the node aborts after ~80 s (2 runs of 2, "
+                   "seeds 1 and 2: at 80 s and 85 s) with libzmq's 'Assertion failed: !_io_error "
+                   "(src/stream_engine_base.cpp:310)' (libzmq 4.3.5, pyzmq 27.3.0), status -6: a peer can kill the "
+                   "node. Each attack alone, for 20-100 s, does not; the stream budget was full and peers were "
+                   "being dropped as silent at the time")
+@pytest.mark.timeout(600)
+def test_the_node_survives_the_whole_swarm():
+    f, done = run_soak("hostile", "--duration", "150", "--seed", "2", "--p99-ms", str(P99_MS), timeout=580)
+    assert f["node_alive"], done.stdout + done.stderr[-3000:]
