@@ -55,3 +55,12 @@ def test_stats_of_a_fresh_actor_shows_its_counters_at_zero():
                                                      "emit_waits": 0}
     finally:
         actor.destroy()
+
+
+def test_the_two_brokers_have_names_that_cannot_be_confused():
+    """Issue 21: Majordomo's and ZEPS's ``Broker`` in one import."""
+    from zactors.patterns.majordomo import MajordomoBroker
+    from zactors.patterns.majordomo.broker import Broker as Mdp
+    from zactors.patterns.zeps import ZepsBroker
+    from zactors.patterns.zeps.broker import Broker as Zeps
+    assert MajordomoBroker is Mdp and ZepsBroker is Zeps and MajordomoBroker is not ZepsBroker

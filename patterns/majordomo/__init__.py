@@ -5,8 +5,11 @@ class of a service; ``Client`` calls services from any greenlet.  The wire
 format lives in :mod:`.protocol`, the broker's own services in :mod:`.mmi`.
 """
 from .broker import Broker
+
+#: the same class under a name that cannot be confused with ZEPS's ``Broker`` in one import
+MajordomoBroker = Broker
 from .client import Client, HandshakeFailed, RequestTimeout, ServiceError
 from .protocol import MAJORTOMO, SPEC, ProtocolError
 from .worker import Worker
 
-__all__ = ["Broker", "Client", "RequestTimeout", "HandshakeFailed", "ServiceError", "Worker", "ProtocolError", "SPEC", "MAJORTOMO"]
+__all__ = ["Broker", "MajordomoBroker", "Client", "RequestTimeout", "HandshakeFailed", "ServiceError", "Worker", "ProtocolError", "SPEC", "MAJORTOMO"]

@@ -1,6 +1,6 @@
 """ZEPS: journaled publish-subscribe with replay and credit flow control.
 
-``Broker`` journals every message of a stream and delivers it to each
+``Broker`` (also ``ZepsBroker``, beside Majordomo's ``MajordomoBroker``) journals every message of a stream and delivers it to each
 subscriber as its credit allows, live or replayed from the journal;
 ``Publisher`` and ``Subscriber`` are the clients.  The wire format lives in
 :mod:`.protocol`, subscription matching in :mod:`.matcher`.  The re-exports
@@ -11,7 +11,7 @@ processes) does not import the clients, gevent or zmq.
 import importlib
 
 _EXPORTS = {
-    "Broker": ".broker",
+    "Broker": ".broker", "ZepsBroker": ".broker",
     "Message": ".client", "Publisher": ".client", "Subscriber": ".client", "ZepsError": ".client",
     "MessagesLost": ".client", "ReplayError": ".client", "StreamRolledBack": ".client", "query": ".client",
     "HandshakeFailed": ".client", "NoSuchStream": ".client",
@@ -19,7 +19,7 @@ _EXPORTS = {
     "NEW": ".protocol", "ProtocolError": ".protocol",
 }
 
-__all__ = ["Broker", "Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "ReplayError",
+__all__ = ["Broker", "ZepsBroker", "Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "ReplayError",
            "StreamRolledBack", "NoSuchStream", "HandshakeFailed", "query", "Filter", "Matcher",
            "PatternError", "ProtocolError", "NEW"]
 

@@ -155,7 +155,7 @@ from .broker_streams import Streams, _open_stream_budget, _Stream
 if TYPE_CHECKING:
     from .permissions import Permissions
 
-__all__ = ["Broker", "ACK_LEVELS"]
+__all__ = ["Broker", "ZepsBroker", "ACK_LEVELS"]
 
 #: what a PING-OK (and a delivery) waits for: the OS has the message, or an fsync covered it
 ACK_LEVELS = ("written", "synced")
@@ -311,3 +311,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
     def info(self) -> dict[str, Any]:
         """Streams, subscribers and counters (see the module docstring)."""
         return self._info(None)
+
+
+#: the same class under a name that cannot be confused with Majordomo's ``Broker`` in one import
+ZepsBroker = Broker

@@ -165,6 +165,15 @@ _MAX_ANSWER = 4096
 _MAX_REPORT = 64 << 20
 
 
+def _reasons(reasons):
+    """The broker's reasons in one line: each distinct one once, in order, with how often it came."""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        counts[reason] = counts.get(reason, 0) + 1
+    said = [reason if n == 1 else "%s (%d times)" % (reason, n) for reason, n in counts.items()]
+    return "; ".join(said[:3]) + (" (and %d other reasons)" % (len(said) - 3) if len(said) > 3 else "")
+
+
 def _dealer(endpoint, curve, limit, sndhwm=None, watch=False):
     """A DEALER to the broker; a frame over ``limit`` bytes from it drops the connection (ZMQ_MAXMSGSIZE).
 
@@ -398,11 +407,11 @@ class Publisher:
             self._refused = []
             if refused:  # our PING (or a later one) was refused: not written
                 errors, self._errors = self._errors, []
-                raise ZepsError("; ".join(refused[:1] + errors[:4]))
+                raise ZepsError(_reasons(refused[:1] + errors))
             self.stats["flushes"] += 1
             errors, self._errors = self._errors, []
         if errors:
-            raise ZepsError("; ".join(errors[:5]) + (" (and %d more)" % (len(errors) - 5) if len(errors) > 5 else ""))
+            raise ZepsError(_reasons(errors))
 
     def _ping(self, block=True):
         """Send a PING (the lock held): its PING-OK will confirm everything published so far."""

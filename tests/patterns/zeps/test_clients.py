@@ -311,3 +311,11 @@ def test_get_many_takes_batches_in_order_and_gives_the_credit_back(broker):
         assert sub.get_many(16, timeout=0.05) == []
     finally:
         sub.destroy()
+
+
+def test_the_brokers_reasons_are_said_once_each():
+    """Issue 21: a full disk's ENOSPC sentence came five times on one line."""
+    from zactors.patterns.zeps.client import _reasons
+    assert _reasons(["a", "b", "b", "b", "a"]) == "a (2 times); b (3 times)"
+    assert _reasons(["x"]) == "x"
+    assert _reasons(["1", "2", "3", "4", "5"]) == "1; 2; 3 (and 2 other reasons)"
