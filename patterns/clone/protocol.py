@@ -288,8 +288,8 @@ def decode_icanhaz(frames):
     return check_subtree(frames[1])
 
 
-def decode_kvmsg(frames):
-    """Any five-frame kvmsg -> :class:`KVMsg` (checks framing, sequence, UUID; not properties)."""
+def _kvmsg_frames(frames):
+    """The five frames of a kvmsg, with its framing, key, sequence and UUID checked."""
     if len(frames) != 5:
         raise BadFrames("a kvmsg has 5 frames, got %d" % len(frames))
     key, seq, uuid, properties, value = frames
@@ -299,6 +299,12 @@ def decode_kvmsg(frames):
         raise BadSequence("sequence must be 8 bytes, got %d" % len(seq))
     if len(uuid) not in (0, 16):
         raise BadUUID("UUID must be empty or 16 bytes, got %d" % len(uuid))
+    return key, seq, uuid, properties, value
+
+
+def decode_kvmsg(frames):
+    """Any five-frame kvmsg -> :class:`KVMsg` (checks framing, sequence, UUID; not properties)."""
+    key, seq, uuid, properties, value = _kvmsg_frames(frames)
     if len(properties) > MAX_PROPERTY:
         raise BadProperties("properties longer than %d bytes" % MAX_PROPERTY)
     return KVMsg(key, _unpack(seq)[0], uuid, properties, value)
@@ -307,15 +313,7 @@ def decode_kvmsg(frames):
 def parse_kvset(frames):
     """A client's KVSET -> ``(key, uuid, properties, value, ttl seconds or None)``: the server's one
     parser, no object made; reserved keys and bad properties rejected."""
-    if len(frames) != 5:
-        raise BadFrames("a kvmsg has 5 frames, got %d" % len(frames))
-    key, seq, uuid, properties, value = frames
-    if not key or len(key) > MAX_KEY:
-        raise BadKey("key must be 1-%d bytes, got %d" % (MAX_KEY, len(key)))
-    if len(seq) != 8:
-        raise BadSequence("sequence must be 8 bytes, got %d" % len(seq))
-    if len(uuid) not in (0, 16):
-        raise BadUUID("UUID must be empty or 16 bytes, got %d" % len(uuid))
+    key, _seq, uuid, properties, value = _kvmsg_frames(frames)
     if key in RESERVED_KEYS:
         raise BadKey("key %r is a command name" % key)
     return key, uuid, properties, value, parse_ttl(decode_properties(properties)) if properties else None
