@@ -8,16 +8,9 @@ import pytest
 from zactors.patterns.zeps import Publisher
 
 from ...conftest import wait_for
-from .helpers import EventStream, get_json, request, start
+from .helpers import EventStream, get_json, request
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def node(tmp_path):
-    up = start(tmp_path)
-    yield up
-    up.stop()
 
 
 def test_a_redos_tail_does_not_freeze_the_node(node):

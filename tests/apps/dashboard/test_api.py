@@ -16,13 +16,6 @@ from .helpers import EventStream, get_json, request, start
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def node(tmp_path):
-    up = start(tmp_path)
-    yield up
-    up.stop()
-
-
 def status(node):
     return get_json(node.url + "api/status")
 

@@ -6,16 +6,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from zactors.patterns.zeps import Publisher, Subscriber
 
 from ...conftest import wait_for
-from .helpers import get_json, request, start
+from .helpers import get_json, request
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def node(tmp_path):
-    up = start(tmp_path)
-    yield up
-    up.stop()
 
 
 def _metrics(node):
