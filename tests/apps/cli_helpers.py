@@ -10,6 +10,18 @@ ZACTORS = [sys.executable, "-m", "zactors.apps.cli"]
 ENV = dict(os.environ, PYTHONUNBUFFERED="1")
 
 
+def run_main(capsys, *argv):
+    """``zactors ARGV`` in this process: (status, stdout, stderr); stderr holds no traceback."""
+    from zactors.apps.cli import main
+    try:
+        status = main(list(argv))
+    except SystemExit as exit:
+        status = exit.code
+    out, err = capsys.readouterr()
+    assert_clean(err)
+    return status, out, err
+
+
 def zactors(*args, timeout=60, input=None):
     """Run ``zactors ARGS`` to its end: a CompletedProcess (text)."""
     return subprocess.run(ZACTORS + list(args), capture_output=True, text=True, timeout=timeout, env=ENV,

@@ -10,24 +10,17 @@ import gevent
 import gevent.subprocess
 import pytest
 
-from zactors.apps.cli import Diagnostics, build_parser, main, short_name
+from zactors.apps.cli import Diagnostics, build_parser, short_name
 from zactors.patterns.clone.server import CloneServer
 from zactors.patterns.zeps.broker import Broker as ZepsBroker
-from tests.apps.cli_helpers import ENV, ZACTORS, assert_clean, read_until, start, zactors
+from tests.apps.cli_helpers import run_main, ENV, ZACTORS, assert_clean, read_until, start, zactors
 from tests.conftest import ROOT, wait_for
 from tests.patterns.clone.conftest import free_base_port
 
 pytestmark = pytest.mark.timeout(90)
 
 
-def run(capsys, *argv):
-    try:
-        status = main(list(argv))
-    except SystemExit as exit:
-        status = exit.code
-    out, err = capsys.readouterr()
-    assert_clean(err)
-    return status, out, err
+run = run_main   # zactors ARGV in this process: (status, stdout, stderr)
 
 
 # -- zeps broker --journal -------------------------------------------------------

@@ -7,22 +7,13 @@ import pytest
 
 from zactors.actors.auth import Authenticator, create_keypair, load_keypair
 from zactors.apps import contexts
-from zactors.apps.cli import main
 from zactors.patterns.majordomo import Broker, Worker
-from tests.apps.cli_helpers import assert_clean, zactors
+from tests.apps.cli_helpers import run_main, zactors
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def run(capsys, *argv):
-    """``zactors ARGV`` in this process: (status, stdout, stderr)."""
-    try:
-        status = main(list(argv))
-    except SystemExit as exit:
-        status = exit.code
-    out, err = capsys.readouterr()
-    assert_clean(err)
-    return status, out, err
+run = run_main   # zactors ARGV in this process: (status, stdout, stderr)
 
 
 class Echo(Worker):
