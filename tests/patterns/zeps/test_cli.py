@@ -140,17 +140,16 @@ def test_an_interrupted_subscribe_says_where_to_resume(run, broker):
     assert "interrupted after 3 message(s); last sequence 3 (--from 4 resumes)" in sub.stderr.read().decode()
 
 
-def test_publish_from_stdin_under_a_broker_kill_names_the_lines_that_may_be_lost(run, tmp_path):
-    """Issue 19: kill -9 the broker under ``zeps publish`` from stdin; the command names what may be lost,
-    and every line it does not name is in the journal."""
+def _publish_lines_across_a_broker_kill(run, tmp_path, n, *options):
+    """``zeps publish`` of lines 1..n from stdin, the broker SIGKILLed once the first half is journaling and
+    restarted on the same journal and endpoint before the second half; stdin closed.  (broker, pub, journal)."""
     from zactors.actors.journal import JournalReader
 
     from ...conftest import wait_for
     journal = str(tmp_path / "j")
     broker = run("zeps", "broker", "--journal", journal, "--bind", "tcp://127.0.0.1:*")
     endpoint = _endpoint(broker)
-    pub = run("zeps", "publish", "s", "k", "--connect", endpoint, stdin=gevent.subprocess.PIPE)
-    n = 40000
+    pub = run("zeps", "publish", "s", "k", *options, "--connect", endpoint, stdin=gevent.subprocess.PIPE)
 
     def journaled():
         try:
@@ -167,6 +166,16 @@ def test_publish_from_stdin_under_a_broker_kill_names_the_lines_that_may_be_lost
     _endpoint(broker)
     pub.stdin.write(b"".join(b"line %d\n" % i for i in range(n // 2 + 1, n + 1)))
     pub.stdin.close()
+    return broker, pub, journal
+
+
+def test_publish_from_stdin_under_a_broker_kill_names_the_lines_that_may_be_lost(run, tmp_path):
+    """Issue 19: kill -9 the broker under ``zeps publish`` from stdin; the command names what may be lost,
+    and every line it does not name is in the journal."""
+    from zactors.actors.journal import JournalReader
+
+    n = 40000
+    broker, pub, journal = _publish_lines_across_a_broker_kill(run, tmp_path, n)
     assert pub.wait(60) == 1
     said = pub.stderr.read().decode().strip().splitlines()[-1]
     match = re.search(r"lines? ([\d, -]+) \((\d+) message\(s\)\) may be lost", said)
@@ -191,28 +200,8 @@ def test_publish_with_resend_under_a_broker_kill_journals_every_line(run, tmp_pa
     """``--resend``: the lines the broker had not confirmed are sent again; all are journaled (at least once)."""
     from zactors.actors.journal import JournalReader
 
-    from ...conftest import wait_for
-    journal = str(tmp_path / "j")
-    broker = run("zeps", "broker", "--journal", journal, "--bind", "tcp://127.0.0.1:*")
-    endpoint = _endpoint(broker)
-    pub = run("zeps", "publish", "s", "k", "--resend", "--connect", endpoint, stdin=gevent.subprocess.PIPE)
     n = 40000
-
-    def journaled():
-        try:
-            with JournalReader(os.path.join(journal, "s")) as reader:
-                return reader.last_seq
-        except Exception:  # not created yet
-            return 0
-    pub.stdin.write(b"".join(b"line %d\n" % i for i in range(1, n // 2 + 1)))
-    pub.stdin.flush()
-    wait_for(lambda: journaled() > 0, timeout=30, what="the first lines journaled")
-    broker.kill()
-    broker.wait()
-    broker = run("zeps", "broker", "--journal", journal, "--bind", endpoint)
-    _endpoint(broker)
-    pub.stdin.write(b"".join(b"line %d\n" % i for i in range(n // 2 + 1, n + 1)))
-    pub.stdin.close()
+    broker, pub, journal = _publish_lines_across_a_broker_kill(run, tmp_path, n, "--resend")
     assert pub.wait(60) == 0
     said = pub.stderr.read().decode().strip().splitlines()[-1]
     assert said.startswith("published %d message(s) to s; written by the broker; " % n), said
