@@ -20,7 +20,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"<!-- example: (tested by (?P<test>\S+)|not run: (?P<reason>.+?)) -->")
-FENCE = re.compile(r"^```(\w+)$")
+FENCE = re.compile(r"^```(\S+)$")
+#: the fence languages that are examples to run; others (abnf, text, directives) are not code
+EXAMPLES = ("python", "toml", "sh", "bash", "console")
 
 
 def documents():
@@ -28,16 +30,17 @@ def documents():
 
 
 def blocks():
-    """Yield ``(path, line, language, code, marker)`` for each fenced block with a language."""
+    """Yield ``(path, line, language, code, marker)`` for each fenced example (a language of EXAMPLES)."""
     for path in documents():
         lines = path.read_text().split("\n")
         i = 0
         while i < len(lines):
             fence = FENCE.match(lines[i])
-            if fence and fence.group(1) not in ("{toctree}", "{include}"):
+            if fence:
                 end = lines.index("```", i + 1)
-                marker = MARKER.search(lines[i - 1]) if i else None
-                yield path, i + 1, fence.group(1), "\n".join(lines[i + 1:end]), marker
+                if fence.group(1) in EXAMPLES:
+                    marker = MARKER.search(lines[i - 1]) if i else None
+                    yield path, i + 1, fence.group(1), "\n".join(lines[i + 1:end]), marker
                 i = end
             i += 1
 
