@@ -159,6 +159,7 @@ class Reply:
         self._actor = None
 
     def error(self, exc: BaseException) -> None:
+        """Answer the deferred call with ``exc``: the caller raises :class:`CommandError`."""
         if self.wanted:
             self._actor._to_parent(ERROR, self._request_id, _error_args(exc))  # type: ignore[union-attr]
         self._actor = None
@@ -382,6 +383,7 @@ class Actor(metaclass=_ActorType):
         self._reactor.add_reader(sock, handler, copy)
 
     def remove_reader(self, sock: Socket) -> None:
+        """Stop calling the handler of ``sock`` (safe from inside a handler)."""
         self._reactor.remove_reader(sock)
 
     def add_fd(self, fd: int, handler: Callable[[], object]) -> None:
@@ -389,6 +391,7 @@ class Actor(metaclass=_ActorType):
         self._reactor.add_fd(fd, handler)
 
     def remove_fd(self, fd: int) -> None:
+        """Stop watching the file descriptor ``fd``."""
         self._reactor.remove_fd(fd)
 
     def call_later(self, delay: float, handler: Callable[..., object], *args: Any) -> Timer:

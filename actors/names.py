@@ -113,6 +113,7 @@ class Names:
                 raise ActorTimeout("%r is not running (restarting?) after %ss" % (name, timeout))
 
     def names(self) -> list[str]:
+        """The registered names, sorted."""
         return sorted(self._entries)
 
     def proxy(self, name: str, wait: float = PROXY_WAIT) -> Proxy:

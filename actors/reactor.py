@@ -152,6 +152,7 @@ class Reactor:
         self._wake()
 
     def remove_reader(self, socket: Socket) -> bool:
+        """Stop reading ``socket`` (safe mid-drain); False if it was not read."""
         for reader in self._readers:
             if reader.socket is socket:
                 reader.removed = True  # a handler may remove (and close) mid-drain
@@ -173,6 +174,7 @@ class Reactor:
         self._fds.append(entry)
 
     def remove_fd(self, fd: int) -> bool:
+        """Stop watching ``fd``; False if it was not watched."""
         for entry in self._fds:
             if entry.fd == fd:
                 entry.watcher.close()

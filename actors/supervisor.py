@@ -201,6 +201,7 @@ class Supervisor(Actor):
 
     @command(reply=True)
     def children(self) -> list[dict[str, Any]]:
+        """CHILDREN: each child's name, whether it runs, its restarts, policy and last death reason."""
         return [{"name": c.spec.name, "running": c.actor is not None, "restarts": c.restarts,
                  "restart": c.spec.restart, "last_reason": c.last_reason} for c in self._children]
 

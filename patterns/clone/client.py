@@ -177,6 +177,7 @@ class Clone(Actor):
     @overload
     def get(self, key: bytes | str, default: _D) -> bytes | _D: ...
     def get(self, key: bytes | str, default: Any = None) -> Any:
+        """The value of ``key`` in the local map, or ``default``; never blocks."""
         return self.map.get(to_bytes(key, "key"), default)
 
     def __getitem__(self, key: bytes | str) -> bytes:
@@ -192,9 +193,11 @@ class Clone(Actor):
         return iter(list(self.map))
 
     def keys(self) -> list[bytes]:
+        """The keys of the local map (a copy); never blocks."""
         return list(self.map)
 
     def items(self) -> list[tuple[bytes, bytes]]:
+        """The ``(key, value)`` pairs of the local map (a copy); never blocks."""
         return list(self.map.items())
 
     @property
@@ -588,6 +591,7 @@ class Clone(Actor):
 
     @command(reply=True)
     def info(self) -> dict[str, Any]:
+        """INFO: the server in use, its endpoints, the map's sequence and size, and whether it is synced."""
 
         return {"server": self.servers[self.current][0], "endpoints": list(self.servers[self.current]),
                 "sequence": self.sequence, "keys": len(self.map),

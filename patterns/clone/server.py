@@ -262,6 +262,7 @@ class CloneServer(Actor):
     # -- commands ---------------------------------------------------------------
     @command(reply=True)
     def info(self) -> dict[str, Any]:
+        """INFO: name, Binary Star role and state, the map's sequence and size, persistence and budgets."""
         fsm, pair, store = self.fsm, self.pair, self.store
         return {
             "name": self.name,
@@ -288,6 +289,7 @@ class CloneServer(Actor):
 
     @command(reply=True)
     def get(self, key: bytes | str) -> bytes | None:
+        """GET: the value of ``key`` in the server's map, or None."""
         entry = self.map.get(key if isinstance(key, bytes) else key.encode())
         return None if entry is None else entry.value
 

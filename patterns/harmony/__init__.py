@@ -1,4 +1,4 @@
-"""Harmony: true peer networks that speak ZRE v2, as Zyre (C) and pyre (Python) do.
+"""Harmony: true peer networks that speak ZRE v2, as Zyre (C) and pyre (Python) do::
 
     from zactors.patterns.harmony import Node
 

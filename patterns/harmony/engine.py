@@ -542,6 +542,7 @@ class NodeActor(Actor):
     # -- commands -----------------------------------------------------------
     @command(verbs.WHISPER)
     def whisper(self, peer_id, frames):
+        """WHISPER: send ``frames`` to one ready peer (an unknown peer is counted, not an error)."""
         peer = self.by_id.get(peer_id)
         if peer is None or not peer.ready:
             self._bad("whisper_unknown_peer", peer_id)
@@ -550,6 +551,7 @@ class NodeActor(Actor):
 
     @command(verbs.SHOUT)
     def shout(self, group_name, frames):
+        """SHOUT: send ``frames`` to every peer in ``group``."""
         group = self.peer_groups.get(group_name)
         if group is None:
             return
@@ -564,6 +566,7 @@ class NodeActor(Actor):
 
     @command(verbs.JOIN)
     def join(self, group):
+        """JOIN: join ``group`` and tell every peer."""
         if group in self.own_groups:
             return
         zre.shout_head(group)  # refuse names that do not fit a ZRE string
@@ -574,6 +577,7 @@ class NodeActor(Actor):
 
     @command(verbs.LEAVE)
     def leave(self, group):
+        """LEAVE: leave ``group`` and tell every peer."""
         if group not in self.own_groups:
             return
         self.own_groups.discard(group)
@@ -583,14 +587,17 @@ class NodeActor(Actor):
 
     @command(verbs.CONNECT)
     def connect(self, endpoint):
+        """CONNECT: probe a known peer endpoint (the broadcast-free mode)."""
         self._probe(endpoint)
 
     @command(verbs.PEERS, reply=True)
     def peers_(self):
+        """PEERS: the ids of the ready peers."""
         return [p.id for p in self.peers.values() if p.ready]
 
     @command(verbs.PEER, reply=True)
     def peer(self, peer_id):
+        """PEER: one peer's name, endpoint, headers and groups, or None."""
         peer = self.by_id.get(peer_id)
         if peer is None or not peer.ready:
             return None
@@ -599,18 +606,22 @@ class NodeActor(Actor):
 
     @command(verbs.OWN_GROUPS, reply=True)
     def own_groups_(self):
+        """OWN GROUPS: the groups this node has joined."""
         return sorted(self.own_groups)
 
     @command(verbs.PEER_GROUPS, reply=True)
     def peer_groups_(self):
+        """PEER GROUPS: the groups the ready peers have joined."""
         return sorted(name for name, group in self.peer_groups.items() if group.peers)
 
     @command(verbs.GROUP_PEERS, reply=True)
     def group_peers(self, group):
+        """GROUP PEERS: the ids of the peers in ``group``."""
         found = self.peer_groups.get(group)
         return [] if found is None else [p.id for p in found.peers.values()]
 
     @command(verbs.INFO, reply=True)
     def info(self):
+        """INFO: this node's identity, endpoint, peers, groups and counters."""
         return {"uuid": self.uuid.hex().upper(), "name": self.node_name, "endpoint": self.endpoint,
                 "beacon": None if self.beacon is None else self.beacon.interface}

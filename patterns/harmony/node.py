@@ -127,6 +127,7 @@ class Node:
         self._send(verbs.JOIN, group)
 
     def leave(self, group: str) -> None:
+        """Leave ``group``; peers are told with a LEAVE."""
         self._send(verbs.LEAVE, group)
 
     def whisper(self, peer: str | _uuid.UUID, *frames: bytes | str) -> None:
@@ -196,18 +197,22 @@ class Node:
         return self._actor().call(verbs.PEER, _peer_id(peer), timeout=timeout)
 
     def peer_name(self, peer: str | _uuid.UUID) -> str | None:
+        """The name ``peer`` announced, or None for an unknown peer."""
         found = self.peer(peer)
         return None if found is None else found["name"]
 
     def peer_address(self, peer: str | _uuid.UUID) -> str | None:
+        """The ZRE endpoint of ``peer`` (``tcp://host:port``), or None for an unknown peer."""
         found = self.peer(peer)
         return None if found is None else found["address"]
 
     def peer_headers(self, peer: str | _uuid.UUID) -> dict[str, str] | None:
+        """Every header ``peer`` announced (a dict), or None for an unknown peer."""
         found = self.peer(peer)
         return None if found is None else found["headers"]
 
     def peer_header(self, peer: str | _uuid.UUID, key: str, default: str | None = None) -> str | None:
+        """One header ``peer`` announced, or None."""
         headers = self.peer_headers(peer) or {}
         return headers.get(key, default)
 
@@ -219,9 +224,11 @@ class Node:
         return None if found is None else found["groups"]
 
     def peers_by_group(self, group: str) -> list[str]:
+        """The ids of the peers in ``group``."""
         return self._actor().call(verbs.GROUP_PEERS, group, timeout=10)
 
     def own_groups(self) -> list[str]:
+        """The groups this node has joined."""
         return self._actor().call(verbs.OWN_GROUPS, timeout=10)
 
     def stats(self) -> dict[str, int]:

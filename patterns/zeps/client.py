@@ -903,6 +903,7 @@ class Subscriber(Actor):
 
     @command(reply=True)
     def info(self) -> dict[str, Any]:
+        """INFO: the stream, the last sequence received, queued messages, outstanding credit and counters."""
         return {"stream": self.stream.decode(), "last_seq": self.last_seq, "queued": len(self._queue),
                 "credit_outstanding": self.window - self._consumed - self._queued_bytes, "counters": dict(self.stats)}
 

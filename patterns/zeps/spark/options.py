@@ -158,6 +158,7 @@ class Options:
         self.stream_window = _int(options, "window", 8 << 20, 1 << 16)
 
     def require_source(self):
+        """Raise ZepsSparkError unless ``path`` or ``broker`` is set."""
         if not (self.path or self.broker):
             raise ZepsSparkError("the zeps source needs path (a journal directory) or broker (an endpoint)")
 

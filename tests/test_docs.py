@@ -1,0 +1,93 @@
+"""The documentation: the site builds with warnings as errors, and every code example runs.
+
+Every fenced block of README.md and docs/ is either run here as written, or carries a marker on the
+line before it saying who runs it or why nobody can:
+
+    <!-- example: tested by tests/test_readme.py::test_majordomo_example_runs -->
+    <!-- example: not run: it serves until Ctrl-C -->
+
+A block without a marker must run as written: Python in a fresh interpreter in an empty directory,
+TOML through ``zactors up``'s config loader.  Shell blocks always need a marker (they start servers or
+benchmarks).
+"""
+import importlib.util
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+MARKER = re.compile(r"<!-- example: (tested by (?P<test>\S+)|not run: (?P<reason>.+?)) -->")
+FENCE = re.compile(r"^```(\S+)$")
+#: the fence languages that are examples to run; others (abnf, text, directives) are not code
+EXAMPLES = ("python", "toml", "sh", "bash", "console")
+
+
+def documents():
+    return [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)
+
+
+def blocks():
+    """Yield ``(path, line, language, code, marker)`` for each fenced example (a language of EXAMPLES)."""
+    for path in documents():
+        lines = path.read_text().split("\n")
+        i = 0
+        while i < len(lines):
+            fence = FENCE.match(lines[i])
+            if fence:
+                end = lines.index("```", i + 1)
+                if fence.group(1) in EXAMPLES:
+                    marker = MARKER.search(lines[i - 1]) if i else None
+                    yield path, i + 1, fence.group(1), "\n".join(lines[i + 1:end]), marker
+                i = end
+            i += 1
+
+
+BLOCKS = list(blocks())
+
+
+def test_the_documents_have_examples():
+    assert len(BLOCKS) >= 10, [(p.name, line) for p, line, *_ in BLOCKS]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("path, line, language, code, marker", BLOCKS,
+                         ids=["%s:%d" % (b[0].relative_to(ROOT), b[1]) for b in BLOCKS])
+def test_example(path, line, language, code, marker, tmp_path):
+    where = "%s:%d" % (path.relative_to(ROOT), line)
+    if marker and marker.group("reason"):
+        assert len(marker.group("reason").strip()) > 10, "%s: say why it is not run" % where
+        return
+    if marker:
+        test = marker.group("test")
+        file, _, name = test.partition("::")
+        source = (ROOT / file).read_text()
+        assert not name or re.search(r"def %s\b" % re.escape(name), source), "%s: no test %s" % (where, test)
+        return
+    if language == "python":
+        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=100)
+        assert run.returncode == 0, "%s failed:\n%s" % (where, run.stderr[-3000:])
+    elif language == "toml":
+        from zactors.apps.up import load_config
+        config = tmp_path / "node.toml"
+        config.write_text(code)
+        assert load_config(str(config)), where
+    else:
+        pytest.fail("%s: a %s block needs a marker: who runs it, or why it cannot run" % (where, language))
+
+
+@pytest.mark.timeout(600)
+def test_the_site_builds_with_warnings_as_errors(tmp_path):
+    missing = [m for m in ("sphinx", "myst_parser") if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip("the docs extra is not installed (%s): pip install '.[docs]'" % ", ".join(missing))
+    build = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+                            str(ROOT / "docs"), str(tmp_path / "html")], capture_output=True, text=True,
+                           timeout=580)
+    assert build.returncode == 0, build.stderr[-5000:]
+    assert (tmp_path / "html" / "api" / "zeps.html").exists()
+    cli = (tmp_path / "html" / "cli.html").read_text()
+    assert "zactors zeps broker" in cli and "--ack" in cli  # generated from the parsers
