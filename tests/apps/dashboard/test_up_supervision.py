@@ -131,3 +131,34 @@ def test_a_killed_harmony_node_comes_back_and_the_dashboard_follows(tmp_path):
         wait_for(sampled_new_node, 10, "the dashboard sampling the new node")
     finally:
         node.stop()
+
+
+def test_the_dashboard_is_a_part_restarted_on_its_url_and_shows_its_own_restart(tmp_path):
+    node = start(tmp_path, harmony={"enabled": False})
+    try:
+        first = node.dashboard
+        names = [c["name"] for c in json.loads(request(node.url + "api/supervisor")[2])["data"]["children"]]
+        assert names == ["majordomo", "zeps", "clone", "dashboard"], "the dashboard shows itself in the tree"
+        status, _, body = kill(node.url, "dashboard")  # from its own page
+        assert status == 200, body
+        wait_for(lambda: node.dashboard not in (None, first), 10, "a new dashboard")
+
+        def shows_its_restart():
+            status, _, body = request(node.url + "api/supervisor")  # the same URL
+            children = {c["name"]: c for c in json.loads(body)["data"]["children"]} if status == 200 else {}
+            return children.get("dashboard", {}).get("restarts") == 1 and children["dashboard"]["running"]
+        wait_for(shows_its_restart, 10, "the restarted dashboard showing its own restart")
+        dashboard = {c["name"]: c for c in json.loads(request(node.url + "api/supervisor")[2])["data"]["children"]}
+        assert dashboard["dashboard"]["last_reason"] == "Crash: killed from the dashboard"
+        assert metrics(node)[("zactors_supervisor_part_restarts", (("part", "dashboard"),))] == 1
+
+        second = node.dashboard  # its sampler dying is the dashboard dying
+        second.sampler.post(lambda: 1 / 0)
+        wait_for(lambda: node.dashboard not in (None, second), 10, "a dashboard after the sampler's death")
+        reason = node.tree.report()["children"][-1]["last_reason"]
+        assert reason.startswith("RuntimeError: the dashboard's sampler ended: ZeroDivisionError"), reason
+        assert request(node.url + "api/status")[0] == 200
+        assert node.failure is None and not node.failed.is_set()
+    finally:
+        node.stop()
+    assert node.dashboard is None and node.server is None
