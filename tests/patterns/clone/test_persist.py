@@ -223,3 +223,55 @@ def test_persisted_files_are_the_owners_only(make, tmp_path):
             assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
             seen += 1
     assert seen >= 2
+
+
+def test_recovery_replays_in_one_pass_with_the_collector_paused(tmp_path):
+    """Recovery builds the map's entries straight from the journal (the highest sequence of a key wins,
+    deletes and expired keys leave), with no garbage collection walking the growing map meanwhile."""
+    import gc
+    import time
+
+    import msgpack
+
+    from zactors.actors import Actor
+    from zactors.actors.journal import Journal
+    from zactors.patterns.clone.persist import MapJournal
+
+    generation = tmp_path / "gen-00000000"
+    journal = Journal(str(generation))
+    wall = time.time()
+    changes = [(b"a", 5, b"new", None), (b"a", 3, b"old", None),      # a compaction's cut and changes interleave
+               (b"b", 2, b"gone", None), (b"b", 4, b"", None),        # deleted
+               (b"c", 6, b"stale", wall - 1), (b"d", 7, b"fresh", wall + 60)]
+    changes += [(b"k%06d" % i, 100 + i, b"v", None) for i in range(50000)]
+    for key, seq, value, expires in changes:
+        journal.append(key, msgpack.packb((seq, b"u" * 16, b"", value, expires)))
+    journal.append(b"", msgpack.packb((200000,)))                    # a mark: the map was at this sequence
+    journal.close()
+    (generation / "COMPLETE").touch()
+
+    class Owner(Actor):
+        def setup(self):
+            collections = []
+            gc.callbacks.append(lambda phase, info: collections.append(info) if phase == "start" else None)
+            try:
+                self.store = MapJournal(self, str(tmp_path))
+                self.entries, self.sequence = self.store.recover()
+            finally:
+                gc.callbacks.pop()
+            self.collections = len(collections)
+
+        def teardown(self):
+            self.store.close()
+
+    started = time.process_time()
+    owner = Owner()
+    took = time.process_time() - started
+    owner.destroy()
+    print("\n50,006 records recovered in %.3f s of CPU, %d garbage collections" % (took, owner.collections))
+    entries = owner.entries
+    assert owner.sequence == 200000 and len(entries) == 50002
+    assert entries[b"a"].value == b"new" and entries[b"a"].sequence == 5
+    assert b"b" not in entries and b"c" not in entries
+    assert 55 < entries[b"d"].deadline - time.monotonic() <= 60
+    assert owner.collections <= 2 and gc.isenabled(), "collections during recovery: %d" % owner.collections
