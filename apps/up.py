@@ -316,6 +316,7 @@ class Up:
     def __init__(self, config):
         self.config = config
         self.tree = self.harmony = None
+        self._harmony_uuid = None  # the Harmony part's identity, kept across its restarts
         self.token = None
         self.url = None
         self.lock = None
@@ -395,13 +396,16 @@ class Up:
             self.lock.describe(self.listening())
 
     def _start_harmony(self):
-        """The Harmony part: a fresh node (a new identity: peers see the old one go) in its groups, on the
-        endpoint the first one got (``tcp_port`` 0: any free one, kept across restarts)."""
+        """The Harmony part: a node in its groups with the first one's identity (UUID), on the endpoint
+        the first one got (``tcp_port`` 0: any free one, kept across restarts): peers see the same
+        peer leave and come back."""
         from zactors.patterns.harmony.node import Node
         h = self.config["harmony"]
         node = Node(h["name"], beacon=h["beacon"], interface=h["interface"], endpoints=h["endpoints"],
-                    host=None if h["beacon"] else h["host"], tcp_port=int(h["tcp_port"] or 0) or None).start()
+                    host=None if h["beacon"] else h["host"], tcp_port=int(h["tcp_port"] or 0) or None,
+                    uuid=self._harmony_uuid).start()
         h["tcp_port"] = int(node.endpoint.rsplit(":", 1)[1])
+        self._harmony_uuid = node.uuid
         for group in h["groups"]:
             node.join(group)
         self.harmony = node

@@ -162,3 +162,36 @@ def test_the_dashboard_is_a_part_restarted_on_its_url_and_shows_its_own_restart(
     finally:
         node.stop()
     assert node.dashboard is None and node.server is None
+
+
+def test_a_restarted_harmony_part_keeps_its_identity_and_its_peers_see_it_come_back(tmp_path):
+    from zactors.patterns.harmony.node import Node
+    node = start(tmp_path, harmony={"name": "up-node"}, majordomo={"enabled": False}, zeps={"enabled": False},
+                 clone={"enabled": False})
+    visitor = Node("visitor", beacon=False, host="127.0.0.1", endpoints=[node.harmony.endpoint]).start()
+    try:
+        first = node.harmony
+        seen = []
+
+        def entered(count):
+            for event in visitor.events(timeout=0.2):
+                seen.append((event.type, event.peer))
+            return [p for t, p in seen if t == "ENTER"].count(first.id) >= count
+        wait_for(lambda: entered(1), 10, "the visitor meeting the node")
+        status, _, body = kill(node.url, "harmony")
+        assert status == 200, body
+        wait_for(lambda: node.harmony is not first and node.tree.child("harmony") is node.harmony.actor, 5,
+                 "a new Harmony node")
+        assert node.harmony.id == first.id and node.harmony.endpoint == first.endpoint
+        wait_for(lambda: entered(2), 15, "the visitor seeing the same peer come back")
+        assert ("EXIT", first.id) in seen[seen.index(("ENTER", first.id)):], seen
+        assert visitor.peers() == [first.id], "one peer, the same one"
+        wait_for(lambda: visitor.id in node.harmony.peers(), 10, "the new incarnation knowing the visitor")
+        node.harmony.whisper(visitor.id, b"back")
+        event = visitor.recv(timeout=10)
+        while event is not None and event.type != "WHISPER":
+            event = visitor.recv(timeout=10)
+        assert event is not None and event.frames == [b"back"] and event.peer == first.id
+    finally:
+        visitor.stop()
+        node.stop()
