@@ -26,7 +26,8 @@ few restarts, p99 is the slowest).
 Beside each: a fresh process of the same part starting on the same data
 (``--fresh`` runs, median): the time from spawning the interpreter to the
 part's first answer, what a process supervisor (systemd, Kubernetes) pays
-per restart.  The defaults run in under a minute; each figure is printed as
+per restart; for the ZEPS broker and the Clone server also after a process
+of the part was killed with SIGKILL (its journal left as a crash leaves it).  The defaults run in under a minute; each figure is printed as
 it is measured, and every step runs under a deadline (``--deadline``; see
 ``_harness.py``).
 """
@@ -48,13 +49,16 @@ from _harness import Steps, StepTimeout, add_deadline_option, wait_until  # noqa
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VALUE = b"v" * 100
 
-#: what a fresh process runs: build the part (``make``, on argv[1] and argv[2]), ask it once, say "ready"
+#: what a fresh process runs: build the part (``make``, on argv[1] and argv[2]), ask it once, say "ready";
+#: then stop it (argv[3] "stop"), or wait for the SIGKILL that leaves its journal as a crash does ("hold")
 FRESH = """
 import sys
 %s
 part = make(sys.argv[1], sys.argv[2])
 part.call(*%r, timeout=60)
 print("ready", flush=True)
+if sys.argv[3] == "hold":
+    sys.stdin.read()
 part.destroy()
 """
 
@@ -96,24 +100,38 @@ def nearest_rank(samples, q):
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def fresh_process(source, call, data, endpoints, runs):
-    """Median seconds from spawning a Python process to its part's first answer to ``call``, over ``runs``."""
+def fresh_process(source, call, data, endpoints, runs, killed=False):
+    """Median seconds from spawning a Python process to its part's first answer to ``call``, over ``runs``.
+
+    ``killed``: each run follows a process of the part killed with SIGKILL (its journal not closed:
+    recovery checks the active segment, and a new epoch starts), as after a crash of the node.
+    """
     script = FRESH % (source, tuple(call))
     took = []
-    for _ in range(runs):
+
+    def run(mode):
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-c", script, data, endpoints], cwd=ROOT, stdout=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen([sys.executable, "-c", script, data, endpoints, mode], cwd=ROOT,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             line = proc.stdout.readline()
-            took.append(time.perf_counter() - started)
+            ready = time.perf_counter() - started
             if line.strip() != "ready":
                 raise RuntimeError("a fresh process of the part did not start (exit status %s)" % proc.wait(60))
+            if mode == "hold":
+                proc.kill()
+            else:
+                proc.stdin.close()
             proc.wait(60)
+            return ready
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    for _ in range(runs):
+        if killed:
+            run("hold")
+        took.append(run("stop"))
     return statistics.median(took)
 
 
@@ -220,12 +238,14 @@ def bench_zeps(megabytes, body_size, restarts, fresh_runs):
         sup.destroy()
         sup = None
         fresh = fresh_process(ZEPS, ("INFO",), data, endpoint, fresh_runs)
+        print("zeps: a fresh process started in %.3fs" % fresh, file=sys.stderr, flush=True)
+        after_kill = fresh_process(ZEPS, ("INFO",), data, endpoint, fresh_runs, killed=True)
     finally:
         if sup is not None:
             sup.destroy()
         shutil.rmtree(data, ignore_errors=True)
     return figures(took, "s", fresh, messages=messages, journal_mib=round(journal / (1 << 20), 1),
-                   target_s_for_1gib=2)
+                   target_s_for_1gib=2, fresh_process_after_sigkill_s=round(after_kill, 3))
 
 
 def bench_clone(keys, restarts, fresh_runs):
@@ -269,11 +289,14 @@ def bench_clone(keys, restarts, fresh_runs):
         sup.destroy()
         sup = None
         fresh = fresh_process(CLONE, ("INFO",), data, " ".join(endpoints), fresh_runs)
+        print("clone: a fresh process started in %.3fs" % fresh, file=sys.stderr, flush=True)
+        after_kill = fresh_process(CLONE, ("INFO",), data, " ".join(endpoints), fresh_runs, killed=True)
     finally:
         if sup is not None:
             sup.destroy()
         shutil.rmtree(data, ignore_errors=True)
-    return figures(took, "s", fresh, keys=keys, target_s_for_1m_keys=3)
+    return figures(took, "s", fresh, keys=keys, target_s_for_1m_keys=3,
+                   fresh_process_after_sigkill_s=round(after_kill, 3))
 
 
 def main():

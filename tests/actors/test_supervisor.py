@@ -300,8 +300,16 @@ def _counts():
     return {"greenlets": greenlets, "sockets": sockets, "fds": fds}
 
 
+#: seconds of random crashes in the soak below: a short pass in the suite; ZACTORS_SOAK_SECONDS=30 for the long run
+SOAK_SECONDS = float(os.environ.get("ZACTORS_SOAK_SECONDS", "3"))
+
+
+@pytest.mark.timeout(SOAK_SECONDS + 90)
 def test_a_thousand_children_crashing_at_random_leak_nothing(journal):
-    seconds = float(os.environ.get("ZACTORS_SOAK_SECONDS", "3"))
+    """1,000 supervised children crashing at random (each incarnation once) while callers call them:
+    afterwards no greenlet, socket or fd more than before (printed).  The 30 s run, outside the suite:
+    ``ZACTORS_SOAK_SECONDS=30 python -m pytest -s tests/actors/test_supervisor.py -k thousand``."""
+    seconds = SOAK_SECONDS
     with Supervisor(specs(journal, "w"), intensity=10) as warm, Probe(warm) as probe:  # the hub and its watchers exist
         kill_and_see_restart(warm, probe, "w", 1)
     before = _counts()
