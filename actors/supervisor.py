@@ -212,7 +212,10 @@ class Supervisor(Actor):
             raise TypeError("children must be ChildSpec, not %r" % (spec,))
         self._check_thread()
         result: AsyncResult = AsyncResult()
-        self.post(self._add_child, spec, result)
+        if gevent.getcurrent() is self._greenlet:  # from a handler of this supervisor: its loop is here
+            self._add_child(spec, result)
+        else:
+            self.post(self._add_child, spec, result)
         try:
             return result.get(timeout=self.ready_timeout if timeout is None else timeout)
         except gevent.Timeout:

@@ -403,5 +403,10 @@ def test_start_child_adds_a_child_that_can_see_its_tree_while_it_starts(journal)
         with pytest.raises(ZeroDivisionError):
             sup.start_child(ChildSpec("e", lambda: 1 / 0))
         assert [c["name"] for c in sup.call("CHILDREN")] == ["a", "b", "d"]  # a child that failed is not added
+        added = []
+        sup.post(lambda: added.append(sup.start_child(ChildSpec("e", lambda: Worker("e", journal)))))
+        wait_for(lambda: added, 5, "a child added from the supervisor's own loop")  # no deadlock
+        assert sup.child("e") is added[0]
+        sup.call("STOP_CHILD", "e")
         del journal[:]
     assert journal == [("stop", "d"), ("stop", "b"), ("stop", "a")], "the added child stops first"
