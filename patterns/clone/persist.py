@@ -30,7 +30,9 @@ order.  Incomplete generations are removed on open.
 
 Files are created 0600 in 0700 directories (they hold keys and values).
 
-Used from the server actor's loop only; not thread-safe.
+Used from the server actor's loop only; not thread-safe.  Recovery reads
+the journal on the hub's threadpool: the server's ``setup`` waits for it,
+the rest of the process runs meanwhile.
 """
 import logging
 import os
@@ -38,6 +40,7 @@ import shutil
 import time
 
 import msgpack
+from gevent import get_hub
 
 from zactors.actors.group_commit import GroupCommit
 from zactors.actors.journal import Journal, JournalError
@@ -58,6 +61,20 @@ def _generations(directory):
         if name.startswith("gen-") and name[4:].isdigit():
             out.append((int(name[4:]), os.path.join(directory, name)))
     return sorted(out)
+
+
+def _open_and_replay(path):
+    """``(journal, {key: Entry}, sequence)`` of the generation at ``path``: opening the journal checks
+    its records and cuts a torn tail.  Blocks; touches nothing but the new journal (any thread)."""
+    journal = Journal(path)
+    try:
+        live, sequence, voids = _replay(journal, ())
+        if voids:
+            live, sequence, _ = _replay(journal, voids)
+    except BaseException:
+        journal.close(sync=False)
+        raise
+    return journal, live, sequence
 
 
 def _replay(journal, voids):
@@ -146,15 +163,8 @@ class MapJournal:
         live, sequence = {}, 0
         if complete:
             self.generation, path = complete[-1]
-            self.journal = Journal(path)  # checks the records, cuts a torn tail
-            try:
-                live, sequence, voids = _replay(self.journal, ())
-                if voids:
-                    live, sequence, _ = _replay(self.journal, voids)
-            except BaseException:
-                self.journal.close(sync=False)
-                self.journal = None
-                raise
+            # seconds for a large map: on the hub's threadpool, so that only this actor waits for it
+            self.journal, live, sequence = get_hub().threadpool.apply(_open_and_replay, (path,))
         else:
             self.generation = 0
             path = self._path(0)

@@ -4,6 +4,7 @@ import stat
 import subprocess
 
 import gevent
+import gevent.event
 import pytest
 import zmq
 
@@ -231,24 +232,15 @@ def test_recovery_replays_in_one_pass_with_the_collector_paused(tmp_path):
     import gc
     import time
 
-    import msgpack
-
     from zactors.actors import Actor
-    from zactors.actors.journal import Journal
     from zactors.patterns.clone.persist import MapJournal
 
-    generation = tmp_path / "gen-00000000"
-    journal = Journal(str(generation))
     wall = time.time()
     changes = [(b"a", 5, b"new", None), (b"a", 3, b"old", None),      # a compaction's cut and changes interleave
                (b"b", 2, b"gone", None), (b"b", 4, b"", None),        # deleted
                (b"c", 6, b"stale", wall - 1), (b"d", 7, b"fresh", wall + 60)]
     changes += [(b"k%06d" % i, 100 + i, b"v", None) for i in range(50000)]
-    for key, seq, value, expires in changes:
-        journal.append(key, msgpack.packb((seq, b"u" * 16, b"", value, expires)))
-    journal.append(b"", msgpack.packb((200000,)))                    # a mark: the map was at this sequence
-    journal.close()
-    (generation / "COMPLETE").touch()
+    _generation(tmp_path, changes, mark=200000)
 
     class Owner(Actor):
         def setup(self):
@@ -275,3 +267,45 @@ def test_recovery_replays_in_one_pass_with_the_collector_paused(tmp_path):
     assert b"b" not in entries and b"c" not in entries
     assert 55 < entries[b"d"].deadline - time.monotonic() <= 60
     assert owner.collections <= 2 and gc.isenabled(), "collections during recovery: %d" % owner.collections
+
+
+def _generation(directory, changes, mark=None):
+    """A complete journal generation of ``changes`` ``(key, sequence, value, expires)`` in ``directory``."""
+    import msgpack
+
+    from zactors.actors.journal import Journal
+    generation = directory / "gen-00000000"
+    journal = Journal(str(generation))
+    for key, seq, value, expires in changes:
+        journal.append(key, msgpack.packb((seq, b"u" * 16, b"", value, expires)))
+    if mark is not None:
+        journal.append(b"", msgpack.packb((mark,)))  # a mark: the map was at this sequence
+    journal.close()
+    (generation / "COMPLETE").touch()
+
+
+def test_the_rest_of_the_process_runs_while_a_large_map_is_recovered(make, tmp_path):
+    """The replay runs on the hub's threadpool: a restarted Clone server holding many keys must not
+    stall the node's other parts (its MDP broker, say) for the seconds its recovery takes."""
+    import time
+    _generation(tmp_path, [(b"key-%07d" % i, i + 1, b"v" * 100, None) for i in range(300000)])
+    ticks = []
+    stop = gevent.event.Event()
+
+    def ticker():  # another part of the node: it runs every 5 ms, or says how long it could not
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            gevent.sleep(0.005)
+
+    beat = gevent.spawn(ticker)
+    gevent.sleep(0.05)
+    started = time.monotonic()
+    server = make(CloneServer, persist=str(tmp_path))
+    took = time.monotonic() - started
+    stop.set()
+    beat.join(5)
+    during = [b - a for a, b in zip(ticks, ticks[1:]) if b > started]
+    print("\n300,000 keys recovered in %.3f s; the longest the rest of the process waited: %.3f s"
+          % (took, max(during)))
+    assert server.call("INFO")["keys"] == 300000
+    assert max(during) < max(0.1, took / 3), "the process stalled %.3f s of the %.3f s recovery" % (max(during), took)
