@@ -195,3 +195,36 @@ def test_a_restarted_harmony_part_keeps_its_identity_and_its_peers_see_it_come_b
     finally:
         visitor.stop()
         node.stop()
+
+
+def test_a_killed_zeps_broker_comes_back_with_its_journal_and_its_clients(tmp_path):
+    from zactors.patterns.zeps import Publisher
+    from zactors.patterns.zeps.client import Subscriber
+    node = start(tmp_path, harmony={"enabled": False}, clone={"enabled": False})
+    endpoint = client_endpoint(node.zeps.endpoint)
+    publisher = Publisher(endpoint, "orders", idempotent=True)
+    subscriber = None
+    try:
+        for i in range(100):
+            publisher.publish("k", b"%d" % i)
+        publisher.flush(timeout=10)
+        old = node.zeps
+        status, _, body = kill(node.url, "zeps")
+        assert status == 200, body
+        wait_for(lambda: node.zeps not in (None, old), 5, "the ZEPS broker restarted")
+        assert node.zeps.call("INFO", timeout=5)["streams"]["orders"]["last_seq"] == 100, "its journal recovered"
+        assert node.zeps.endpoint == old.endpoint
+        publisher.publish("k", b"100")  # the same publisher: it reattaches by itself
+        publisher.flush(timeout=10)
+        subscriber = Subscriber(endpoint, "orders", from_seq=1)
+        got = []
+        while len(got) < 101:
+            message = subscriber.get(timeout=10)
+            assert message is not None, "only %d messages came back" % len(got)
+            got.append(message)
+        assert [m.body for m in got] == [b"%d" % i for i in range(101)] and got[-1].seq == 101
+    finally:
+        if subscriber is not None:
+            subscriber.destroy()
+        publisher.close()
+        node.stop()
