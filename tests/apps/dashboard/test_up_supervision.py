@@ -228,3 +228,29 @@ def test_a_killed_zeps_broker_comes_back_with_its_journal_and_its_clients(tmp_pa
             subscriber.destroy()
         publisher.close()
         node.stop()
+
+
+def test_a_killed_majordomo_broker_comes_back_and_its_worker_and_client_reconnect(tmp_path):
+    node = start(tmp_path, harmony={"enabled": False}, clone={"enabled": False}, zeps={"enabled": False})
+    worker = Echo(node.broker.endpoint)
+    mdp = MdpClient(node.broker.endpoint)
+    try:
+        assert mdp.request("echo", b"before", timeout=10) == [[b"before"]]
+        old = node.broker
+        status, _, body = kill(node.url, "majordomo")
+        assert status == 200, body
+        wait_for(lambda: node.broker not in (None, old), 5, "the Majordomo broker restarted")
+        assert node.broker.endpoint == old.endpoint
+        started = time.monotonic()
+
+        def served():
+            try:
+                return mdp.request("echo", b"after", timeout=2) == [[b"after"]]
+            except Exception:  # noqa: BLE001 - the worker has not said READY to the new broker yet
+                return False
+        wait_for(served, 30, "the worker and the client back on the restarted broker")
+        print("\nserved again %.1fs after the broker's restart" % (time.monotonic() - started))
+    finally:
+        mdp.close()
+        worker.destroy()
+        node.stop()
