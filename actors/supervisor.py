@@ -50,9 +50,13 @@ the first time should pass the endpoint it got to the next incarnation,
 which rebinds it through :meth:`Actor.bind <zactors.actors.Actor.bind>`).
 
 Commands (each replies): ``CHILDREN`` (a list of ``{name, running,
-restarts, restart, last_reason}``); ``STOP_CHILD name`` (stop it and leave
+starting, restarts, restart, last_reason}``; :meth:`report` reads the same
+without the pipe); ``STOP_CHILD name`` (stop it and leave
 it stopped: OTP's ``terminate_child``); ``RESTART_CHILD name`` (start a
-stopped child again).  Events (dropped rather
+stopped child again).  :meth:`start_child` adds a child to a running
+supervisor (OTP's ``start_child``): a child that must reach the tree
+itself (the dashboard of ``zactors up`` shows its own supervisor) is added
+once the tree exists.  Events (dropped rather
 than waited for when nobody reads them: the tree must not stall):
 ``CHILD_STARTED name restarts``, ``CHILD_DIED name reason``,
 ``CHILD_EXITED name``.  ``$STATS`` counts ``restarts``, ``child_deaths``,
@@ -73,8 +77,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import gevent
+from gevent.event import AsyncResult
+
 from .actor import Actor, command
-from .errors import ActorError
+from .errors import ActorError, ActorTimeout
 from .events import DROP
 from .names import Names, Proxy, registry
 from .pipe import DIED, EXIT, Event
@@ -125,7 +132,7 @@ class ChildSpec:
 class _Child:
     """A spec and its running incarnation (supervisor greenlet only)."""
 
-    __slots__ = ("spec", "actor", "restarts", "last_reason", "pending")
+    __slots__ = ("spec", "actor", "restarts", "last_reason", "pending", "starting")
 
     def __init__(self, spec: ChildSpec) -> None:
         self.spec = spec
@@ -133,6 +140,7 @@ class _Child:
         self.restarts = 0
         self.last_reason: str | None = None
         self.pending: object | None = None  # the token of the scheduled restart that will start it
+        self.starting = False  # its factory is running now
 
 
 def _shutdown_of(spec: ChildSpec, actor: Actor) -> float:
@@ -182,6 +190,37 @@ class Supervisor(Actor):
         """Child ``name``'s running incarnation, or ``None``.  Never blocks."""
         return self.names.whereis(name)
 
+    def report(self) -> dict[str, Any]:
+        """``{"children": CHILDREN's answer, "counters": $STATS' answer}``, read without the pipe.
+
+        Never blocks, so it answers even while the supervisor's greenlet is
+        busy starting a child (which may be the caller: a dashboard showing
+        its own tree).  The supervisor's thread only.
+        """
+        return {"children": self._describe(), "counters": dict(self.stats)}
+
+    def start_child(self, spec: ChildSpec, timeout: float | None = None) -> Actor:
+        """Add ``spec`` as the last child (stopped first, restarted by the strategy) and start it.
+
+        Returns its first incarnation; raises what its factory raised (the
+        child is then not added), ``ValueError`` for a name taken, or
+        :class:`~zactors.actors.ActorTimeout`.  Blocks the calling greenlet
+        until the child started (``timeout``: default ``ready_timeout``).
+        The supervisor's thread only.
+        """
+        if not isinstance(spec, ChildSpec):
+            raise TypeError("children must be ChildSpec, not %r" % (spec,))
+        self._check_thread()
+        result: AsyncResult = AsyncResult()
+        if gevent.getcurrent() is self._greenlet:  # from a handler of this supervisor: its loop is here
+            self._add_child(spec, result)
+        else:
+            self.post(self._add_child, spec, result)
+        try:
+            return result.get(timeout=self.ready_timeout if timeout is None else timeout)
+        except gevent.Timeout:
+            raise ActorTimeout("%s: child %r did not start in time" % (self.name, spec.name)) from None
+
     # -- actor side -------------------------------------------------------------
     def setup(self) -> None:
         for child in self._children:
@@ -201,9 +240,28 @@ class Supervisor(Actor):
 
     @command(reply=True)
     def children(self) -> list[dict[str, Any]]:
-        """CHILDREN: each child's name, whether it runs, its restarts, policy and last death reason."""
-        return [{"name": c.spec.name, "running": c.actor is not None, "restarts": c.restarts,
-                 "restart": c.spec.restart, "last_reason": c.last_reason} for c in self._children]
+        """CHILDREN: each child's name, whether it runs or is starting, its restarts, policy and last death reason."""
+        return self._describe()
+
+    def _describe(self) -> list[dict[str, Any]]:
+        return [{"name": c.spec.name, "running": c.actor is not None, "starting": c.starting,
+                 "restarts": c.restarts, "restart": c.spec.restart, "last_reason": c.last_reason}
+                for c in self._children]
+
+    def _add_child(self, spec: ChildSpec, result: AsyncResult) -> None:
+        if any(c.spec.name == spec.name for c in self._children):
+            result.set_exception(ValueError("%s has a child named %r already" % (self.name, spec.name)))
+            return
+        child = _Child(spec)
+        self._children.append(child)
+        try:
+            self._start_child(child)
+        except Exception as exc:
+            self._children.remove(child)
+            self.names.unregister(spec.name)
+            result.set_exception(exc)
+            return
+        result.set(child.actor)
 
     @command(reply=True)
     def stop_child(self, name: str) -> None:
@@ -231,7 +289,11 @@ class Supervisor(Actor):
 
     def _start_child(self, child: _Child) -> None:
         spec = child.spec
-        actor = spec.factory()
+        child.starting = True
+        try:
+            actor = spec.factory()
+        finally:
+            child.starting = False
         if not isinstance(actor, Actor):
             raise TypeError("child %r: factory returned %r, not an Actor" % (spec.name, actor))
         child.actor = actor

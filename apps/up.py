@@ -47,14 +47,16 @@ Config file (TOML), every key optional::
     token = "..."              # required off loopback; generated if absent
     interval = 1.0
 
-The broker, server and Harmony node actors run under one
-:class:`~zactors.actors.supervisor.Supervisor` (``node.tree``): a part whose
+Every part runs under one
+:class:`~zactors.actors.supervisor.Supervisor` (``node.tree``), the
+dashboard too (a :class:`DashboardPart`: its server and sampler; it shows
+the tree it belongs to): a part whose
 actor dies is restarted on the very endpoints it had (a ZEPS broker and the
 Clone server recover from their journals; clients reconnect by
 themselves).  More than ``[node] intensity`` restarts in ``period`` seconds and
 the tree gives up: ``node.failed`` is set and ``node.failure`` says why in
 one line (``zactors up`` then exits non-zero).  ``node.broker``,
-``node.zeps`` and ``node.clone`` are the incarnations running now.
+``node.zeps``, ``node.clone`` and ``node.dashboard`` are the incarnations running now.
 
 All of it runs in the calling thread's gevent hub; the methods are not
 thread-safe.
@@ -75,9 +77,11 @@ from gevent.event import Event
 from gevent.pool import Pool
 from gevent.pywsgi import WSGIServer
 
+from zactors.actors import Actor
+from zactors.actors.pipe import DIED, EXIT
 from zactors.apps.options import UsageError
 
-__all__ = ["Up", "DataLock", "DEFAULTS", "load_config", "merge", "parse_period", "parse_ack"]
+__all__ = ["Up", "DashboardPart", "DataLock", "DEFAULTS", "load_config", "merge", "parse_period", "parse_ack"]
 
 log = logging.getLogger(__name__)
 
@@ -258,13 +262,61 @@ class DataLock:
             self._fd = None
 
 
+class DashboardPart(Actor):
+    """The dashboard as a part of the node: its WSGI server and sampler, living and dying as one actor.
+
+    ``DashboardPart(make_sources, host, port, token=..., interval=..., max_clients=...)`` serves
+    :class:`~zactors.apps.dashboard.Dashboard` over ``make_sources()`` on ``(host, port)`` (0: any free
+    port; ``address`` is the one bound) and raises ``OSError`` if it cannot bind.  It dies (``$DIED``)
+    when its sampler does, so that the supervisor restarts the whole of it; stopping it stops the
+    server (in-flight requests get 1 s) and then the sampler.  No commands of its own.
+    """
+
+    #: seconds given to in-flight requests when it stops
+    grace = 1.0
+    term_timeout = grace + 4.0
+
+    def __init__(self, make_sources, host, port, **options):
+        self.name = "dashboard"
+        self._make_sources = make_sources
+        self._where = (host, port)
+        self._options = options
+        self.dashboard = self.server = None
+        self.address = None
+        self._stopping = False
+
+    def setup(self):
+        from zactors.apps.dashboard import Dashboard
+        self.dashboard = Dashboard(self._make_sources(), **self._options)
+        self.dashboard.sampler.link(self._on_sampler_event)
+        self.server = WSGIServer(self._where, self.dashboard, log=None, error_log=log, spawn=Pool(10000))
+        self.server.start()
+        self.address = self.server.address[:2]
+
+    def _on_sampler_event(self, event):
+        """In the hub: the sampler's end is this part's end (unless it is stopping it)."""
+        if event.name in (DIED, EXIT) and not self._stopping:
+            self.post(self._sampler_ended, event)
+
+    def _sampler_ended(self, event):
+        if not self._stopping:
+            raise RuntimeError("the dashboard's sampler ended: %s" % (event.args[0] if event.args else event.name))
+
+    def teardown(self):
+        self._stopping = True
+        if self.server is not None:
+            self.server.stop(timeout=self.grace)
+        if self.dashboard is not None:
+            self.dashboard.close()
+
+
 class Up:
     """The node: starts the parts of ``config`` in order (under one supervisor) and stops them in reverse."""
 
     def __init__(self, config):
         self.config = config
         self.tree = self.harmony = None
-        self.dashboard = self.server = None
+        self._harmony_uuid = None  # the Harmony part's identity, kept across its restarts
         self.token = None
         self.url = None
         self.lock = None
@@ -276,6 +328,10 @@ class Up:
     broker = property(lambda self: self._part("majordomo"), doc="The Majordomo broker running now (or None).")
     zeps = property(lambda self: self._part("zeps"), doc="The ZEPS broker running now (or None).")
     clone = property(lambda self: self._part("clone"), doc="The Clone server running now (or None).")
+    dashboard = property(lambda self: getattr(self._part("dashboard"), "dashboard", None),
+                         doc="The dashboard's WSGI app running now (or None).")
+    server = property(lambda self: getattr(self._part("dashboard"), "server", None),
+                      doc="The dashboard's WSGI server running now (or None).")
 
     def _part(self, name):
         return None if self.tree is None else self.tree.child(name)
@@ -330,7 +386,7 @@ class Up:
                     name="clone"), *first)))
         if cfg["harmony"]["enabled"]:
             parts.append(ChildSpec("harmony", self._start_harmony))
-        if parts:
+        if parts or cfg["dashboard"]["enabled"]:
             self.tree = Supervisor(parts, intensity=cfg["node"]["intensity"], period=float(cfg["node"]["period"]),
                                    name="up")
             self.tree.link(self._on_tree_event)
@@ -340,13 +396,16 @@ class Up:
             self.lock.describe(self.listening())
 
     def _start_harmony(self):
-        """The Harmony part: a fresh node (a new identity: peers see the old one go) in its groups, on the
-        endpoint the first one got (``tcp_port`` 0: any free one, kept across restarts)."""
+        """The Harmony part: a node in its groups with the first one's identity (UUID), on the endpoint
+        the first one got (``tcp_port`` 0: any free one, kept across restarts): peers see the same
+        peer leave and come back."""
         from zactors.patterns.harmony.node import Node
         h = self.config["harmony"]
         node = Node(h["name"], beacon=h["beacon"], interface=h["interface"], endpoints=h["endpoints"],
-                    host=None if h["beacon"] else h["host"], tcp_port=int(h["tcp_port"] or 0) or None).start()
+                    host=None if h["beacon"] else h["host"], tcp_port=int(h["tcp_port"] or 0) or None,
+                    uuid=self._harmony_uuid).start()
         h["tcp_port"] = int(node.endpoint.rsplit(":", 1)[1])
+        self._harmony_uuid = node.uuid
         for group in h["groups"]:
             node.join(group)
         self.harmony = node
@@ -362,33 +421,45 @@ class Up:
         return path
 
     def _start_dashboard(self, d):
-        from zactors.apps.dashboard import Dashboard, is_loopback_bind, sources
+        """The dashboard part: the tree's last child (stopped first), added once the tree exists, which it shows."""
+        from zactors.actors.supervisor import ChildSpec
+        from zactors.apps import options
+        from zactors.apps.dashboard import is_loopback_bind
         host, port = split_host_port(d["bind"])
         token = d["token"]
         if token is None and not is_loopback_bind(host):
             token = secrets.token_urlsafe(24)
-        parts = []  # proxies: a source follows its part across restarts
-        if self.broker is not None:
-            parts.append(sources.Majordomo(self.tree.proxy("majordomo")))
-        if self.zeps is not None:
-            parts.append(sources.Zeps(self.tree.proxy("zeps")))
-        if self.clone is not None:
-            parts.append(sources.Clone(self.tree.proxy("clone")))
-        if self.harmony is not None:  # the node running now, whichever it is
-            parts.append(sources.Harmony(SimpleNamespace(actor=self.tree.proxy("harmony"))))
-        if self.tree is not None:
-            parts.append(sources.Supervision(self.tree))
-        self.dashboard = Dashboard(parts, token=token, interval=float(d["interval"]), max_clients=int(d["max_clients"]))
+        bound = [port]
+
+        def factory():
+            try:
+                part = DashboardPart(self._dashboard_sources, host, bound[0], token=token,
+                                     interval=float(d["interval"]), max_clients=int(d["max_clients"]))
+            except OSError as exc:
+                raise options.bind_error("%s:%d" % (host, bound[0]), exc, "port 0 or * for any free one") from None
+            bound[0] = part.address[1]  # a restart serves the same URL
+            return part
         self.token = token
-        self.server = WSGIServer((host, port), self.dashboard, log=None, error_log=log, spawn=Pool(10000))
-        try:
-            self.server.start()
-        except OSError as exc:
-            from zactors.apps import options
-            raise options.bind_error("%s:%d" % (host, port), exc, "port 0 or * for any free one") from None
-        bound_host, bound_port = self.server.address[:2]
+        part = self.tree.start_child(ChildSpec("dashboard", factory))
+        bound_host, bound_port = part.address
         shown = "[%s]" % bound_host if ":" in bound_host else bound_host
         self.url = "http://%s:%d/" % (shown, bound_port)
+
+    def _dashboard_sources(self):
+        """The dashboard's sources: proxies, so that each follows its part across restarts."""
+        from zactors.apps.dashboard import sources
+        tree = self.tree
+        parts = []
+        if self.config["majordomo"]["enabled"]:
+            parts.append(sources.Majordomo(tree.proxy("majordomo")))
+        if self.config["zeps"]["enabled"]:
+            parts.append(sources.Zeps(tree.proxy("zeps")))
+        if self.config["clone"]["enabled"]:
+            parts.append(sources.Clone(tree.proxy("clone")))
+        if self.config["harmony"]["enabled"]:  # the node running now, whichever it is
+            parts.append(sources.Harmony(SimpleNamespace(actor=tree.proxy("harmony"))))
+        parts.append(sources.Supervision(tree))
+        return parts
 
     @staticmethod
     def _follow_harmony(node):
@@ -458,18 +529,12 @@ class Up:
 
     def stop(self):
         """Stop everything that started (idempotent): the dashboard first, the brokers last."""
-        if self.server is not None:
-            self.server.stop(timeout=1)
-            self.server = None
-        if self.dashboard is not None:
-            self.dashboard.close()
-            self.dashboard = None
         for greenlet in self._greenlets:
             greenlet.kill(block=False)
         self._greenlets = []
         tree, self.tree = self.tree, None  # first: its $EXIT is no failure
         if tree is not None:
-            tree.destroy()  # Harmony, the Clone server, the ZEPS broker, then the Majordomo broker
+            tree.destroy()  # the dashboard, Harmony, the Clone server, the ZEPS broker, then the Majordomo broker
         self.harmony = None
         if self.lock is not None:  # last: the data is at rest
             self.lock.release()

@@ -13,7 +13,6 @@ import heapq
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any
 
 __all__ = ["Entry", "Hashmap", "LISTING_STEP", "RecentIds"]
 
@@ -68,20 +67,11 @@ class Hashmap:
         self.entries[key] = Entry(value, sequence, uuid, properties, deadline)
 
     def replace(self, entries: dict[bytes, Entry], sequence: int) -> None:
-        """Take ``entries`` (a sync from the peer) as the whole map at ``sequence``."""
+        """Take ``entries`` (a sync from the peer, or recovered from the journal) as the whole map at ``sequence``."""
         self.entries = entries
         self.sequence = sequence
         self._ttl = [(e.deadline, e.sequence, k) for k, e in entries.items() if e.deadline is not None]
         heapq.heapify(self._ttl)
-
-    def restore(self, records: dict[bytes, tuple[Any, ...]], sequence: int) -> None:
-        """Load the journal's ``{key: (sequence, uuid, properties, value, expires)}`` at ``sequence``."""
-        now, wall = _monotonic(), time.time()
-        entries = {}
-        for key, (seq, uid, props, value, expires) in records.items():
-            deadline = None if expires is None else now + (expires - wall)
-            entries[key] = Entry(value, seq, uid, props, deadline)
-        self.replace(entries, sequence)
 
     # -- ttl ------------------------------------------------------------------
     def due(self, now: float, limit: int) -> Iterator[tuple[bytes, Entry]]:

@@ -184,7 +184,7 @@ class CloneServer(Actor):
             self.store = MapJournal(self, self.persist, fsync="interval" if period else self.fsync,
                                     interval=float(self.fsync) if period else 0.1, ack=self.ack,
                                     on_durable=self._publish_durable, on_error=self._journal_failed)
-            self.map.restore(*self.store.recover())
+            self.map.replace(*self.store.recover())
         self.applied = RecentIds(self.max_uuids)   # UUIDs of the updates applied (or journaled): resends dropped
         self._remember(self.map.entries, self.map.sequence)
         self._assigned = self.map.sequence   # the last sequence handed out (journaled; published once durable)

@@ -43,7 +43,11 @@ class Node:
     a peer sending a larger frame is disconnected unread; ``ZMQ_MAXMSGSIZE``), ``tcp_port`` (the
     port peers reach us at; default a free one in 49152-65535, as Zyre: give one for a stable
     endpoint, e.g. when peers know it without beacons).  ``endpoints`` must be
-    ``tcp://host:port`` (ValueError otherwise).
+    ``tcp://host:port`` (ValueError otherwise).  ``uuid`` (16 bytes, 32 hex
+    digits or a ``uuid.UUID``; default a new random one) is the node's
+    identity: a node restarted with its predecessor's (and ``tcp_port``) is
+    the same peer to the others, who see it leave (EXIT) and come back
+    (ENTER) under the same id, as ``zactors up`` restarts its Harmony part.
 
     Every method may be called from many greenlets of the thread that
     started the node (as web handlers do), not from other OS threads.
@@ -58,8 +62,9 @@ class Node:
                  endpoints: Iterable[str] = (), host: str | None = None, interval: float = 1.0,
                  evasive: float = 5.0, expired: float = 30.0, gossip: bool = True, beacon_refresh: bool = False,
                  hwm: int = 10000, backlog: int = 100000, max_peers: int = 1000,
-                 max_message: int = 16 << 20, tcp_port: int | None = None) -> None:
-        self.uuid = _uuid.uuid4().bytes
+                 max_message: int = 16 << 20, tcp_port: int | None = None,
+                 uuid: bytes | str | _uuid.UUID | None = None) -> None:
+        self.uuid = _uuid.uuid4().bytes if uuid is None else _identity(uuid)
         self.id = self.uuid.hex().upper()
         self.name = name or self.id[:6]
         if len(self.name.encode()) > 255:
@@ -239,6 +244,20 @@ class Node:
 
         return "<Node %s %s>" % (self.name, self.endpoint or "stopped")
 
+
+
+def _identity(value):
+    """A node's 16-byte UUID from bytes, hex text or a ``uuid.UUID`` (ValueError otherwise)."""
+    if isinstance(value, _uuid.UUID):
+        return value.bytes
+    if isinstance(value, str):
+        try:
+            return _uuid.UUID(value).bytes
+        except ValueError:
+            raise ValueError("a node uuid is 32 hex digits, not %r" % value) from None
+    if isinstance(value, (bytes, bytearray)) and len(value) == 16:
+        return bytes(value)
+    raise ValueError("a node uuid is 16 bytes, 32 hex digits or a uuid.UUID, not %r" % (value,))
 
 
 def _peer_id(peer):

@@ -146,6 +146,20 @@
               d.peers, "No peers yet."),
         counters(d.counters)];
     } },
+    supervisor: { title: "Supervision", live: true, draw(part) {
+      const d = part.data, c = d.counters;
+      const state = p => p.running ? "running" : p.starting ? "starting" : "restarting";
+      return [tiles([["parts", d.children.length], ["restarts", c.restarts || 0], ["deaths", c.child_deaths || 0]]),
+        chartGrid("supervisor"),
+        el("h2", {}, "Parts (in start order; they stop in reverse)"),
+        table([{ title: "part", cell: p => p.name },
+               { title: "state", cell: p => el("span", { class: "pill" + (p.running ? "" : " warn") }, state(p)) },
+               { title: "restarts", num: 1, cell: p => p.restarts },
+               { title: "policy", cell: p => p.restart },
+               { title: "last death", cell: p => el("span", { class: "mono" }, p.last_reason || "") }],
+              d.children, "No parts."),
+        counters(c)];
+    } },
   };
 
   function counters(c) {

@@ -257,6 +257,22 @@ def test_harmony_and_majordomo_pages_show_peers_and_services(node, page):
         worker.destroy()
 
 
+def test_the_supervision_page_shows_every_part_and_the_dashboard_own_restart(node, page):
+    url = node["dashboard"]
+    page.open(url + "#/supervisor")
+    page.wait(lambda: {"majordomo", "zeps", "clone", "harmony", "dashboard"} <= set(page.text("table td")),
+              what="every part, the dashboard too")
+    status, _, body = request(url + "api/supervisor/kill", "POST", {"part": "dashboard"})
+    assert status == 200, body
+    # the page reconnects to the restarted dashboard (same URL) and shows its restart and death
+    page.wait(lambda: "Crash: killed from the dashboard" in page.text("table td span"), timeout=20,
+              what="the dashboard's last death")
+    row = [r for r in page.rows("table tr") if r and r[0] == "dashboard"][0]
+    assert row[1] == "running" and row[2] == "1", row
+    page.shot("supervision")
+    assert page.no_alert()
+
+
 def test_a_non_loopback_dashboard_refuses_requests_without_its_token(processes, tmp_path, page):
     # 127.0.0.2 is not 127.0.0.1/::1/localhost: the dashboard treats it as off-loopback (documented)
     proc = start(processes, "up", "--data", str(tmp_path / "data"), "--no-mdp", "--no-zeps", "--no-clone",

@@ -131,3 +131,126 @@ def test_a_killed_harmony_node_comes_back_and_the_dashboard_follows(tmp_path):
         wait_for(sampled_new_node, 10, "the dashboard sampling the new node")
     finally:
         node.stop()
+
+
+def test_the_dashboard_is_a_part_restarted_on_its_url_and_shows_its_own_restart(tmp_path):
+    node = start(tmp_path, harmony={"enabled": False})
+    try:
+        first = node.dashboard
+        names = [c["name"] for c in json.loads(request(node.url + "api/supervisor")[2])["data"]["children"]]
+        assert names == ["majordomo", "zeps", "clone", "dashboard"], "the dashboard shows itself in the tree"
+        status, _, body = kill(node.url, "dashboard")  # from its own page
+        assert status == 200, body
+        wait_for(lambda: node.dashboard not in (None, first), 10, "a new dashboard")
+
+        def shows_its_restart():
+            status, _, body = request(node.url + "api/supervisor")  # the same URL
+            children = {c["name"]: c for c in json.loads(body)["data"]["children"]} if status == 200 else {}
+            return children.get("dashboard", {}).get("restarts") == 1 and children["dashboard"]["running"]
+        wait_for(shows_its_restart, 10, "the restarted dashboard showing its own restart")
+        dashboard = {c["name"]: c for c in json.loads(request(node.url + "api/supervisor")[2])["data"]["children"]}
+        assert dashboard["dashboard"]["last_reason"] == "Crash: killed from the dashboard"
+        assert metrics(node)[("zactors_supervisor_part_restarts", (("part", "dashboard"),))] == 1
+
+        second = node.dashboard  # its sampler dying is the dashboard dying
+        second.sampler.post(lambda: 1 / 0)
+        wait_for(lambda: node.dashboard not in (None, second), 10, "a dashboard after the sampler's death")
+        reason = node.tree.report()["children"][-1]["last_reason"]
+        assert reason.startswith("RuntimeError: the dashboard's sampler ended: ZeroDivisionError"), reason
+        assert request(node.url + "api/status")[0] == 200
+        assert node.failure is None and not node.failed.is_set()
+    finally:
+        node.stop()
+    assert node.dashboard is None and node.server is None
+
+
+def test_a_restarted_harmony_part_keeps_its_identity_and_its_peers_see_it_come_back(tmp_path):
+    from zactors.patterns.harmony.node import Node
+    node = start(tmp_path, harmony={"name": "up-node"}, majordomo={"enabled": False}, zeps={"enabled": False},
+                 clone={"enabled": False})
+    visitor = Node("visitor", beacon=False, host="127.0.0.1", endpoints=[node.harmony.endpoint]).start()
+    try:
+        first = node.harmony
+        seen = []
+
+        def entered(count):
+            for event in visitor.events(timeout=0.2):
+                seen.append((event.type, event.peer))
+            return [p for t, p in seen if t == "ENTER"].count(first.id) >= count
+        wait_for(lambda: entered(1), 10, "the visitor meeting the node")
+        status, _, body = kill(node.url, "harmony")
+        assert status == 200, body
+        wait_for(lambda: node.harmony is not first and node.tree.child("harmony") is node.harmony.actor, 5,
+                 "a new Harmony node")
+        assert node.harmony.id == first.id and node.harmony.endpoint == first.endpoint
+        wait_for(lambda: entered(2), 15, "the visitor seeing the same peer come back")
+        assert ("EXIT", first.id) in seen[seen.index(("ENTER", first.id)):], seen
+        assert visitor.peers() == [first.id], "one peer, the same one"
+        wait_for(lambda: visitor.id in node.harmony.peers(), 10, "the new incarnation knowing the visitor")
+        node.harmony.whisper(visitor.id, b"back")
+        event = visitor.recv(timeout=10)
+        while event is not None and event.type != "WHISPER":
+            event = visitor.recv(timeout=10)
+        assert event is not None and event.frames == [b"back"] and event.peer == first.id
+    finally:
+        visitor.stop()
+        node.stop()
+
+
+def test_a_killed_zeps_broker_comes_back_with_its_journal_and_its_clients(tmp_path):
+    from zactors.patterns.zeps import Publisher
+    from zactors.patterns.zeps.client import Subscriber
+    node = start(tmp_path, harmony={"enabled": False}, clone={"enabled": False})
+    endpoint = client_endpoint(node.zeps.endpoint)
+    publisher = Publisher(endpoint, "orders", idempotent=True)
+    subscriber = None
+    try:
+        for i in range(100):
+            publisher.publish("k", b"%d" % i)
+        publisher.flush(timeout=10)
+        old = node.zeps
+        status, _, body = kill(node.url, "zeps")
+        assert status == 200, body
+        wait_for(lambda: node.zeps not in (None, old), 5, "the ZEPS broker restarted")
+        assert node.zeps.call("INFO", timeout=5)["streams"]["orders"]["last_seq"] == 100, "its journal recovered"
+        assert node.zeps.endpoint == old.endpoint
+        publisher.publish("k", b"100")  # the same publisher: it reattaches by itself
+        publisher.flush(timeout=10)
+        subscriber = Subscriber(endpoint, "orders", from_seq=1)
+        got = []
+        while len(got) < 101:
+            message = subscriber.get(timeout=10)
+            assert message is not None, "only %d messages came back" % len(got)
+            got.append(message)
+        assert [m.body for m in got] == [b"%d" % i for i in range(101)] and got[-1].seq == 101
+    finally:
+        if subscriber is not None:
+            subscriber.destroy()
+        publisher.close()
+        node.stop()
+
+
+def test_a_killed_majordomo_broker_comes_back_and_its_worker_and_client_reconnect(tmp_path):
+    node = start(tmp_path, harmony={"enabled": False}, clone={"enabled": False}, zeps={"enabled": False})
+    worker = Echo(node.broker.endpoint)
+    mdp = MdpClient(node.broker.endpoint)
+    try:
+        assert mdp.request("echo", b"before", timeout=10) == [[b"before"]]
+        old = node.broker
+        status, _, body = kill(node.url, "majordomo")
+        assert status == 200, body
+        wait_for(lambda: node.broker not in (None, old), 5, "the Majordomo broker restarted")
+        assert node.broker.endpoint == old.endpoint
+        started = time.monotonic()
+
+        def served():
+            try:
+                return mdp.request("echo", b"after", timeout=2) == [[b"after"]]
+            except Exception:  # noqa: BLE001 - the worker has not said READY to the new broker yet
+                return False
+        wait_for(served, 30, "the worker and the client back on the restarted broker")
+        print("\nserved again %.1fs after the broker's restart" % (time.monotonic() - started))
+    finally:
+        mdp.close()
+        worker.destroy()
+        node.stop()

@@ -314,3 +314,17 @@ def test_a_fixed_tcp_port_gives_a_stable_endpoint_across_a_restart():
     finally:
         other.stop()
         again.stop()
+
+
+def test_a_node_can_be_given_its_identity():
+    """Issue 22: a restarted node keeps its UUID (its supervisor's factory passes it), so it is the same peer."""
+    import uuid
+
+    from zactors.patterns.harmony.node import Node
+    given = uuid.uuid4()
+    assert Node("a", beacon=False, uuid=given).id == given.hex.upper()
+    assert Node("b", beacon=False, uuid=given.hex).uuid == given.bytes == Node("c", beacon=False, uuid=given.bytes).uuid
+    assert Node("d", beacon=False).uuid != given.bytes
+    for wrong in (b"short", "not-hex", 42):
+        with pytest.raises(ValueError, match="a node uuid is"):
+            Node("e", beacon=False, uuid=wrong)
