@@ -8,7 +8,8 @@ line before it saying who runs it or why nobody can:
 
 A block without a marker must run as written: Python in a fresh interpreter in an empty directory,
 TOML through ``zactors up``'s config loader.  Shell blocks always need a marker (they start servers or
-benchmarks).
+benchmarks).  A tutorial (``docs/tutorials/``) is one Python session: its blocks run in order, in one
+interpreter, as a reader who types them one after another would.
 """
 import importlib.util
 import pathlib
@@ -25,8 +26,16 @@ FENCE = re.compile(r"^```(\S+)$")
 EXAMPLES = ("python", "toml", "sh", "bash", "console")
 
 
+TUTORIALS = ROOT / "docs" / "tutorials"
+
+
 def documents():
     return [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)
+
+
+def _run_python(code, where, cwd):
+    run = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=100)
+    assert run.returncode == 0, "%s failed:\n%s" % (where, run.stderr[-3000:])
 
 
 def blocks():
@@ -45,7 +54,8 @@ def blocks():
             i += 1
 
 
-BLOCKS = list(blocks())
+BLOCKS = [b for b in blocks() if not (b[0].parent == TUTORIALS and b[2] == "python" and not b[4])]
+SESSIONS = sorted(TUTORIALS.glob("*.md"))
 
 
 def test_the_documents_have_examples():
@@ -67,9 +77,7 @@ def test_example(path, line, language, code, marker, tmp_path):
         assert not name or re.search(r"def %s\b" % re.escape(name), source), "%s: no test %s" % (where, test)
         return
     if language == "python":
-        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                             timeout=100)
-        assert run.returncode == 0, "%s failed:\n%s" % (where, run.stderr[-3000:])
+        _run_python(code, where, tmp_path)
     elif language == "toml":
         from zactors.apps.up import load_config
         config = tmp_path / "node.toml"
@@ -77,6 +85,17 @@ def test_example(path, line, language, code, marker, tmp_path):
         assert load_config(str(config)), where
     else:
         pytest.fail("%s: a %s block needs a marker: who runs it, or why it cannot run" % (where, language))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("page", SESSIONS, ids=[p.name for p in SESSIONS])
+def test_tutorial_runs_as_one_session(page, tmp_path):
+    steps = [(line, code) for path, line, language, code, marker in blocks()
+             if path == page and language == "python" and not marker]
+    assert len(steps) >= 3, "%s: a tutorial builds something step by step" % page.name
+    # each step's first line says where it is, so a failure points at the step
+    script = "\n".join("# -- %s:%d\n%s" % (page.name, line, code) for line, code in steps)
+    _run_python(script, "tutorial %s" % page.relative_to(ROOT), tmp_path)
 
 
 @pytest.mark.timeout(600)
