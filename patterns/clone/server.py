@@ -3,6 +3,7 @@
 ::
 
     server = CloneServer(port=5556)                      # alone: always active
+    server = CloneServer(0)                              # or on free ports: Clone(server.endpoint)
     primary = CloneServer(port=5556, role="primary", peer=endpoints("127.0.0.1", 5566))
     backup = CloneServer(port=5566, role="backup", peer=endpoints("127.0.0.1", 5556))
     server.call("INFO")                                  # role, state, sequence, keys, counters
@@ -249,6 +250,11 @@ class CloneServer(Actor):
     def teardown(self) -> None:
         if self.store is not None:
             self.store.close()
+
+    @property
+    def endpoint(self) -> str:
+        """The snapshot endpoint: all a :class:`.Clone` client needs (as ``broker.endpoint`` elsewhere)."""
+        return self.endpoints[0]  # type: ignore[return-value]  # bound in setup, before the constructor returns
 
     @property
     def active(self) -> bool:
