@@ -343,8 +343,9 @@ def run_subscribe(args):
         try:
             sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), **settings)
         except NoSuchStream:
-            if args.wait is None:
-                raise
+            if args.wait is None:   # in this command's words, not the library's (wait=True)
+                raise NoMessage("no stream %r on the ZEPS broker at %s (--wait waits for its first message)"
+                                % (args.stream, args.connect)) from None
             log.info("no stream %s yet: waiting for its first message (Ctrl-C stops)", args.stream)
             sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), wait=True, **settings)
             first = None if math.isinf(args.wait) else args.wait
