@@ -80,3 +80,21 @@ def test_a_killed_node_leaves_no_stale_lock(processes, tmp_path):
     again.send_signal(signal.SIGTERM)
     again.communicate(timeout=30)
     assert again.returncode == 0
+
+
+def test_the_clone_map_outlives_a_restart_of_the_node(tmp_path):
+    from zactors.patterns.clone import Clone
+    node = Up(config(tmp_path, harmony={"enabled": False})).start()
+    try:
+        with Clone(node.clone.endpoint) as clone:
+            assert clone.wait_synced(10)
+            assert clone.set("/jobs/1", "done", wait=10)
+    finally:
+        node.stop()
+    node = Up(config(tmp_path, harmony={"enabled": False})).start()      # same --data, new free ports
+    try:
+        with Clone(node.clone.endpoint) as clone:
+            assert clone.wait_synced(10)
+            assert clone.get("/jobs/1") == b"done"
+    finally:
+        node.stop()
