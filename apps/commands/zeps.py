@@ -317,7 +317,8 @@ def run_publish(args):
             if pub.stats["resent"]:
                 parts.append("%d sent again after the broker lost the peering (if it restarted, those it had "
                              "written may be journaled twice)" % pub.stats["resent"])
-        elif confirmed < count:
+        elif confirmed < count:   # what we sent is not what the broker kept: say "sent", and which are unsure
+            parts[0] = "sent %d message(s) to %s" % (count, args.stream)
             parts.append("%ss %d-%d not confirmed written" % (what, confirmed + 1, count) if confirmed + 1 < count
                          else "%s %d not confirmed written" % (what, count))
         print("; ".join(parts), file=sys.stderr)
