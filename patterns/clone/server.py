@@ -146,6 +146,9 @@ class CloneServer(Actor):
             raise ValueError("role must be None (alone), 'primary' or 'backup'")
         if ack not in ("written", "synced"):
             raise ValueError("ack must be 'written' or 'synced', not %r" % (ack,))
+        if port is not None and not isinstance(port, int):   # CloneServer("tcp://..."), as the brokers are made
+            raise TypeError("CloneServer(port): the base port is a number (0 for free ports), not %r; give "
+                            "endpoints as snapshot=, publisher=, collector=" % (port,))
         if port:
             defaults = endpoints(host, port)
         else:

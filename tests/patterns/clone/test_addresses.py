@@ -135,3 +135,10 @@ def test_a_server_that_advertises_nothing_is_reached_on_the_spec_ports(make, raw
         wait_for(lambda: any(frames[0] == b"x" for frames in got), what="the update at the spec's collector")
     finally:
         gevent.killall(server)
+
+
+def test_an_endpoint_for_the_port_is_refused_in_words():
+    # CloneServer("tcp://127.0.0.1:*"), as the brokers are made, said "can only concatenate str (not "int") to str"
+    with pytest.raises(TypeError, match=r"CloneServer\(port\): the base port is a number \(0 for free ports\), "
+                                        r"not 'tcp://127.0.0.1:\*'; give endpoints as snapshot="):
+        CloneServer("tcp://127.0.0.1:*")
