@@ -505,9 +505,9 @@ class Up:
                                               plural(c.get("workers_ready", 0), "worker"))
 
         def zeps(info):
-            c = info.get("counters", {})
-            return "zeps %s, %s published, %s" % (plural(len(info.get("streams", {})), "stream"),
-                                                   plural(c.get("published", 0), "message"),
+            c, streams = info.get("counters", {}), info.get("streams", {})
+            published = sum(s.get("last_seq", 0) for s in streams.values())  # as the dashboard's totals
+            return "zeps %s, %s published, %s" % (plural(len(streams), "stream"), plural(published, "message"),
                                                    plural(c.get("attached", 0), "client"))
 
         def clone(info):

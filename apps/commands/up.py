@@ -7,6 +7,8 @@ import time
 import urllib.error
 import urllib.request
 
+import gevent
+
 from zactors.apps import contexts, exitstatus, options
 from zactors.apps.stopping import wait_until_stopped
 
@@ -234,10 +236,25 @@ def fetch_status(url, token=None, timeout=5.0):
         return json.load(response)
 
 
+def _fetch_interruptibly(url, token, timeout):
+    """:func:`fetch_status` on the hub's threadpool: urllib blocks the whole process, so Ctrl-C would wait
+    for ``timeout``; here only this greenlet waits, and the signal interrupts it."""
+    def fetch():
+        try:
+            return fetch_status(url, token, timeout), None
+        except Exception as exc:  # raised below, in this greenlet (the pool would print it)
+            return None, exc
+
+    snapshot, error = gevent.get_hub().threadpool.apply(fetch)
+    if error is not None:
+        raise error
+    return snapshot
+
+
 def run_status(args):
     _warn_argv_token(args)
     try:
-        snapshot = fetch_status(args.url, token_from(args), args.timeout)
+        snapshot = _fetch_interruptibly(args.url, token_from(args), args.timeout)
     except urllib.error.HTTPError as exc:
         try:
             reason = json.load(exc).get("error", exc.reason)

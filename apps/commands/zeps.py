@@ -317,7 +317,8 @@ def run_publish(args):
             if pub.stats["resent"]:
                 parts.append("%d sent again after the broker lost the peering (if it restarted, those it had "
                              "written may be journaled twice)" % pub.stats["resent"])
-        elif confirmed < count:
+        elif confirmed < count:   # what we sent is not what the broker kept: say "sent", and which are unsure
+            parts[0] = "sent %d message(s) to %s" % (count, args.stream)
             parts.append("%ss %d-%d not confirmed written" % (what, confirmed + 1, count) if confirmed + 1 < count
                          else "%s %d not confirmed written" % (what, count))
         print("; ".join(parts), file=sys.stderr)
@@ -343,8 +344,9 @@ def run_subscribe(args):
         try:
             sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), **settings)
         except NoSuchStream:
-            if args.wait is None:
-                raise
+            if args.wait is None:   # in this command's words, not the library's (wait=True)
+                raise NoMessage("no stream %r on the ZEPS broker at %s (--wait waits for its first message)"
+                                % (args.stream, args.connect)) from None
             log.info("no stream %s yet: waiting for its first message (Ctrl-C stops)", args.stream)
             sub = _answered(Subscriber, args.connect, args.stream, args.pattern.encode(), wait=True, **settings)
             first = None if math.isinf(args.wait) else args.wait

@@ -3,6 +3,7 @@
 ::
 
     server = CloneServer(port=5556)                      # alone: always active
+    server = CloneServer(0)                              # or on free ports: Clone(server.endpoint)
     primary = CloneServer(port=5556, role="primary", peer=endpoints("127.0.0.1", 5566))
     backup = CloneServer(port=5566, role="backup", peer=endpoints("127.0.0.1", 5556))
     server.call("INFO")                                  # role, state, sequence, keys, counters
@@ -145,6 +146,9 @@ class CloneServer(Actor):
             raise ValueError("role must be None (alone), 'primary' or 'backup'")
         if ack not in ("written", "synced"):
             raise ValueError("ack must be 'written' or 'synced', not %r" % (ack,))
+        if port is not None and not isinstance(port, int):   # CloneServer("tcp://..."), as the brokers are made
+            raise TypeError("CloneServer(port): the base port is a number (0 for free ports), not %r; give "
+                            "endpoints as snapshot=, publisher=, collector=" % (port,))
         if port:
             defaults = endpoints(host, port)
         else:
@@ -249,6 +253,11 @@ class CloneServer(Actor):
     def teardown(self) -> None:
         if self.store is not None:
             self.store.close()
+
+    @property
+    def endpoint(self) -> str:
+        """The snapshot endpoint: all a :class:`.Clone` client needs (as ``broker.endpoint`` elsewhere)."""
+        return self.endpoints[0]  # type: ignore[return-value]  # bound in setup, before the constructor returns
 
     @property
     def active(self) -> bool:

@@ -196,6 +196,9 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
             raise ValueError("ack='synced' needs fsync: it cannot be 'never'")
         if not 0 < heartbeat <= expiry:
             raise ValueError("need 0 < heartbeat <= expiry")
+        if "://" in str(journal_dir):   # Broker(endpoint, dir), as the Majordomo broker is made: libzmq's EINVAL
+            raise ValueError("Broker(journal_dir, endpoint): the journal directory comes first, not %r"
+                             % (journal_dir,))
         self.journal_dir = os.path.abspath(journal_dir)
         self.endpoint = endpoint
         self.fsync = fsync

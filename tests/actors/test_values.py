@@ -66,3 +66,25 @@ def test_clone_client_follows_the_rule():
             client.destroy()
     finally:
         server.destroy()
+
+
+def test_harmony_node_follows_the_rule():
+    # the README names Harmony among the clients of the one value model; no test said so
+    from zactors.patterns.harmony import Node
+    with Node("a", beacon=False) as a, Node("b", beacon=False, endpoints=[a.endpoint]) as b:
+        for node in (a, b):
+            node.join("g")
+        with __import__("gevent").Timeout(10):
+            for event in a.events():                            # a knows b is in g: a shout reaches it
+                if event.type == "JOIN" and event.group == "g":
+                    break
+        with pytest.raises(TypeError, match="^a frame must be bytes or str, not int$"):
+            a.shout("g", 5)
+        with pytest.raises(TypeError, match="^a frame must be bytes or str, not NoneType$"):
+            a.whisper(b.uuid, None)
+        a.shout("g", "h\u00e9")                                  # str: UTF-8
+        with __import__("gevent").Timeout(10):
+            for event in b.events():
+                if event.type == "SHOUT":
+                    break
+        assert event.frames == [b"h\xc3\xa9"]

@@ -16,6 +16,7 @@ from zactors.patterns.zeps.broker import Broker as ZepsBroker
 from tests.apps.cli_helpers import run_main, ENV, ZACTORS, assert_clean, read_until, start, zactors
 from tests.conftest import ROOT, wait_for
 from tests.patterns.clone.conftest import free_base_port
+from tests.actors.test_journal_enospc import small_disk  # noqa: F401  (fixture: a 256 KiB tmpfs)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -171,3 +172,22 @@ def test_publish_from_a_terminal_says_it_reads_until_ctrl_d(processes, tmp_path)
                 os.close(terminal)
     assert publish.returncode == 0
     assert "published 1 message(s) to typed; written by the broker" in err
+
+
+# -- zeps publish on a full disk ---------------------------------------------------------
+def test_publish_to_a_full_disk_says_sent_not_published(small_disk, capsys, monkeypatch):  # noqa: F811
+    import io
+    import sys
+    (small_disk / "filler").write_bytes(b"\0" * (96 << 10))
+    with ZepsBroker(str(small_disk / "journal"), "tcp://127.0.0.1:*", segment_bytes=1 << 20) as broker:
+        lines = b"".join(b"%0100d\n" % i for i in range(12000))
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines)))
+        status, out, err = run(capsys, "zeps", "publish", "s", "k", "--connect", broker.endpoint, "--timeout", "5")
+        written = broker.call("INFO")["streams"]["s"]["written_seq"]
+    assert status == 1 and out == "", (status, out)
+    assert 0 < written < 12000
+    summary, error = err.splitlines()
+    # it said "published 12000" while a part was written: it sent them, and says which were not confirmed
+    assert summary.startswith("sent 12000 message(s) to s; lines "), summary
+    assert summary.endswith(" not confirmed written"), summary
+    assert error.startswith("zactors zeps publish: error: ") and "ENOSPC" in error, error

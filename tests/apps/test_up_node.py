@@ -6,6 +6,7 @@ import pytest
 
 from zactors.apps.up import ConfigError, Up
 from zactors.patterns.majordomo import Client, Worker
+from zactors.patterns.zeps import Publisher
 
 from tests.apps.cli_helpers import assert_clean, read_until, start, zactors
 from tests.apps.dashboard.helpers import config
@@ -40,10 +41,14 @@ def test_the_summary_says_what_was_served(tmp_path):
     try:
         with Echo(node.broker.endpoint, "echo"), Client(node.broker.endpoint, timeout=10) as client:
             assert client.request("echo", b"hi")
+        with Publisher(node.zeps.endpoint, "results") as pub:   # the broker has no "published" counter:
+            pub.publish("k", "1")                               # the summary said 0 whatever was published
+            pub.publish("k", "2")
+            pub.flush()
         line = node.summary()
     finally:
         node.stop()
-    assert line.startswith("majordomo 1 request, 1 reply, 1 worker; zeps 0 streams"), line
+    assert line.startswith("majordomo 1 request, 1 reply, 1 worker; zeps 1 stream, 2 messages published"), line
     assert "clone 0 keys" in line and "dashboard http://127.0.0.1:" in line
 
 
@@ -75,3 +80,21 @@ def test_a_killed_node_leaves_no_stale_lock(processes, tmp_path):
     again.send_signal(signal.SIGTERM)
     again.communicate(timeout=30)
     assert again.returncode == 0
+
+
+def test_the_clone_map_outlives_a_restart_of_the_node(tmp_path):
+    from zactors.patterns.clone import Clone
+    node = Up(config(tmp_path, harmony={"enabled": False})).start()
+    try:
+        with Clone(node.clone.endpoint) as clone:
+            assert clone.wait_synced(10)
+            assert clone.set("/jobs/1", "done", wait=10)
+    finally:
+        node.stop()
+    node = Up(config(tmp_path, harmony={"enabled": False})).start()      # same --data, new free ports
+    try:
+        with Clone(node.clone.endpoint) as clone:
+            assert clone.wait_synced(10)
+            assert clone.get("/jobs/1") == b"done"
+    finally:
+        node.stop()

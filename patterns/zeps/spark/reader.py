@@ -109,7 +109,10 @@ def broker_info(opts):
     try:
         return query(opts.broker, timeout=opts.timeout)
     except ZepsError as exc:
-        raise ZepsSparkError("cannot reach the ZEPS broker at %s: %s" % (opts.broker, exc)) from None
+        reason = str(exc).replace("no answer from %s " % opts.broker, "no answer ")
+        if reason.startswith("no answer"):   # a Broker made in the Spark driver cannot answer: gevent waits there
+            reason += " (is it running, in a process of its own? not in this Spark driver)"
+        raise ZepsSparkError("cannot reach the ZEPS broker at %s: %s" % (opts.broker, reason)) from None
     except Exception as exc:   # a malformed endpoint (zmq.ZMQError)
         raise ZepsSparkError("cannot reach the ZEPS broker at %r: %s" % (opts.broker, exc)) from None
 

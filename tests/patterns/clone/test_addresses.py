@@ -53,6 +53,14 @@ def test_one_endpoint_is_enough(make):
     assert a.call("INFO")["endpoints"] == list(server.endpoints[:3])
 
 
+def test_the_server_names_its_endpoint_as_the_brokers_do(make):
+    # a newcomer wrote Clone(server.endpoint), as for Majordomo and ZEPS brokers: AttributeError before
+    server = make(CloneServer, 0)
+    assert server.endpoint == server.endpoints[0] and _port(server.endpoint) > 0
+    clone = make(Clone, server.endpoint)
+    assert clone.wait_synced(5) and clone.set("/k", "v", wait=5) == 1
+
+
 def test_synced_means_the_client_can_publish(make):
     server = make(CloneServer, 0)
     nowhere = "tcp://127.0.0.1:%d" % _free_port()  # nobody collects there
@@ -127,3 +135,10 @@ def test_a_server_that_advertises_nothing_is_reached_on_the_spec_ports(make, raw
         wait_for(lambda: any(frames[0] == b"x" for frames in got), what="the update at the spec's collector")
     finally:
         gevent.killall(server)
+
+
+def test_an_endpoint_for_the_port_is_refused_in_words():
+    # CloneServer("tcp://127.0.0.1:*"), as the brokers are made, said "can only concatenate str (not "int") to str"
+    with pytest.raises(TypeError, match=r"CloneServer\(port\): the base port is a number \(0 for free ports\), "
+                                        r"not 'tcp://127.0.0.1:\*'; give endpoints as snapshot="):
+        CloneServer("tcp://127.0.0.1:*")

@@ -58,7 +58,8 @@ def test_the_cli_says_so_in_one_line_and_waits_only_with_wait(broker, capsys):
     c = ["--connect", broker.endpoint, "--timeout", "10"]
     assert main(["-q", "zeps", "subscribe", "nowhere", *c]) == 1
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "no stream 'nowhere'" in err and "--wait" in err, err
+    assert err == ("zactors zeps subscribe: error: no stream 'nowhere' on the ZEPS broker at %s (--wait waits for "
+                   "its first message)" % broker.endpoint), err     # the command's words: not wait=True
     assert broker.call("INFO")["streams"] == {}
 
     def publish_when_waiting():
@@ -77,3 +78,12 @@ def test_the_cli_says_so_in_one_line_and_waits_only_with_wait(broker, capsys):
     # --wait SECONDS bounds the wait for the first message (as --wait means seconds in every command)
     assert main(["-q", "zeps", "subscribe", "quiet", "--wait", "0.3", *c]) == 1
     assert "stream quiet got no message within 0.3s (--wait)" in capsys.readouterr().err
+
+
+def test_a_broker_made_endpoint_first_is_refused_in_words(tmp_path):
+    # ZepsBroker(endpoint, dir), as the Majordomo broker is made, said "ZMQError: Invalid argument (addr=DIR)"
+    from zactors.patterns.zeps.broker import Broker
+    with pytest.raises(ValueError, match=r"Broker\(journal_dir, endpoint\): the journal directory comes first, "
+                                         r"not 'tcp://127.0.0.1:\*'"):
+        Broker("tcp://127.0.0.1:*", str(tmp_path))
+    assert os.listdir(tmp_path) == []

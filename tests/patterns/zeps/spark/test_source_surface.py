@@ -138,3 +138,36 @@ def test_the_streaming_reader_caches_the_latest_offsets(broker, journal_dir):
         pub.flush()
     wait_for(lambda: reader.latestOffset({"ticks": 1}, ReadAllAvailable()) == {"ticks": 2}, timeout=10,
              what="the new message in the latest offsets")
+
+
+def test_an_uncaught_error_of_the_source_prints_as_one_line(spark, tmp_path, capsys):
+    # Spark raises our error at .load() inside a page of its own (its traceback, its worker's, SQLSTATE);
+    # register() made the uncaught case one line, with where in the user's script it happened
+    import sys
+    with pytest.raises(Exception) as caught:
+        spark.read.format("zeps").option("path", str(tmp_path)).option("strem", "s").load()
+    assert len(str(caught.value).splitlines()) > 1                      # Spark's page: what the hook undoes
+    capsys.readouterr()
+    sys.excepthook(caught.type, caught.value, caught.tb)
+    err = capsys.readouterr().err
+    assert err.startswith("ZepsSparkError: unknown option strem: the zeps source takes path, broker"), err
+    assert err.endswith("(at %s, line %d)\n" % (__file__, _line_of("option(\"strem\""))), err
+    assert err.count("\n") == 1, err
+    sys.excepthook(ValueError, ValueError("not ours"), None)            # anything else: as before
+    assert capsys.readouterr().err == "ValueError: not ours\n"
+
+
+def _line_of(text):
+    with open(__file__) as source:
+        return next(n for n, line in enumerate(source, 1) if text in line and "_line_of" not in line)
+
+
+def test_a_broker_in_the_drivers_own_process_is_named_as_the_likely_cause(spark, broker):
+    # a newcomer made Broker() next to the SparkSession: while the driver waits on Spark, gevent does not run,
+    # so the broker cannot answer; the error said only "no answer", which reads as "no broker there"
+    from zactors.patterns.zeps.spark import explain
+    with pytest.raises(Exception) as caught:
+        (spark.read.format("zeps").option("broker", broker.endpoint).option("stream", "s")
+         .option("timeout", "1").load().collect())
+    assert explain(caught.value) == ("cannot reach the ZEPS broker at %s: no answer within 1.0s (is it running, "
+                                     "in a process of its own? not in this Spark driver)" % broker.endpoint)
