@@ -75,11 +75,14 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   A subscriber holds what it was granted until it has drained it: the
   broker PINGs it after a CREDIT (a probe), and its PING-OK says that
   everything sent before the PING left the broker.  Credit beyond the
-  budget waits, first come first served, for others to drain: counted in
-  ``credit_deferred``, and told once (INVALID "credit budget: ...") until
-  it is granted; meanwhile credit others hold unspent goes back in line
-  behind it (``credit_revoked``; granted again in turn), so peers sitting on
-  credit cannot keep the others waiting.  A subscriber that leaves with bytes still on their way
+  budget waits for others to drain: counted in ``credit_deferred``, and
+  told once (INVALID "credit budget: ...") until it is granted; what
+  comes back goes to each waiter up to its fair share (the budget split
+  evenly among the subscribers holding or waiting), then first come first
+  served; meanwhile credit others hold unspent beyond their fair share goes
+  back in line (``credit_revoked``; granted again in turn), so peers
+  sitting on credit cannot keep the others waiting, and a subscriber that
+  reads keeps its share whatever the others ask.  A subscriber that leaves with bytes still on their way
   (a peer that stopped reading) keeps them in the budget under its
   identity until it answers a PING or its connection is gone.
 - Heartbeats: the broker PINGs a peer silent for ``heartbeat`` seconds and
