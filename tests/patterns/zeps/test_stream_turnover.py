@@ -93,3 +93,58 @@ def test_commands_sent_before_attach_ok_are_served_in_order(journal_dir, process
     finally:
         reader.close()
     assert bodies == [b"%d" % i for i in range(100)]
+
+
+def test_a_stream_attached_while_its_journal_closes_opens_after_the_close(journal_dir):
+    """Two open at most: ATTACHing a new stream closes the idlest ("a") off the loop, and an ATTACH of
+    "a" right behind it waits for that close before its journal opens again (the journal's lock is held
+    until then): never an open error, every message kept, in order."""
+    from zactors.patterns.zeps.broker import Broker
+
+    broker = Broker(journal_dir, max_open_streams=2)
+    peers = []
+
+    def peer(name):
+        raw = Raw(broker.endpoint)
+        peers.append(raw)
+        raw.send(p.attach(name))
+        return raw
+
+    def detach(raw):
+        raw.send(p.encode(p.Detach()))
+        raw.expect(p.DetachOk)
+
+    try:
+        for n in range(3):
+            for name, body in ((b"a", b"a%d" % n), (b"c", b"c%d" % n)):
+                raw = peer(name)
+                raw.expect(p.AttachOk)
+                raw.send(p.publish(b"k", body))
+                raw.send(p.PING_FRAME)
+                raw.expect(p.PingOk)
+                detach(raw)
+            gevent.sleep(1.2)                 # both idle past the 1 s a stream must be idle to be closed for another
+            new = peer(b"new-%d" % n)         # closes "a", the idlest
+            again = peer(b"a")                # at once: "a" is closing
+            again.send(p.publish(b"k", b"again%d" % n))
+            again.send(p.PING_FRAME)
+            new.expect(p.AttachOk)
+            again.expect(p.AttachOk)
+            again.expect(p.PingOk)
+            detach(new)
+            detach(again)
+            gevent.sleep(1.2)
+        info = broker.info()
+        assert info["counters"].get("journal_open_errors", 0) == 0
+        reader = peer(b"a")
+        reader.expect(p.AttachOk)
+        reader.send(p.subscribe(b"", 0))
+        reader.expect(p.SubscribeOk)
+        reader.send(p.credit(1 << 20))
+        bodies = [reader.expect(p.Deliver).body for _ in range(6)]
+        assert bodies == [b"a0", b"again0", b"a1", b"again1", b"a2", b"again2"]
+        assert info["counters"]["streams_closed"] >= 3
+    finally:
+        for raw in peers:
+            raw.close()
+        broker.destroy()
