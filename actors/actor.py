@@ -83,7 +83,7 @@ from gevent import getcurrent
 from .errors import ActorError, ActorExited, PipeError, WrongThread
 from .events import BLOCK, DROP, POLICIES
 from .reactor import Reactor
-from .sockets import NOBLOCK, Socket, context, raw_send
+from .sockets import NOBLOCK, UNSAFE_OPTIONS, Socket, context, raw_send
 from .speedups import recv_message
 from .pipe import (DIED, ERROR, EVENTS_BYTES, EVENTS_SIZE, EXIT, FAILED, READY, REPLY, RESERVED, TERM, Event,
                    PipeEnd, decode, encode, pipe_pair)
@@ -348,8 +348,12 @@ class Actor(metaclass=_ActorType):
         """A socket owned by this actor, closed with linger 0 when it ends.
 
         ``options`` are socket options by name, e.g. ``socket(zmq.ROUTER,
-        router_mandatory=1)``.
+        router_mandatory=1)``; those a peer could turn against the process
+        (:data:`~zactors.actors.sockets.UNSAFE_OPTIONS`) raise ValueError.
         """
+        for name in options:
+            if name in UNSAFE_OPTIONS:
+                raise ValueError("%s: socket option %s refused: %s" % (self.name, name, UNSAFE_OPTIONS[name]))
         sock = context().socket(socket_type, socket_class=Socket)
         sock.linger = 0
         for name, value in options.items():

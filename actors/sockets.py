@@ -24,7 +24,8 @@ from gevent.hub import Waiter, get_hub
 
 from .speedups import NOBLOCK, SNDMORE, buffers, events as _events, handle as _handle, recv_message, send_frames, send_message
 
-__all__ = ["Socket", "context", "limit_size", "raise_open_files", "raw_send", "POLLIN", "POLLOUT", "NOBLOCK", "SNDMORE"]
+__all__ = ["Socket", "context", "limit_size", "raise_open_files", "raw_send", "KEEPALIVE", "UNSAFE_OPTIONS",
+           "POLLIN", "POLLOUT", "NOBLOCK", "SNDMORE"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,20 @@ def raise_open_files() -> int | None:
         log.debug("zactors: the open-file limit is %d (hard limit %s): fewer sockets than libzmq's %d may open",
                  soft, hard, MAX_SOCKETS)
     return soft
+
+
+#: Socket options that notice a peer whose host vanished (no FIN) in about 5 s: TCP keepalive, which
+#: the kernel runs.  Not ZMTP heartbeats (``heartbeat_ivl``): with them libzmq 4.3.5 aborts the whole
+#: process ("Assertion failed: !_io_error (stream_engine_base.cpp:310)") when a connection whose input
+#: is stopped (its pipe full, or taken over by ``router_handover``) is reset by its peer: the
+#: heartbeat timer writes on an engine already in error (issue #20; tests/patterns/clone/test_libzmq_abort.py).
+KEEPALIVE = {"tcp_keepalive": 1, "tcp_keepalive_idle": 1, "tcp_keepalive_intvl": 1, "tcp_keepalive_cnt": 4}
+
+#: options :meth:`~zactors.actors.actor.Actor.socket` refuses, and why (any peer can trip them)
+UNSAFE_OPTIONS = {
+    "heartbeat_ivl": "ZMTP heartbeats let a peer abort the process (libzmq 4.3.5, stream_engine_base.cpp:310): "
+                     "use KEEPALIVE (TCP keepalive) and the pattern's own heartbeats",
+}
 
 
 def limit_size(sock: zmq.Socket, limit: int | None) -> None:

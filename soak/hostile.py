@@ -455,6 +455,8 @@ def main(argv=None):
     parser.add_argument("--duration", type=float, default=60.0, metavar="SECONDS", help="how long the swarm attacks")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock; printed)")
     parser.add_argument("--swarms", type=int, default=2, help="swarm processes")
+    parser.add_argument("--quiet", type=float, default=5.0, metavar="SECONDS",
+                        help="round trips measured before the swarm starts (the baseline)")
     parser.add_argument("--p99-ms", type=float, default=50.0, help="the well-behaved client's p99 bound")
     parser.add_argument("--rss-budget-mb", type=int, default=256, help="node RSS allowed above its quiet level")
     parser.add_argument("--fd-budget", type=int, default=NODE_NOFILE // 2 + CONNECTIONS,
@@ -475,7 +477,7 @@ def main(argv=None):
         print("swarm: " + json.dumps(result), flush=True)
         return 0
     try:
-        figures, workdir = run(args.duration, seed, swarms=args.swarms, p99_ms=args.p99_ms,
+        figures, workdir = run(args.duration, seed, swarms=args.swarms, quiet=args.quiet, p99_ms=args.p99_ms,
                                rss_budget=args.rss_budget_mb << 20, fd_budget=args.fd_budget, attacks=args.attacks)
     except SoakError as exc:
         print("soak.hostile: error: %s" % exc, file=sys.stderr)

@@ -33,6 +33,7 @@ from collections import OrderedDict
 from typing import Any
 
 from zactors.actors.router import Router
+from zactors.actors.sockets import KEEPALIVE
 
 from .protocol import encode_kthxbai, encode_properties, decode_properties, pack_sequence
 
@@ -94,8 +95,8 @@ class Snapshots:
         self._refusal_logged = 0.0
         self.router = _SnapshotRouter(server, on_request, backlog=window + chunk + 16, high=window,
                                       on_held=self._on_held, on_drained=self._on_drained,
-                                      on_unroutable=self._on_unroutable, router_handover=1, sndhwm=hwm,
-                                      heartbeat_ivl=1000, heartbeat_timeout=5000, max_message=max_message)
+                                      on_unroutable=self._on_unroutable, sndhwm=hwm, max_message=max_message,
+                                      **KEEPALIVE)  # (no ZMTP heartbeats, no handover: see KEEPALIVE)
 
     def __len__(self):
         return len(self._tasks)

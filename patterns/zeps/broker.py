@@ -23,7 +23,10 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   quarter of half the open-file limit, ~4 descriptors a stream; the idlest
   is closed first for a new one).  A stream that never held a message is
   deleted when it closes, and at start: junk names do not outlive their
-  peers, nor a restart.
+  peers, nor a restart.  Journals open and close on the threadpool, never
+  in the loop (a few fsyncs each), a few at once and at most 64 pending (an
+  ATTACH past that is refused: busy); a peer's commands sent before its
+  ATTACH-OK wait for the journal and are served in order.
 - One ROUTER (the kernel's :class:`~zactors.actors.router.Router`, whose
   per-peer backlog is the backpressure under the credit); one peering (a
   client DEALER) attaches one stream.  A stream is created on its first
@@ -72,11 +75,14 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   A subscriber holds what it was granted until it has drained it: the
   broker PINGs it after a CREDIT (a probe), and its PING-OK says that
   everything sent before the PING left the broker.  Credit beyond the
-  budget waits, first come first served, for others to drain: counted in
-  ``credit_deferred``, and told once (INVALID "credit budget: ...") until
-  it is granted; meanwhile credit others hold unspent goes back in line
-  behind it (``credit_revoked``; granted again in turn), so peers sitting on
-  credit cannot keep the others waiting.  A subscriber that leaves with bytes still on their way
+  budget waits for others to drain: counted in ``credit_deferred``, and
+  told once (INVALID "credit budget: ...") until it is granted; what
+  comes back goes to each waiter up to its fair share (the budget split
+  evenly among the subscribers holding or waiting), then first come first
+  served; meanwhile credit others hold unspent beyond their fair share goes
+  back in line (``credit_revoked``; granted again in turn), so peers
+  sitting on credit cannot keep the others waiting, and a subscriber that
+  reads keeps its share whatever the others ask.  A subscriber that leaves with bytes still on their way
   (a peer that stopped reading) keeps them in the budget under its
   identity until it answers a PING or its connection is gone.
 - Heartbeats: the broker PINGs a peer silent for ``heartbeat`` seconds and
@@ -239,6 +245,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
     def setup(self) -> None:
         os.makedirs(self.journal_dir, mode=0o700, exist_ok=True)
         self._streams: dict[bytes, _Stream] = {}
+        self._setup_streams()
         self._peers: dict[bytes, _Peer] = {}
         self._delivered_gone = 0  # messages delivered to peers since dropped (INFO "delivered": all of them)
         self._replaying: dict[bytes, _Peer] = {}        # peers with credit waiting to be replayed (ordered set)
@@ -275,19 +282,17 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
             group, port = self.multicast
             self._multicast = MulticastSender(group, port, interface=self.multicast_interface, ttl=self.multicast_ttl)
             self.call_every(self.heartbeat, self._multicast_heads)
-        self._closed_streams: dict[bytes, dict[str, Any]] = {}  # on disk, not open: name -> its INFO then
-        self._creators: dict[Any, int] = {}       # peer (key or identity) -> existing streams it created
         self._max_open = self.max_open_streams or _open_stream_budget(self.max_streams)
         for name in self.declared + self._existing():  # pre-declared streams, and journals already there
             if name in self._streams:
                 continue
-            stream = self._open(None, name)
+            stream = self._open_now(name)
             if stream is None:
                 raise RuntimeError("cannot open stream %s under %s" % (name.decode(), self.journal_dir))
             if name in self.declared:
                 stream.pinned = True
             elif not stream.journal.last_seq or len(self._streams) >= self._max_open:
-                self._close_stream(stream)  # never used (deleted), or over the budget of open streams
+                self._close_stream(stream, block=True)  # never used (deleted), or over the open budget
         self.call_every(max(0.5, min(self.stream_idle / 2, 10.0)), self._close_idle)
         self.call_every(1.0, self._sample)
         self.call_every(self.heartbeat, self._reclaim)
@@ -300,6 +305,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
             self._multicast.close()
         for identity in list(self._peers):
             self._send(identity, p.DETACH_FRAME)
+        self._stop_journal_jobs()
         for stream in self._streams.values():
             stream.commit.stop()      # the last write (and fsync); logs what it could not write
             stream.journal.close(sync=self.fsync != "never")

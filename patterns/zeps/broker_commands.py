@@ -34,6 +34,8 @@ class Commands:
         if len(frames) != 1:
             self._invalid(identity, "one ZEPS command per message, got %d frames" % len(frames))
             return
+        if self._attaching and self._hold(identity, frames):  # its ATTACH waits for the journal
+            return
         frame = frames[0]
         try:
             message = p.decode(frame)
@@ -107,7 +109,7 @@ class Commands:
         if name.startswith(b"$"):
             self._invalid(identity, "stream names starting with $ are reserved")
             return
-        if len(self._peers) >= self.max_peers:
+        if len(self._peers) + len(self._attaching) >= self.max_peers:
             self._invalid(identity, "broker full: %d peerings" % self.max_peers)
             return
         key = None
@@ -118,14 +120,18 @@ class Commands:
                              % name.decode(), "refused_attach")
                 return
         stream = self._streams.get(name)
-        if stream is None and message.existing and name not in self._closed_streams:  # ATTACH-EXISTING
+        if stream is None and message.existing and name not in self._closed_streams \
+                and name not in self._opening:  # ATTACH-EXISTING
             self.stats["no_stream"] += 1    # a reader asked: not an invalid command
             self._send(identity, p.invalid("NO-STREAM: stream %s does not exist" % name.decode()))
             return
         if stream is None:
-            stream = self._open(identity, name, key)
-            if stream is None:
-                return
+            self._open(identity, name, key)  # its journal opens off the loop, then _attached
+        else:
+            self._attached(identity, stream, key)
+
+    def _attached(self, identity, stream, key):
+        """The ATTACH of ``identity`` to the open ``stream``: its peering, and ATTACH-OK."""
         stream.idle_since = None
         peer = self._peers[identity] = stream.peers[identity] = _Peer(identity, stream, key)
         old = self._gone.pop(identity, None)

@@ -5,8 +5,11 @@ Credit is honoured from one :class:`~zactors.actors.budget.Budget` for all
 subscribers (``max_credit_total``, at most ``max_credit`` each).  A
 subscriber holds what it was granted until it has drained it: PINGs (probes)
 note what had been sent before them, and their PING-OKs release it.  Credit
-beyond the budget waits, first come first served; credit held unspent is
-revoked and granted again in turn while others wait.  A peer gone with bytes
+beyond the budget waits: what comes back goes to each waiter up to its fair
+share (the budget split evenly among the subscribers holding or waiting),
+then first come first served; credit held unspent beyond a fair share is
+revoked and granted again in turn while others wait, so subscribers that
+grant huge credit and never read stall only themselves.  A peer gone with bytes
 on their way keeps them in the budget (``_gone``) until it answers or its
 connection is gone.  Runs in the broker's loop only.
 """
@@ -137,8 +140,9 @@ class CreditBudget:
 
     def _probe_holders(self):
         """While credit waits (at most every 50 ms): PING the holders whose drain is not known, and
-        put the credit they hold unspent back in line behind the waiters (granted again in turn), so
-        that peers sitting on credit they do not use cannot keep the others waiting."""
+        put the credit they hold unspent beyond their fair share back in line behind the waiters
+        (granted again in turn), so that peers sitting on credit they do not use cannot keep the
+        others waiting, and a subscriber that reads keeps its share whatever the others ask."""
         now = _monotonic()
         windows = self._windows
         if not windows.waiting or now - self._reclaimed < 0.05:
@@ -151,9 +155,10 @@ class CreditBudget:
                 continue
             if not peer.probes:
                 self._probe(peer)
-            if peer.credit > 0 and identity not in self._replaying and not peer.reading:  # (a replay
+            unspent = min(peer.credit, windows.excess(identity))  # never below its fair share
+            if unspent > 0 and identity not in self._replaying and not peer.reading:  # (a replay
                 # step may be spending it, or a read off the hub bringing what it will spend it on)
-                unspent, peer.credit = peer.credit, 0
+                peer.credit -= unspent
                 peer.honoured -= unspent
                 self.stats["credit_revoked"] += 1
                 grants += windows.revoke(identity, unspent)

@@ -60,7 +60,9 @@ class Introspection:
         info = {"endpoint": self.endpoint, "ack": self.ack, "streams": streams, "peers": len(self._peers),
                 "counters": dict(self.stats),
                 "delivered": self._delivered_gone + sum(peer.delivered for peer in self._peers.values()),
-                "stream_budget": {"open": len(self._streams), "closed": len(self._closed_streams),
+                "stream_budget": {"open": len(self._streams) + len(self._opening),
+                                  "closed": len(self._closed_streams), "opening": len(self._opening),
+                                  "closing": len(self._closing),
                                   "max_open": self._max_open, "max_streams": self.max_streams},
                 "credit": {"held": windows.used, "budget": windows.total, "per_subscriber": windows.per_holder,
                            "waiting": windows.waiting, "gone_holding": len(self._gone)}}

@@ -61,3 +61,35 @@ def test_revoke_puts_an_unused_holding_back_in_line_behind_the_waiters():
     b.request("w", 4)
     assert b.revoke("idle", 10) == [("w", 4), ("idle", 6)]
     assert b.held("idle") == 6 and b.wanted("idle") == 4
+
+
+def test_what_comes_back_goes_to_each_waiter_up_to_its_fair_share_first():
+    b = Budget(90, per_holder=90)
+    b.request("greedy", 90)
+    b.request("greedy2", 90)                  # waits for all of it
+    b.request("small", 10)                    # waits behind it
+    assert b.fair_share == 30                 # three parties
+    assert b.release("greedy", 40) == [("greedy2", 30), ("small", 10)]
+    assert b.held("greedy2") == 30 and b.wanted("greedy2") == 60 and b.held("small") == 10
+
+
+def test_only_what_a_holder_holds_beyond_its_fair_share_is_excess():
+    b = Budget(100)
+    b.request("reader", 20)
+    b.request("hog", 80)
+    b.request("late", 50)                     # three parties: a share of 33
+    assert (b.excess("reader"), b.excess("hog"), b.excess("late")) == (0, 47, 0)
+    assert b.revoke("hog", b.excess("hog")) == [("late", 47)]   # its share, then first come first served
+    assert (b.held("hog"), b.wanted("hog"), b.held("reader")) == (33, 47, 20)   # the reader never touched
+
+
+def test_parties_are_counted_once_whatever_they_do():
+    b = Budget(10)
+    b.request("a", 20)                        # holds and waits: one party
+    b.request("b", 5)
+    assert b.fair_share == 5
+    b.forget("a")
+    assert b.fair_share == 10 and b.held("b") == 5
+    b.cancel("b")
+    b.release("b", 5)
+    assert b.fair_share == 10 and b.holders() == []
