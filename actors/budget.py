@@ -14,7 +14,9 @@ that total, with an optional cap per holder::
 
 What a holder asks beyond what is free (or beyond ``per_holder`` held)
 waits, first come first served, and is granted by a later :meth:`release`
-or :meth:`forget`; a holder never holds more than ``per_holder`` nor waits
+or :meth:`forget`: each waiter first up to its :attr:`fair_share` (the
+total over the holders and waiters), then, if units are left, what it still
+wants, in turn (so ten waiters share a budget that one could fill); a holder never holds more than ``per_holder`` nor waits
 for more than that (the excess is dropped, counted in :attr:`dropped`).
 :attr:`deferred` counts requests not granted in full.
 
@@ -110,6 +112,12 @@ class Budget:
         return self._wanted.get(holder, 0)
 
     @property
+    def fair_share(self) -> int:
+        """The total over the holders and waiters (the total when there are none)."""
+        n = len(self._held.keys() | self._wanted.keys())
+        return max(1, self.total // n) if n else self.total
+
+    @property
     def waiting(self) -> int:
         """Holders waiting."""
         return len(self._wanted)
@@ -119,24 +127,26 @@ class Budget:
         return list(self._held)
 
     def _serve(self):
-        grants = []
+        """Grant waiters, in turn: first each up to its fair share, then what is left (a list of grants)."""
+        grants = {}
         wanted, held = self._wanted, self._held
-        for holder in list(wanted):
-            free = self.total - self.used
-            if free <= 0:
-                break
-            want = wanted[holder]
-            granted = min(want, free, self.per_holder - held.get(holder, 0))
-            if granted <= 0:  # at its own cap: the next in line may take it
-                continue
-            self.used += granted
-            held[holder] = held.get(holder, 0) + granted
-            if granted == want:
-                del wanted[holder]
-            else:
-                wanted[holder] = want - granted
-            grants.append((holder, granted))
-        return grants
+        for share in (self.fair_share, self.per_holder):
+            for holder in list(wanted):
+                free = self.total - self.used
+                if free <= 0:
+                    break
+                want = wanted[holder]
+                granted = min(want, free, min(share, self.per_holder) - held.get(holder, 0))
+                if granted <= 0:  # at its share or its own cap: the next in line may take it
+                    continue
+                self.used += granted
+                held[holder] = held.get(holder, 0) + granted
+                if granted == want:
+                    del wanted[holder]
+                else:
+                    wanted[holder] = want - granted
+                grants[holder] = grants.get(holder, 0) + granted
+        return list(grants.items())
 
     def __repr__(self):
         return "<Budget %d/%d used, %d waiting>" % (self.used, self.total, len(self._wanted))

@@ -137,8 +137,9 @@ class CreditBudget:
 
     def _probe_holders(self):
         """While credit waits (at most every 50 ms): PING the holders whose drain is not known, and
-        put the credit they hold unspent back in line behind the waiters (granted again in turn), so
-        that peers sitting on credit they do not use cannot keep the others waiting."""
+        put the credit they hold unspent beyond their fair share of the budget back in line behind
+        the waiters (granted again in turn), so that peers sitting on credit they do not use cannot
+        keep the others waiting, and the budget is shared rather than passed round whole."""
         now = _monotonic()
         windows = self._windows
         if not windows.waiting or now - self._reclaimed < 0.05:
@@ -151,10 +152,11 @@ class CreditBudget:
                 continue
             if not peer.probes:
                 self._probe(peer)
-            if peer.credit > 0 and identity not in self._replaying and not peer.reading:  # (a replay
+            excess = min(peer.credit, windows.held(identity) - windows.fair_share)
+            if excess > 0 and identity not in self._replaying and not peer.reading:  # (a replay
                 # step may be spending it, or a read off the hub bringing what it will spend it on)
-                unspent, peer.credit = peer.credit, 0
-                peer.honoured -= unspent
+                peer.credit -= excess
+                peer.honoured -= excess
                 self.stats["credit_revoked"] += 1
-                grants += windows.revoke(identity, unspent)
+                grants += windows.revoke(identity, excess)
         self._served(grants)
