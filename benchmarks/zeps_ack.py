@@ -22,6 +22,7 @@ must be on a real disk, not tmpfs, for fsync to cost what it costs).
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -129,9 +130,10 @@ def run(args, steps):
 
 
 # -- the +-5% check against an older commit -------------------------------------------
-def baseline(rev, zeps_args):
+def baseline(rev, zeps_args, rounds=3):
     """Run ``zeps.py --stacks zeps`` (ack ``written``, the only level before #19) on the commit ``rev``
-    and on this tree, one after the other, and print both; rows and the ratio this/then.
+    and on this tree, interleaved ``rounds`` times, printing every run; then per row the median of each
+    side and their ratio (this tree / then), for the rule that no figure gets worse by more than 5%.
 
     The old tree is exported with ``git archive`` and installed (no dependencies: this venv has them)
     into a temporary directory that goes first on its PYTHONPATH.
@@ -144,24 +146,28 @@ def baseline(rev, zeps_args):
         subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                         "--target", target, tree], check=True)
-        figures = {}
-        for name, script, env in (("%s (then)" % rev, os.path.join(tree, "benchmarks", "zeps.py"),
-                                   dict(os.environ, PYTHONPATH=target)),
-                                  ("this tree", os.path.join(HERE, "zeps.py"), dict(os.environ))):
+        sides = (("%s (then)" % rev, os.path.join(tree, "benchmarks", "zeps.py"), dict(os.environ, PYTHONPATH=target)),
+                 ("this tree", os.path.join(HERE, "zeps.py"), dict(os.environ)))
+        figures = {name: [] for name, _, _ in sides}
+        for name, _, env in sides:
             probe = subprocess.run([sys.executable, "-c", _PROBE], env=env, cwd=work, capture_output=True, text=True,
                                    check=True).stdout.strip()
             print("== %s: zactors from %s" % (name, probe), flush=True)
-            out = subprocess.run([sys.executable, script, "--stacks", "zeps", *zeps_args], env=env, cwd=work,
-                                 stdout=subprocess.PIPE, text=True, check=True).stdout
-            print(out, flush=True)
-            figures[name] = _rows(out)
+        for round_ in range(1, rounds + 1):
+            for name, script, env in sides:
+                print("== round %d of %d: %s (load average %s)" % (round_, rounds, name, os.getloadavg()), flush=True)
+                out = subprocess.run([sys.executable, script, "--stacks", "zeps", *zeps_args], env=env, cwd=work,
+                                     stdout=subprocess.PIPE, text=True, check=True).stdout
+                print(out, flush=True)
+                figures[name].append(_rows(out))
         then, now = figures.values()
-        for run_name in then:
-            if run_name in now:
-                (rate0, p50_0), (rate1, p50_1) = then[run_name], now[run_name]
-                print("written mode, %s: msg/s this tree / %s x%.3f; p50 %s ms then, %s ms now "
-                      "(rule: no figure worse by more than 5%%)" % (run_name, rev, rate1 / rate0, p50_0, p50_1),
-                      flush=True)
+        for run_name in then[0]:
+            if all(run_name in r for r in then + now):
+                rate0, rate1 = (statistics.median(r[run_name][0] for r in side) for side in (then, now))
+                p50_0, p50_1 = ([r[run_name][1] for r in side] for side in (then, now))
+                print("written mode, %s: median msg/s %.0f then, %.0f now: x%.3f; p50 ms then %s, now %s "
+                      "(rule: no figure worse by more than 5%%)" % (run_name, rate0, rate1, rate1 / rate0,
+                                                                     ", ".join(p50_0), ", ".join(p50_1)), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -188,9 +194,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", metavar="REV", required=True,
                         help="compare zeps.py --stacks zeps (ack written) on commit REV with this tree")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved runs of each side (default 3)")
     args, rest = parser.parse_known_args()
     started = time.monotonic()
-    baseline(args.baseline, rest)
+    baseline(args.baseline, rest, args.rounds)
     print("baseline comparison took %.0fs" % (time.monotonic() - started))
     return 0
 
