@@ -72,11 +72,12 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   A subscriber holds what it was granted until it has drained it: the
   broker PINGs it after a CREDIT (a probe), and its PING-OK says that
   everything sent before the PING left the broker.  Credit beyond the
-  budget waits, first come first served, for others to drain: counted in
+  budget waits, in turn, for others to drain (each waiter is granted up to
+  a fair share of the budget first, then what is left): counted in
   ``credit_deferred``, and told once (INVALID "credit budget: ...") until
-  it is granted; meanwhile credit others hold unspent goes back in line
-  behind it (``credit_revoked``; granted again in turn), so peers sitting on
-  credit cannot keep the others waiting.  A subscriber that leaves with bytes still on their way
+  it is granted; meanwhile credit others hold unspent beyond their share
+  goes back in line behind it (``credit_revoked``; granted again in turn),
+  so peers sitting on credit cannot keep the others waiting.  A subscriber that leaves with bytes still on their way
   (a peer that stopped reading) keeps them in the budget under its
   identity until it answers a PING or its connection is gone.
 - Heartbeats: the broker PINGs a peer silent for ``heartbeat`` seconds and

@@ -5,8 +5,9 @@ Credit is honoured from one :class:`~zactors.actors.budget.Budget` for all
 subscribers (``max_credit_total``, at most ``max_credit`` each).  A
 subscriber holds what it was granted until it has drained it: PINGs (probes)
 note what had been sent before them, and their PING-OKs release it.  Credit
-beyond the budget waits, first come first served; credit held unspent is
-revoked and granted again in turn while others wait.  A peer gone with bytes
+beyond the budget waits, in turn, each waiter first up to a fair share of
+the budget; credit held unspent beyond a holder's share is revoked and granted
+again in turn while others wait.  A peer gone with bytes
 on their way keeps them in the budget (``_gone``) until it answers or its
 connection is gone.  Runs in the broker's loop only.
 """
