@@ -83,7 +83,7 @@ class MapJournal:
     """The journal of one server's map in ``directory`` (see the module docstring)."""
 
     def __init__(self, actor, directory, *, fsync="interval", interval=0.1, chunk=1000, ack="written",
-                 on_durable=None, on_error=None, retry=1.0):
+                 on_durable=None, on_error=None, retry=1.0, files=None):
         if ack not in ("written", "synced"):
             raise ValueError("ack must be 'written' or 'synced', not %r" % (ack,))
         self.actor = actor
@@ -96,6 +96,7 @@ class MapJournal:
         self.fsync = fsync
         self.interval = interval
         self.chunk = chunk
+        self.files = files          # the journals' file layer (Journal's files=: tests simulate power losses)
         os.makedirs(self.directory, mode=0o700, exist_ok=True)   # keys and values: the owner's only
         self.generation = None
         self.journal = self.commit = None
@@ -122,7 +123,7 @@ class MapJournal:
             path = self._path(0)
             os.makedirs(path, mode=0o700, exist_ok=True)
             self._mark_complete(path)
-        self.journal = Journal(path)
+        self.journal = Journal(path, files=self.files)
         self.commit = self._commit(self.journal, main=True)
         now = time.time()
         live = {k: v for k, v in latest.items() if v[3] and (v[4] is None or v[4] > now)}
@@ -223,7 +224,7 @@ class MapJournal:
         n = self.generation + 1 if self._next is None else self._next[0] + 1
         path = self._path(n)
         shutil.rmtree(path, ignore_errors=True)
-        journal = Journal(path)
+        journal = Journal(path, files=self.files)
         commit = self._commit(journal, main=False)
         journal.append(b"", msgpack.packb((sequence,)))
         for key, body in tail:
