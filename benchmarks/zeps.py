@@ -1,7 +1,7 @@
 """ZEPS benchmark: zactors beside Redis Streams (the real server) and the raw ceilings, in one run.
 
 Run: ``python benchmarks/zeps.py [--messages N] [--replay N] [--rate R] [--runs deliver1,deliver10,replay]``
-(smoke run: ``--messages 2000 --replay 5000 --paced 0.5``).
+(smoke run: ``--messages 2000 --replay 5000 --paced 0.5``; ``--quick``: a short pass of every row).
 
 Every party is its own process on loopback TCP; 100-byte messages.
 
@@ -276,7 +276,10 @@ def _free_port():
 
 
 def start_redis(persistence):
-    """A redis-server on loopback in a temp dir: (process, port, dir), or a reason string."""
+    """A redis-server on loopback in a temp dir: (process, port, dir), or a reason string.
+
+    ``persistence``: AOF with ``appendfsync everysec`` if true, or the ``appendfsync`` policy named.
+    """
     server = shutil.which("redis-server")
     if server is None:
         return "redis-server not found (Debian: apt-get install redis-server)"
@@ -288,7 +291,8 @@ def start_redis(persistence):
     port = _free_port()
     options = ["--port", str(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "",
                "--protected-mode", "yes", "--daemonize", "no", "--logfile", os.path.join(directory, "log")]
-    options += ["--appendonly", "yes", "--appendfsync", "everysec"] if persistence else ["--appendonly", "no"]
+    fsync = persistence if isinstance(persistence, str) else "everysec"
+    options += ["--appendonly", "yes", "--appendfsync", fsync] if persistence else ["--appendonly", "no"]
     proc = subprocess.Popen([server, *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -382,11 +386,15 @@ def main():
     parser.add_argument("--replay", type=int, default=1000000, help="messages to replay (default 1000000)")
     parser.add_argument("--rate", type=int, default=20000, help="paced rate for the latency runs (default 20000/s)")
     parser.add_argument("--paced", type=float, default=3.0, help="seconds of each paced run (default 3)")
-    parser.add_argument("--stacks", default="raw,zeps,redis-aof,redis-none", help="comma-separated subset to run")
+    parser.add_argument("--stacks", default="raw,zeps,redis-aof,redis-none,ack", help="comma-separated subset to run"
+                        " (ack: both acknowledgement levels beside Redis everysec and always, zeps_ack.py)")
+    parser.add_argument("--quick", action="store_true", help="a short pass: 20000 messages, replay 50000, paced 0.5 s")
     parser.add_argument("--runs", default="deliver1,deliver10,replay",
                         help="comma-separated subset of deliver1,deliver10,replay (default: all)")
     add_deadline_option(parser)
     args = parser.parse_args()
+    if args.quick:
+        args.messages, args.replay, args.paced = min(args.messages, 20000), min(args.replay, 50000), 0.5
     runs = args.runs.split(",")
     unknown = set(runs) - {"deliver1", "deliver10", "replay"}
     if unknown:
@@ -408,6 +416,9 @@ def main():
         if key in stacks:
             result = steps.run(stack, what, rows, args, *extra)
             table[stack] = "failed: %s" % steps.results[stack]["error"] if result is None else result
+    if "ack" in stacks:
+        import zeps_ack
+        table.update(zeps_ack.run(args, steps))
     print("\n%d messages of %d bytes per delivery run; latency at %d msg/s paced; replay of %d"
           % (args.messages, SIZE, args.rate, args.replay))
     print(ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost"))
@@ -421,6 +432,8 @@ def main():
     if isinstance(zeps, dict) and isinstance(aof, dict):
         ratios = ["%s x%.2f" % (run, zeps[run]["rate"] / aof[run]["rate"]) for run in zeps if run in aof]
         print("\nZEPS / Redis AOF: %s (targets: deliver 1 sub >= 1.5, replay >= 2)" % ", ".join(ratios))
+    if "ack" in stacks:
+        print("\n" + "\n".join("ack levels: " + line for line in zeps_ack.ratios(table)))
     return 0
 
 

@@ -44,7 +44,7 @@ then a scan; timestamps are kept non-decreasing for that.
 What blocks (an actor calls these through ``Actor.run_in_thread``, as
 :class:`~zactors.actors.group_commit.GroupCommit` does):
 
-- never: ``append``, ``producers``, ``stats``, the sequence properties, ``epoch``/``epochs``/
+- never: ``append``, ``producers``/``producer``, ``stats``, the sequence properties, ``epoch``/``epochs``/
   ``check_resume``, ``rolling``, ``cached``;
 - ``write``: a ``write(2)`` per segment touched (fast, like a send), except
   when ``rolling``: the roll fsyncs the full segment, creates the next one and
@@ -169,7 +169,9 @@ producers (default 10,000).  Opening rebuilds it from the disk: the active
 segment's snapshot plus the producers of the active segment's records that
 recovery kept, so it never claims a record that a cut or a power loss
 dropped (an owner that drops duplicates by it would otherwise lose the
-resend).
+resend).  :meth:`Journal.producer` looks one up: the ZEPS broker decides
+duplicates by it and keeps no table of its own, so a restart changes none of
+its decisions.
 
 Retention (:meth:`Journal.apply_retention`, also run when a segment rolls
 over) removes whole sealed segments, oldest first, while the journal is

@@ -77,6 +77,10 @@ class ProducerTable:
             table.popitem(last=False)
             self.evicted += 1
 
+    def get(self, pid):
+        """(last pseq, seq) of ``pid``, or None (never put, or evicted)."""
+        return self._map.get(pid)
+
     def items(self):
         """[(pid, (pseq, seq))], oldest first (a copy)."""
         return list(self._map.items())

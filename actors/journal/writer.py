@@ -798,6 +798,19 @@ class Journal:
         with self._lock:
             return self._producers.as_dict()
 
+    def producer(self, pid: bytes) -> tuple[int, int] | None:
+        """(last pseq, that record's seq) of producer ``pid``, or None when the
+        journal does not remember it (never appended, or evicted: the least
+        recently appended go first, as recovery rebuilds the table).  The one
+        table an owner checks for a duplicate before it appends.  Never blocks."""
+        with self._lock:
+            return self._producers.get(pid)
+
+    @property
+    def producers_evicted(self) -> int:
+        """Producers evicted from the table (over ``max_producers``) since the journal opened."""
+        return self._producers.evicted
+
     # -- the rest -------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:

@@ -74,18 +74,19 @@ def register(sub):
 
     publish = cmds.add_parser("publish", help="publish BODY, or each line of stdin, under KEY",
                               description="Publish to STREAM under routing KEY: BODY if given, else one message "
-                                          "per line of standard input.  Returns once the broker has written all "
-                                          "(exit status 0), 1 if it refused any or lost the peering before "
-                                          "confirming some (the lines that may be lost are named), 3 if no "
-                                          "broker answers.")
+                                          "per line of standard input, idempotently: what the broker has not "
+                                          "confirmed is sent again if the peering is lost (a broker killed and "
+                                          "restarted), and the broker journals each line once.  Returns once "
+                                          "the broker has written all (exit status 0), 1 if it refused any or "
+                                          "did not confirm some in time (the lines not confirmed are named), "
+                                          "3 if no broker answers.")
     publish.add_argument("stream", help="stream name")
     publish.add_argument("key", help="routing key")
     publish.add_argument("body", nargs="?", help="message body (default: each line of stdin, until end of input "
                                                  "or Ctrl-D)")
-    publish.add_argument("--resend", action="store_true",
-                         help="idempotent publishing: keep what the broker has not confirmed and send it again "
-                              "if the peering is lost (the broker drops what it has already; after a broker "
-                              "restart a resent line may be journaled twice), instead of naming what may be lost")
+    publish.add_argument("--no-resend", dest="resend", action="store_false",
+                         help="do not send again what a lost peering left unconfirmed: name the lines that may "
+                              "be lost instead (for a broker without the PUBLISH-ID extension)")
     _connect(publish)
     publish.set_defaults(func=run_publish)
 
@@ -272,14 +273,14 @@ def _describe(info):
 
 
 def run_publish(args):
-    from zactors.patterns.zeps import Publisher
-    from zactors.patterns.zeps import MessagesLost
+    from zactors.patterns.zeps import MessagesLost, Publisher, ZepsError
 
     pub = _answered(Publisher, args.connect, args.stream, curve=options.client_curve(args), timeout=args.timeout,
                     idempotent=args.resend)
     count = 0
     flushed = False
     lost = []           # (first, last) input numbers (lines) the broker may have lost
+    failure = None      # why the rest is not confirmed (the broker refused, or did not answer in time)
     try:
         if args.body is not None:
             pub.publish(args.key, args.body.encode())
@@ -303,6 +304,8 @@ def run_publish(args):
                 break
             except MessagesLost as exc:
                 lost += exc.ranges
+    except ZepsError as exc:  # said in the one line below, with what it leaves unconfirmed
+        failure = str(exc)
     finally:
         pub.close()
         what = "line" if args.body is None else "message"
@@ -315,14 +318,16 @@ def run_publish(args):
         if flushed:
             parts.append("everything else written by the broker" if lost else "written by the broker")
             if pub.stats["resent"]:
-                parts.append("%d sent again after the broker lost the peering (if it restarted, those it had "
-                             "written may be journaled twice)" % pub.stats["resent"])
+                parts.append("%d sent again after the broker lost the peering (each journaled once)"
+                             % pub.stats["resent"])
         elif confirmed < count:   # what we sent is not what the broker kept: say "sent", and which are unsure
             parts[0] = "sent %d message(s) to %s" % (count, args.stream)
             parts.append("%ss %d-%d not confirmed written" % (what, confirmed + 1, count) if confirmed + 1 < count
                          else "%s %d not confirmed written" % (what, count))
+        if failure:
+            parts.append(failure)
         print("; ".join(parts), file=sys.stderr)
-    if lost:
+    if lost or failure:
         return exitstatus.FAILED
     return exitstatus.OK
 

@@ -160,17 +160,23 @@ class Zeps(Source):
         streams = sample["streams"]
         behind = [] if getattr(self.broker, "fsync", None) == "never" else \
             [n for n, s in streams.items() if s["synced_seq"] < s["written_seq"] - 100000]
-        text = "%d streams, %d peers" % (len(streams) + sample.get("streams_not_shown", 0), sample["peers"])
+        text = "%d streams, %d peers, ack %s" % (len(streams) + sample.get("streams_not_shown", 0), sample["peers"],
+                                                  sample.get("ack", "written"))
         if behind:
             return "warn", text + "; journal sync behind on " + ", ".join(sorted(behind)[:3])
         return "ok", text
 
     def gauges(self, sample):
-        out = [("zeps_peers", "Attached peers", {}, sample["peers"])]
+        out = [("zeps_peers", "Attached peers", {}, sample["peers"]),
+               ("zeps_ack_level", "The broker's acknowledgement level (1 on its label): PING-OK and delivery once "
+                "written (survives a process crash) or synced (an fsync covered it: survives a power loss)",
+                {"level": sample.get("ack", "written")}, 1)]
         for name, s in sample["streams"].items():
             labels = {"stream": name}
             out.append(("zeps_stream_last_seq", "Last sequence journaled", labels, s["last_seq"]))
             out.append(("zeps_stream_bytes", "Journal bytes on disk", labels, s["bytes"]))
+            out.append(("zeps_stream_unwritten", "Records appended but not yet written", labels,
+                        max(0, s["last_seq"] - s["written_seq"])))
             out.append(("zeps_stream_unsynced", "Records written but not yet fsynced", labels,
                         max(0, s["written_seq"] - s["synced_seq"])))
             out.append(("zeps_stream_subscribers", "Subscribers", labels, s["subscriber_count"]))

@@ -63,10 +63,11 @@ def _generations(directory):
     return sorted(out)
 
 
-def _open_and_replay(path):
-    """``(journal, {key: Entry}, sequence)`` of the generation at ``path``: opening the journal checks
-    its records and cuts a torn tail.  Blocks; touches nothing but the new journal (any thread)."""
-    journal = Journal(path)
+def _open_and_replay(path, files=None):
+    """``(journal, {key: Entry}, sequence)`` of the generation at ``path`` (through the file layer
+    ``files``): opening the journal checks its records and cuts a torn tail.  Blocks; touches nothing
+    but the new journal (any thread)."""
+    journal = Journal(path, files=files)
     try:
         live, sequence, voids = _replay(journal, ())
         if voids:
@@ -132,7 +133,7 @@ class MapJournal:
     """The journal of one server's map in ``directory`` (see the module docstring)."""
 
     def __init__(self, actor, directory, *, fsync="interval", interval=0.1, chunk=1000, ack="written",
-                 on_durable=None, on_error=None, retry=1.0):
+                 on_durable=None, on_error=None, retry=1.0, files=None):
         if ack not in ("written", "synced"):
             raise ValueError("ack must be 'written' or 'synced', not %r" % (ack,))
         self.actor = actor
@@ -145,6 +146,7 @@ class MapJournal:
         self.fsync = fsync
         self.interval = interval
         self.chunk = chunk
+        self.files = files          # the journals' file layer (Journal's files=: tests simulate power losses)
         os.makedirs(self.directory, mode=0o700, exist_ok=True)   # keys and values: the owner's only
         self.generation = None
         self.journal = self.commit = None
@@ -164,13 +166,13 @@ class MapJournal:
         if complete:
             self.generation, path = complete[-1]
             # seconds for a large map: on the hub's threadpool, so that only this actor waits for it
-            self.journal, live, sequence = get_hub().threadpool.apply(_open_and_replay, (path,))
+            self.journal, live, sequence = get_hub().threadpool.apply(_open_and_replay, (path, self.files))
         else:
             self.generation = 0
             path = self._path(0)
             os.makedirs(path, mode=0o700, exist_ok=True)
             self._mark_complete(path)
-            self.journal = Journal(path)
+            self.journal = Journal(path, files=self.files)
         self.commit = self._commit(self.journal, main=True)
         log.info("%s: recovered %d key(s) at sequence %d from %s", self.actor.name, len(live), sequence, path)
         return live, sequence
@@ -269,7 +271,7 @@ class MapJournal:
         n = self.generation + 1 if self._next is None else self._next[0] + 1
         path = self._path(n)
         shutil.rmtree(path, ignore_errors=True)
-        journal = Journal(path)
+        journal = Journal(path, files=self.files)
         commit = self._commit(journal, main=False)
         journal.append(b"", msgpack.packb((sequence,)))
         for key, body in tail:

@@ -97,10 +97,11 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   cap but over ``max_message`` is answered INVALID.
 - Idempotent publishing (the PUBLISH-ID extension, :mod:`.protocol`): a
   message a producer already published on the stream is dropped as a
-  duplicate, by (producer id, producer sequence), remembered in memory for
-  at most ``max_producers`` producers per stream (least recently heard from
-  evicted, counted ``producers_evicted``), and in the journal: a stream
-  reopened after a restart or a crash knows what its journal kept.
+  duplicate, by (producer id, producer sequence), as the stream's journal
+  remembers them (its one producer table, :meth:`Journal.producer`): at most
+  ``max_producers`` producers per stream (the least recently appended
+  evicted first, counted ``producers_evicted``), kept in the journal, so a
+  stream reopened after a restart or a crash decides as before it.
 - Invalid or out-of-order commands are answered with INVALID (a readable
   reason) and counted (``invalid``); nothing a peer sends stops the broker
   or another peer's flow.
@@ -228,7 +229,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
             raise ValueError("max_credit and max_credit_total must hold a message of max_message bytes")
         self.journal_options = dict(segment_bytes=segment_bytes, tail_cache_bytes=tail_cache,
                                     retain_bytes=retain_bytes, retain_seconds=retain_seconds,
-                                    max_producers=max(max_producers, 1))
+                                    max_producers=max_producers)
         self.curve = curve
         self.curve_domain = curve_domain
         self.permissions = permissions

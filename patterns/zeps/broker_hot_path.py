@@ -28,8 +28,8 @@ _parse_publish = p.parse_publish
 
 
 class HotPath:
-    """PUBLISH, the journal append and live delivery.  State: ``stream.fresh``, ``stream.producers``,
-    ``peer.published``; with permissions, ``_keys`` (the ZAP User-Id of ATTACHes not handled yet)."""
+    """PUBLISH, the journal append and live delivery.  State: ``stream.fresh``, ``peer.published``
+    (the producers of PUBLISH-ID: the journal's table, :meth:`Journal.producer`); with permissions, ``_keys`` (the ZAP User-Id of ATTACHes not handled yet)."""
 
     def _on_keyed_frames(self, frames):
         """With permissions: note the ZAP User-Id of each ATTACH, then as :meth:`_on_frames`."""
@@ -82,27 +82,23 @@ class HotPath:
         if peer.may_publish is not True:
             if not self._allowed(peer, "publish"):
                 return
-        producers = stream.producers
-        if producer is not None:
-            seen = producers.get(producer)
-            if seen is not None:
-                producers.move_to_end(producer)
-                if sequence <= seen[0]:  # journaled already (a resend): its PING waits for that one
-                    self.stats["duplicates_dropped"] += 1
-                    peer.published = max(peer.published, seen[1])
-                    return
-        try:  # PUBLISH-ID: the producer goes into the journal too, so dedup survives a restart
-            record = stream.journal.append_record(
-                key, body, None, None if producer is None else (producer.to_bytes(8, "little"), sequence))
+        journal = stream.journal
+        if producer is not None:  # PUBLISH-ID: the journal's producer table is the one that decides
+            producer = (producer.to_bytes(8, "little"), sequence)
+            seen = journal.producer(producer[0])
+            if seen is not None and sequence <= seen[0]:  # journaled already (a resend): its PING waits
+                self.stats["duplicates_dropped"] += 1    # for that one
+                peer.published = max(peer.published, seen[1])
+                return
+            evicted = journal.producers_evicted
+        try:  # the producer goes into the journal with the message, so dedup survives a restart
+            record = journal.append_record(key, body, None, producer)
         except JournalError as exc:
             self.stats["journal_refused"] += 1
             self._invalid(peer.identity, "stream %s refused the message: %s" % (stream.name.decode(), exc))
             return
-        if producer is not None:
-            producers[producer] = (sequence, record[0])
-            if len(producers) > self.max_producers:  # a budget: the least recently heard from goes
-                producers.popitem(last=False)
-                self.stats["producers_evicted"] += 1
+        if producer is not None and journal.producers_evicted > evicted:  # its budget: max_producers
+            self.stats["producers_evicted"] += journal.producers_evicted - evicted
         peer.published = record[0]
         stream.fresh.append(record)
         stream.commit.kick()

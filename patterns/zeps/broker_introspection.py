@@ -50,7 +50,7 @@ class Introspection:
                 "written_seq": journal.written_seq, "synced_seq": journal.synced_seq,
                 "rate": round((s1 - s0) / (t1 - t0), 1) if t1 > t0 else 0.0,
                 "bytes": stats["disk_bytes"],
-                "peers": len(stream.peers), "subscribers": subscribers, "producers": len(stream.producers),
+                "peers": len(stream.peers), "subscribers": subscribers, "producers": stats["producers"],
                 "open": True,
             }
         for name, summary in self._closed_streams.items():  # closed while idle: as they were then

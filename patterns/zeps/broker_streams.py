@@ -81,7 +81,6 @@ class _Stream:
         self.samples = []         # (monotonic, last_seq) for the rate
         self.publishes = 0
         self.pings = {}           # ack="synced": token -> identity of a PING waiting for its fsync
-        self.producers = OrderedDict()  # PUBLISH-ID: producer -> (its last sequence, our sequence), LRU order
         self.idle_since = _monotonic()  # no peer since then (None while it has peers)
         self.creator = None       # the peer (key or identity) that created it, for its quota
         self.pinned = False       # declared: never closed for idleness
@@ -236,8 +235,6 @@ class Streams:
         policy = self.fsync if isinstance(self.fsync, str) else "interval"
         interval = self.fsync if policy == "interval" else 0.1
         stream = _Stream(name, journal, None)
-        seen = list(journal.producers().items())[-self.max_producers:] if self.max_producers else []
-        stream.producers.update((int.from_bytes(pid, "little"), last) for pid, last in seen)  # PUBLISH-ID, kept
         deliver = partial(self._written, stream)
         if self.ack == "synced":  # an fsync after every write round: group commit, off the hub
             stream.commit = GroupCommit(self, journal, fsync="batch", retry=0.1, on_synced=deliver,

@@ -93,3 +93,14 @@ def test_parties_are_counted_once_whatever_they_do():
     b.cancel("b")
     b.release("b", 5)
     assert b.fair_share == 10 and b.holders() == []
+
+
+def test_waiters_are_served_a_fair_share_first_then_what_is_left():
+    b = Budget(100)
+    b.request("a", 100)
+    b.request("b", 100)
+    b.request("c", 100)
+    assert b.fair_share == 33
+    assert b.revoke("a", 60) == [("b", 33), ("c", 27)]   # a keeps 40, over its share: b and c first
+    assert b.release("a", 40) == [("c", 6), ("a", 33), ("b", 1)]   # shares first, then the rest in turn
+    assert b.used == 100 and (b.held("a"), b.held("b"), b.held("c")) == (33, 34, 33)

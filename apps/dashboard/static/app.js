@@ -117,7 +117,8 @@
       const totals = part.totals || {};
       return [tiles([["streams", Object.keys(d.streams).length], ["peers", d.peers],
                      ["published", totals.published || 0], ["published/s", number(part.now.published || 0)],
-                     ["delivered", totals.delivered || 0], ["delivered/s", number(part.now.delivered || 0)]]),
+                     ["delivered", totals.delivered || 0], ["delivered/s", number(part.now.delivered || 0)],
+                     ["ack", d.ack || "written"]]),
         chartGrid("zeps"),
         el("h2", {}, "Streams"),
         table([{ title: "stream", cell: r => el("a", { href: "#/zeps/" + encodeURIComponent(r[0]) }, r[0]) },
@@ -127,6 +128,8 @@
                { title: "peers", num: 1, cell: r => r[1].peers },
                { title: "subscribers", num: 1, cell: r => r[1].subscriber_count }],
               Object.entries(d.streams).sort(), "No streams yet: publish to one."),
+        el("p", { class: "muted" }, "Acknowledged (PING-OK, delivery) once ", el("b", {}, d.ack || "written"),
+           d.ack === "synced" ? ": an fsync covered it (survives a power loss)." : ": handed to the OS (survives a crash of the broker, not a power loss)."),
         el("p", { class: "muted" }, "Journal: ", el("span", { class: "mono" }, d.journal), "  Endpoint: ", el("span", { class: "mono" }, d.endpoint)),
         counters(d.counters)];
     } },
@@ -177,7 +180,7 @@
   function streamStats(name, s) {
     return [el("p", { class: "crumbs" }, el("a", { href: "#/zeps" }, "Streams"), " / ", el("b", {}, name)),
       tiles([["first", s.first_seq], ["last", s.last_seq], ["rate/s", number(s.rate)], ["journal", bytes(s.bytes)],
-             ["unsynced", Math.max(0, s.written_seq - s.synced_seq)]]),
+             ["unwritten", Math.max(0, s.last_seq - s.written_seq)], ["unsynced", Math.max(0, s.written_seq - s.synced_seq)]]),
       el("h2", {}, "Subscribers"),
       table([{ title: "peer", cell: x => el("span", { class: "mono" }, x.peer.slice(0, 16)) },
              { title: "patterns", cell: x => x.patterns.map(p => el("span", { class: "pill" }, p || "(all)")) },

@@ -1,5 +1,11 @@
 """Writers of the ``zeps`` data source: rows (``key``, ``body``) published to a ZEPS stream.
 
+Both writers publish idempotently (``Publisher(idempotent=True)``, the
+PUBLISH-ID extension): a broker killed and restarted while they publish
+loses none of their rows and duplicates none (what it had not confirmed is
+sent again; it drops what its journal kept already), so the writes go on
+instead of failing with ``MessagesLost``.
+
 Batch writes publish from every executor task straight to the broker and
 flush (the broker has written them) before the task reports success.  Like
 any sink without transactions, a task that Spark retries may publish its
@@ -77,7 +83,7 @@ def _rows(batch):
 def _publisher(opts, stream):
     from zactors.patterns.zeps.client import Publisher, ZepsError
     try:
-        return Publisher(opts.broker, stream, timeout=opts.timeout)
+        return Publisher(opts.broker, stream, timeout=opts.timeout, idempotent=True)
     except ZepsError as exc:
         raise ZepsSparkError("cannot publish to stream %r on the broker at %s: %s" % (stream, opts.broker, exc)) from None
 

@@ -47,11 +47,13 @@ def spark():
 
 
 class BrokerProcess:
-    """A broker subprocess on a journal directory; ``endpoint`` once it serves."""
+    """A broker subprocess on a journal directory (at ``endpoint``, default a free port); ``endpoint``
+    once it serves."""
 
-    def __init__(self, journal_dir):
+    def __init__(self, journal_dir, endpoint=None):
         self.journal_dir = journal_dir
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.patterns.zeps.spark._broker", journal_dir],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.patterns.zeps.spark._broker", journal_dir]
+                                     + ([endpoint] if endpoint else []),
                                      cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.endpoint = self.proc.stdout.readline().decode().strip()
         if not self.endpoint.startswith("tcp://"):
@@ -72,8 +74,8 @@ class BrokerProcess:
 def broker_process(tmp_path):
     started = []
 
-    def start(journal_dir=None):
-        b = BrokerProcess(str(journal_dir or tmp_path / "broker"))
+    def start(journal_dir=None, endpoint=None):
+        b = BrokerProcess(str(journal_dir or tmp_path / "broker"), endpoint)
         started.append(b)
         return b
 
