@@ -71,3 +71,19 @@ def test_scatter_example_runs():
     finally:
         namespace["scatter"].close()
         namespace["gather"].close()
+
+
+@pytest.mark.timeout(300)
+def test_spark_example_says_our_error_in_one_line(tmp_path):
+    # its batch part, as written, on an empty journal directory: the error (raised at .load()) is one line
+    import subprocess
+    import sys
+
+    from tests.patterns.zeps.spark.conftest import spark_env
+    env = spark_env()            # skips, with the reason, without pyspark or Java
+    code = _block('format("zeps")').split("live = ")[0]
+    assert "explain(exc)" in code and code.index("try:") < code.index(".load()"), "load() must be inside the try"
+    code = code.replace('"/var/lib/zeps"', repr(str(tmp_path)))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == "no stream 'readings' in journal directory %s\n" % tmp_path, result.stdout

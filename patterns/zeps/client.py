@@ -170,8 +170,24 @@ def _reasons(reasons):
     counts: dict[str, int] = {}
     for reason in reasons:
         counts[reason] = counts.get(reason, 0) + 1
-    said = [reason if n == 1 else "%s (%d times)" % (reason, n) for reason, n in counts.items()]
+    said = []
+    for reason, n in counts.items():
+        reason = _same_cause(reason, list(counts)[:len(said)])
+        said.append(reason if n == 1 else "%s (%d times)" % (reason, n))
     return "; ".join(said[:3]) + (" (and %d other reasons)" % (len(said) - 3) if len(said) > 3 else "")
+
+
+def _same_cause(reason, before):
+    """``reason`` with a cause an earlier reason already gave (its text after some ': ') said as "the same
+    failure", so that one ENOSPC is not spelt out again in every reason it caused."""
+    for earlier in before:
+        at = earlier.find(": ")
+        while at >= 0:
+            cause = earlier[at + 2:]
+            if len(cause) >= 20 and reason.endswith(": " + cause):
+                return reason[:-len(cause)] + "the same failure"
+            at = earlier.find(": ", at + 2)
+    return reason
 
 
 def _dealer(endpoint, curve, limit, sndhwm=None, watch=False):

@@ -319,3 +319,9 @@ def test_the_brokers_reasons_are_said_once_each():
     assert _reasons(["a", "b", "b", "b", "a"]) == "a (2 times); b (3 times)"
     assert _reasons(["x"]) == "x"
     assert _reasons(["1", "2", "3", "4", "5"]) == "1; 2; 3 (and 2 other reasons)"
+    # one full disk: its sentence once, not again in every reason it caused (issue 21)
+    cause = "journal write /j/s/1.seg failed: ENOSPC (No space left on device)"
+    assert _reasons(["stream s cannot write its journal: " + cause]
+                    + ["stream s refused the message: journal /j/s refuses appends: " + cause] * 100) == (
+        "stream s cannot write its journal: " + cause + "; stream s refused the message: journal /j/s refuses "
+        "appends: the same failure (100 times)")
