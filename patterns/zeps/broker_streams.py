@@ -126,7 +126,9 @@ class Streams:
         seen = list(journal.producers().items())[-self.max_producers:] if self.max_producers else []
         stream.producers.update((int.from_bytes(pid, "little"), last) for pid, last in seen)  # PUBLISH-ID, kept
         deliver = partial(self._written, stream)
-        if self.ack == "synced":  # an fsync after every write round: group commit, off the hub
+        if self._pair is not None:  # a pair: the active replicates (and may wait for it), the passive ACKs
+            deliver = self._pair.at_level(stream, deliver)
+        if self.level == "synced":  # an fsync after every write round: group commit, off the hub
             stream.commit = GroupCommit(self, journal, fsync="batch", retry=0.1, on_synced=deliver,
                                         on_error=partial(self._write_failed, stream))
         else:

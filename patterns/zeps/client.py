@@ -16,6 +16,15 @@ Each is one peering (one DEALER).  Both keep the peering alive with PING
 ATTACH again.  A subscriber then subscribes from the last sequence it
 received, so it sees no gap and no duplicate across the loss.
 
+A broker pair (:mod:`.pair`): give both endpoints, ``"tcp://a:5570,tcp://b:5570"``.
+A client attaches to whichever is active: a passive answers INVALID
+``"PASSIVE: ..."`` and the client tries the next endpoint (until ``timeout``
+in the constructor; for as long as it runs after that).  On failover (the
+active silent for ``expiry``, or it DETACHes us) the subscriber resumes after
+the last sequence it received (no gap, no duplicate: the passive holds the
+same sequences) and an idempotent publisher resends what was not confirmed
+(the broker drops what it has already, by producer id).
+
 A broker that refuses the connection (a CURVE key it does not accept, a
 wrong server key, CURVE on one side only) raises :class:`HandshakeFailed`
 (the kernel's, a ``ConnectionRefusedError``) from the constructor (and
@@ -192,6 +201,22 @@ def _dealer(endpoint, curve, limit, sndhwm=None, watch=False):
     return (sock, monitor) if watch else sock
 
 
+def _endpoints(endpoint):
+    """The endpoints of ``"tcp://a:5570,tcp://b:5570"`` (a pair), or of one."""
+    found = [e.strip() for e in endpoint.split(",") if e.strip()]
+    if not found:
+        raise ValueError("no broker endpoint in %r" % (endpoint,))
+    return found
+
+
+def _passive(reason):
+    """An INVALID from the passive broker of a pair: try the other one."""
+    return reason.startswith("PASSIVE:")
+
+
+#: seconds between two ATTACHes while the brokers of a pair say they are passive (a failover under way)
+_PASSIVE_RETRY = 0.1
+
 #: while a new connection's handshake has not ended, answers are awaited in slices this long (s)
 _HANDSHAKE_SLICE = 0.05
 
@@ -260,7 +285,8 @@ class Publisher:
     def __init__(self, endpoint: str, stream: bytes | str, *, curve: Curve | None = None, heartbeat: float = 1.0,
                  expiry: float = 5.0, timeout: float = 5.0, idempotent: bool = False,
                  max_unconfirmed: int = 100000, max_unconfirmed_bytes: int = 64 << 20) -> None:
-        self.endpoint = endpoint
+        self.endpoints = _endpoints(endpoint)
+        self.endpoint = self.endpoints[0]
         self.timeout = timeout
         self.idempotent = idempotent
         self.max_unconfirmed = max_unconfirmed
@@ -280,14 +306,31 @@ class Publisher:
         # other bound, and a send never parks (publish numbers go out in order; a resend never blocks)
         self._sndhwm = 0 if idempotent else None
         self._parked = False      # idempotent: a publish is parked in a send; the others queue behind it
-        self._sock, watch = _dealer(endpoint, curve, _MAX_ANSWER, self._sndhwm, watch=True)
-        try:
-            _attach(self._sock, self.stream, timeout, watch, curve, endpoint)
-        except Exception:
-            self._sock.close(0)
-            raise
-        finally:
-            watch.close()
+        self._passive = False     # the broker said it is a passive: attach to the next endpoint
+        deadline = _monotonic() + timeout
+        refusal = None
+        while True:
+            self._sock, watch = _dealer(self.endpoint, curve, _MAX_ANSWER, self._sndhwm, watch=True)
+            try:
+                _attach(self._sock, self.stream, max(0.0, deadline - _monotonic()) if len(self.endpoints) == 1
+                        else min(max(0.0, deadline - _monotonic()), max(0.5, heartbeat)), watch, curve,
+                        self.endpoint)
+                break
+            except ZepsError as exc:
+                self._sock.close(0)
+                if _passive(str(exc)):
+                    refusal = exc
+                elif "no answer" not in str(exc):
+                    raise
+                if _monotonic() >= deadline:
+                    raise refusal or exc
+                self._next_endpoint()
+                gevent.sleep(_PASSIVE_RETRY)
+            except Exception:
+                self._sock.close(0)
+                raise
+            finally:
+                watch.close()
         self._heard = _monotonic()
         self._pings = 0           # PINGs sent on this peering; the broker answers each, in order,
         self._answers = 0         # with PING-OK, or INVALID "PING: ..." when it cannot write
@@ -365,6 +408,10 @@ class Publisher:
                 self._keep(n, frame)
             finally:
                 self._parked = False
+
+    def _next_endpoint(self):
+        """The next broker of the pair (the same one when there is one)."""
+        self.endpoint = self.endpoints[(self.endpoints.index(self.endpoint) + 1) % len(self.endpoints)]
 
     def _keep(self, n, frame):
         self.stats["published"] = n
@@ -463,6 +510,8 @@ class Publisher:
                     del self._refused[:-10]
                 elif message.reason.endswith("(no peering: attach first)"):
                     pass  # sent on a lost peering: the DETACH behind it counts it in what may be lost
+                elif _passive(message.reason):
+                    self._passive = True  # our ATTACH went to a passive: the keep-alive tries the other one
                 elif len(self._errors) < 100:
                     self._errors.append(message.reason)
             elif kind is p.Detach:
@@ -504,7 +553,9 @@ class Publisher:
             with self._lock:
                 self._service()
                 quiet = _monotonic() - self._heard
-                if quiet > self.expiry:
+                if self._passive or quiet > self.expiry:
+                    self._passive = False
+                    self._next_endpoint()
                     self._reattach(new_socket=True)
                 elif quiet > self.heartbeat:
                     self._ping()
@@ -572,7 +623,8 @@ class Subscriber(Actor):
                  wait: bool = False) -> None:
         if sum(x is not None and x is not False for x in (from_seq, since, new or None)) > 1:
             raise ValueError("give at most one of from_seq, since and new")
-        self.endpoint = endpoint
+        self.endpoints = _endpoints(endpoint)
+        self.endpoint = self.endpoints[0]
         self.stream = to_bytes(stream, "stream")
         self.patterns = [to_bytes(x, "a pattern") for x in (patterns or (b"",))]
         for pattern in self.patterns:
@@ -681,19 +733,31 @@ class Subscriber(Actor):
         self._attached = False
         self._heard = _monotonic()
         self._stats = self.stats
-        watch = self._connect(watch=True)
-        try:
-            deadline = _monotonic() + self.timeout
-            while not (self._attached and self._subscribed == len(self.patterns)):  # subscribed, or raise
-                remaining = deadline - _monotonic()
-                if remaining <= 0 or not _wait(self._sock, watch, remaining, self.curve, self.endpoint):
-                    raise ZepsError("no answer to ATTACH/SUBSCRIBE from %s within %ss"
-                                    % (self.endpoint, self.timeout))
-                self._on_frames(self._sock.recv_frames())
-                if self._error is not None and not (self._attached and self._subscribed == len(self.patterns)):
-                    raise self._error  # refused; an error after the subscription (REPLAY:) waits for get()
-        finally:
-            watch.close()
+        self._passive = False       # the broker said it is a passive: attach to the next endpoint
+        deadline = _monotonic() + self.timeout
+        slice_ = self.timeout if len(self.endpoints) == 1 else max(0.5, self.heartbeat)
+        while True:
+            watch = self._connect(watch=True)
+            try:
+                until = min(deadline, _monotonic() + slice_)
+                while not (self._attached and self._subscribed == len(self.patterns)):  # subscribed, or raise
+                    remaining = until - _monotonic()
+                    if self._passive or remaining <= 0 or \
+                            not _wait(self._sock, watch, remaining, self.curve, self.endpoint):
+                        break
+                    self._on_frames(self._sock.recv_frames())
+                    if self._error is not None and not (self._attached and self._subscribed == len(self.patterns)):
+                        raise self._error  # refused; an error after the subscription (REPLAY:) waits for get()
+                else:
+                    break
+            finally:
+                watch.close()
+            if _monotonic() >= deadline:
+                raise ZepsError(self._passive or "no answer to ATTACH/SUBSCRIBE from %s within %ss" % (
+                    ",".join(self.endpoints), self.timeout))
+            self._passive = False
+            self._next_endpoint()
+            gevent.sleep(_PASSIVE_RETRY)
         self.add_reader(self._sock, self._on_frames)
         self.call_every(self.heartbeat / 2, self._keep_alive)
 
@@ -730,6 +794,9 @@ class Subscriber(Actor):
         if self.wait:
             self._subscribe()
         return monitor
+
+    def _next_endpoint(self):
+        self.endpoint = self.endpoints[(self.endpoints.index(self.endpoint) + 1) % len(self.endpoints)]
 
     def _subscribe(self):
         """FEATURES, SUBSCRIBE (one per pattern) and CREDIT on the peering just attached."""
@@ -836,6 +903,9 @@ class Subscriber(Actor):
         elif kind is p.Invalid:
             self._stats["invalid"] += 1
             reason = message.reason
+            if _passive(reason):  # a pair's passive: the keep-alive (or setup) tries the other broker
+                self._passive = reason
+                return
             if not reason.startswith("NO-STREAM:"):  # (raised as NoSuchStream: said once, by the caller)
                 log.warning("%s: broker says: %s", self.name, reason)
             if reason.startswith("REPLAY:"):
@@ -894,9 +964,14 @@ class Subscriber(Actor):
         if self._sock is None:  # stopped by a rollback
             return
         quiet = _monotonic() - self._heard
-        if quiet > self.expiry:
+        if self._passive or quiet > self.expiry:
             self._stats["reattached"] += 1
-            log.info("%s: broker silent for %.1fs; connecting again from %s", self.name, quiet, self.last_seq)
+            if self._passive:
+                log.info("%s: %s is passive; trying the next broker", self.name, self.endpoint)
+            else:
+                log.info("%s: broker silent for %.1fs; connecting again from %s", self.name, quiet, self.last_seq)
+            self._passive = False
+            self._next_endpoint()
             self._reconnect()
         elif quiet > self.heartbeat:
             self._sock.send(p.PING_FRAME)

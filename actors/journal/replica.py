@@ -1,0 +1,109 @@
+"""Replica support: what a journal that copies another one (a ZEPS passive broker) needs beyond appending.
+
+A replica appends the source's records in order with :meth:`Journal.append_record`
+(same sequence, timestamp and producer: it checks the sequence itself), and
+keeps the source's epoch history, so that a client resuming with
+(epoch, sequence) gets the same answer from either journal:
+
+- :func:`create_at`: a new, empty journal directory whose next sequence is
+  ``base`` (the source's first retained one) and whose epoch history is given;
+- :func:`set_epochs`: replace an open journal's epoch history (adopting the
+  source's, or starting a new epoch when the replica takes over: :func:`new_epoch`);
+- :func:`position`: (epoch history, last sequence) of a journal directory that is not open;
+- :func:`resume_point`: :meth:`Journal.check_resume` over a given history (no journal needed).
+
+Everything blocks on the disk (fsyncs of the epochs file and the directory):
+call it rarely (a sync, a takeover), not per record.  Not thread-safe.
+"""
+from __future__ import annotations
+
+import os
+
+from .files import OS_FILES, Files
+from .format import CLEAN_NAME, EPOCHS_NAME, list_segments, segment_header, segment_name
+from .reader import JournalReader
+from .recovery import format_epochs, read_epochs
+from .writer import Journal
+
+__all__ = ["create_at", "set_epochs", "new_epoch", "new_epoch_closed", "position", "resume_point", "epoch_of",
+           "epochs_of"]
+
+Epochs = list[tuple[int, int]]
+
+
+def resume_point(epochs: Epochs, last_seq: int, epoch: int, seq: int) -> int | None:
+    """As :meth:`Journal.check_resume` for a journal with ``epochs`` ending at ``last_seq``:
+    None when a copy that holds ``seq`` of ``epoch`` agrees with it, else the last sequence it agrees up to."""
+    if epoch == epochs[-1][0]:
+        last = last_seq
+    else:
+        later = [start for e, start in epochs if e > epoch]
+        if not later or not any(e == epoch for e, _ in epochs):
+            return 0
+        last = min(later) - 1
+    return None if seq <= last else last
+
+
+def epoch_of(epochs: Epochs, seq: int) -> int:
+    """The epoch that sequence ``seq`` belongs to in ``epochs``."""
+    found = epochs[0][0]
+    for epoch, start in epochs:
+        if start <= seq:
+            found = epoch
+    return found
+
+
+def create_at(directory: str, base: int, epochs: Epochs, files: Files = OS_FILES) -> None:
+    """Create an empty journal in ``directory`` (which must not hold one) that continues at ``base``
+    with ``epochs`` as its history, marked clean so that opening it keeps that history."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    if list_segments(directory, files):
+        raise ValueError("journal %s exists already" % directory)
+    path = os.path.join(directory, segment_name(base))
+    fd = files.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        files.write(fd, segment_header(base))
+        files.fsync(fd)
+    finally:
+        files.close(fd)
+    files.write_atomic(os.path.join(directory, EPOCHS_NAME), format_epochs(epochs))
+    files.close(files.open(os.path.join(directory, CLEAN_NAME), os.O_WRONLY | os.O_CREAT))
+    files.fsync_dir(directory)
+
+
+def set_epochs(journal: Journal, epochs: Epochs) -> None:
+    """Make ``epochs`` the open ``journal``'s epoch history, durably (before any record of a new epoch)."""
+    epochs = [(int(e), int(s)) for e, s in epochs]
+    if not epochs or any(e2 <= e1 for (e1, _), (e2, _) in zip(epochs, epochs[1:])):
+        raise ValueError("epochs must be increasing: %r" % (epochs,))
+    if epochs == journal.epochs:
+        return
+    journal.files.write_atomic(os.path.join(journal.directory, EPOCHS_NAME), format_epochs(epochs))
+    journal._epochs = epochs
+
+
+def new_epoch(journal: Journal) -> int:
+    """Start a new epoch at ``journal``'s next sequence (a replica that takes over); returns it."""
+    epochs = journal.epochs
+    epoch = epochs[-1][0] + 1
+    set_epochs(journal, epochs + [(epoch, journal.last_seq + 1)])
+    return epoch
+
+
+def epochs_of(directory: str) -> Epochs:
+    """The epoch history of the journal in ``directory`` (open or not)."""
+    return read_epochs(os.path.join(directory, EPOCHS_NAME)) or [(1, 1)]
+
+
+def position(directory: str) -> tuple[Epochs, int, int]:
+    """(epoch history, first sequence, last sequence) of the journal in ``directory`` (not open)."""
+    epochs = read_epochs(os.path.join(directory, EPOCHS_NAME)) or [(1, 1)]
+    with JournalReader(directory) as reader:
+        return epochs, reader.first_seq, reader.last_seq
+
+
+def new_epoch_closed(directory: str, next_seq: int) -> None:
+    """:func:`new_epoch` for a journal that is not open (its next sequence is ``next_seq``)."""
+    path = os.path.join(directory, EPOCHS_NAME)
+    epochs = read_epochs(path) or [(1, 1)]
+    OS_FILES.write_atomic(path, format_epochs(epochs + [(epochs[-1][0] + 1, next_seq)]))
