@@ -28,7 +28,7 @@ The pair link (one DEALER to the peer, one ROUTER for it; frames capped):
 - ``[BSTAR, state, 0, client endpoint]``: the Binary Star heartbeat, both ways;
 - passive -> active ``[FOLLOW, token, {stream: [epoch, last_seq]}]``,
   ``[ACK, token, {stream: seq}]`` (journaled at the passive's level: also its credit);
-- active -> passive ``[STREAMS, token, {stream: [start, reset, target, epochs]}, [stream to drop]]``,
+- active -> passive ``[STREAMS, token, {stream: [start, reset, target, epochs, agreed]}, [stream to drop]]``,
   ``[REC, token, stream, [epochs, [[seq, ts, key, body, producer, pseq], ...]]]``, ``[AGAIN, token]``.
 
 Runs in the broker's loop only; the link has no CURVE (run it on a trusted network).

@@ -128,14 +128,16 @@ class Source:
                 continue
             key = name.decode("latin-1")
             have = positions.get(key)
-            start, reset = first, True
+            start, reset, agreed = first, True, 0   # agreed: the passive's records up to here are ours
             if have is not None:
                 epoch, seq = int(have[0]), int(have[1])
+                diverged = jr.resume_point(epochs, last, epoch, seq)
+                agreed = seq if diverged is None else diverged
                 if seq == 0 and first == 1:
                     start, reset = 1, False
-                elif seq + 1 >= first and jr.resume_point(epochs, last, epoch, seq) is None:
+                elif seq + 1 >= first and diverged is None:
                     start, reset = seq + 1, False
-            plan[key] = [start, reset, last, epochs]
+            plan[key] = [start, reset, last, epochs, agreed]
             session.cursors[name] = start
             session.inflight[name] = deque()
             session.order.append(name)
@@ -379,16 +381,16 @@ class Replica:
             self._remove(name)
             if lone:
                 self._truncated(name, 0, lone)
-        for key, (start, reset, target, epochs) in plan.items():
+        for key, (start, reset, target, epochs, agreed) in plan.items():
             name = key.encode("latin-1")
             epochs = [tuple(e) for e in epochs]
-            if reset:
+            if reset:   # copied again from the active's first sequence (simple; a cut would copy less)
                 have = 0
                 if name in _all_streams(broker):
                     _, _, have = _stream_position(broker, name)
                     self._remove(name)
-                if have >= start:
-                    self._truncated(name, start - 1, have)
+                if have > agreed:
+                    self._truncated(name, agreed, have)
                 directory = os.path.join(broker.journal_dir, stream_directory(name))
                 jr.create_at(directory, start, [e for e in epochs if e[1] <= start] or [epochs[0]])
             if target >= start:
