@@ -25,7 +25,7 @@ from .reader import JournalReader
 from .recovery import format_epochs, read_epochs
 from .writer import Journal
 
-__all__ = ["create_at", "set_epochs", "new_epoch", "new_epoch_closed", "position", "resume_point", "epoch_of",
+__all__ = ["create_at", "set_epochs", "new_epoch", "new_epoch_closed", "position", "resume_point", "agreed", "epoch_of",
            "epochs_of"]
 
 Epochs = list[tuple[int, int]]
@@ -42,6 +42,23 @@ def resume_point(epochs: Epochs, last_seq: int, epoch: int, seq: int) -> int | N
             return 0
         last = min(later) - 1
     return None if seq <= last else last
+
+
+def agreed(epochs: Epochs, last_seq: int, their_epochs: Epochs, their_last: int) -> int:
+    """How far a copy with ``their_epochs`` ending at ``their_last`` holds the same records as a journal
+    with ``epochs`` ending at ``last_seq``: the last sequence up to which both agree."""
+    upto = 0
+    for i, (epoch, start) in enumerate(their_epochs):
+        if start > their_last:
+            break
+        end = their_epochs[i + 1][1] - 1 if i + 1 < len(their_epochs) else their_last
+        if (epoch, start) not in epochs and start != 1:
+            break                       # an epoch the copy started on its own: its records are its own
+        last = resume_point(epochs, last_seq, epoch, end)
+        if last is not None:
+            return max(upto, min(last, end))
+        upto = end
+    return upto
 
 
 def epoch_of(epochs: Epochs, seq: int) -> int:

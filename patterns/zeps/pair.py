@@ -26,7 +26,7 @@ instead of being handed other messages under the same numbers.
 The pair link (one DEALER to the peer, one ROUTER for it; frames capped):
 
 - ``[BSTAR, state, 0, client endpoint]``: the Binary Star heartbeat, both ways;
-- passive -> active ``[FOLLOW, token, {stream: [epoch, last_seq]}]``,
+- passive -> active ``[FOLLOW, token, {stream: [epochs, last_seq]}]``,
   ``[ACK, token, {stream: seq}]`` (journaled at the passive's level: also its credit);
 - active -> passive ``[STREAMS, token, {stream: [start, reset, target, epochs, agreed]}, [stream to drop]]``,
   ``[REC, token, stream, [epochs, [[seq, ts, key, body, producer, pseq], ...]]]``, ``[AGAIN, token]``.

@@ -1,7 +1,7 @@
 """Replication between the brokers of a pair (:mod:`.pair`): the active's :class:`Source`, the passive's :class:`Replica`.
 
 One mechanism does both catch-up and live replication: the passive says
-where each of its streams stands (FOLLOW: epoch and last sequence); the
+where each of its streams stands (FOLLOW: epoch history and last sequence); the
 active answers with where to start (STREAMS: from the next sequence, or,
 for a stream the passive lacks, holds past retention, or holds records the
 active never had, a reset to the active's first retained sequence), and the
@@ -130,12 +130,11 @@ class Source:
             have = positions.get(key)
             start, reset, agreed = first, True, 0   # agreed: the passive's records up to here are ours
             if have is not None:
-                epoch, seq = int(have[0]), int(have[1])
-                diverged = jr.resume_point(epochs, last, epoch, seq)
-                agreed = seq if diverged is None else diverged
+                their_epochs, seq = [tuple(e) for e in have[0]], int(have[1])
+                agreed = jr.agreed(epochs, last, their_epochs, seq)
                 if seq == 0 and first == 1:
                     start, reset = 1, False
-                elif seq + 1 >= first and diverged is None:
+                elif seq + 1 >= first and agreed == seq:
                     start, reset = seq + 1, False
             plan[key] = [start, reset, last, epochs, agreed]
             session.cursors[name] = start
@@ -351,7 +350,7 @@ class Replica:
             except JournalError as exc:
                 log.error("%s: stream %s unreadable (%s): copied again", broker.name, name, exc)
                 continue
-            positions[name.decode("latin-1")] = [jr.epoch_of(epochs, last), last]
+            positions[name.decode("latin-1")] = [epochs, last]
         self.token = secrets.token_bytes(8)
         self.asked = _monotonic()
         self.targets = {}
