@@ -225,6 +225,13 @@ def connect_endpoint(text):
     return text
 
 
+def connect_endpoints(text):
+    """One endpoint to connect to, or the two of a pair: ``tcp://a:5570,tcp://b:5570``."""
+    for one in text.split(","):
+        connect_endpoint(one.strip())
+    return text
+
+
 def bind_error(endpoint, exc, any_port="port 0 or * for any free one"):
     """A :class:`UsageError` (or a RuntimeError) with words for a failed bind of ``endpoint``.
 

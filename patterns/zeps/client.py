@@ -984,7 +984,24 @@ class Subscriber(Actor):
 
 def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) -> dict[str, Any]:
 
-    """The broker's introspection (the QUERY extension): a dict, see ``Broker.info``."""
+    """The broker's introspection (the QUERY extension): a dict, see ``Broker.info``.
+
+    A pair (``"tcp://a:5570,tcp://b:5570"``): the active's, else the first that answers."""
+    found: list[dict[str, Any]] = []
+    for one in _endpoints(endpoint):
+        try:
+            info = _query(one, curve, timeout / len(_endpoints(endpoint)) if found else timeout)
+        except ZepsError:
+            if one == _endpoints(endpoint)[-1] and not found:
+                raise
+            continue
+        if info.get("pair", {}).get("state", "active") == "active":
+            return info
+        found.append(info)
+    return found[0]
+
+
+def _query(endpoint, curve, timeout):
     import json
 
     sock, watch = _dealer(endpoint, curve, _MAX_REPORT, watch=True)
