@@ -161,8 +161,13 @@ class Zeps(Source):
         behind = [] if getattr(self.broker, "fsync", None) == "never" else \
             [n for n, s in streams.items() if s["synced_seq"] < s["written_seq"] - 100000]
         text = "%d streams, %d peers" % (len(streams) + sample.get("streams_not_shown", 0), sample["peers"])
+        pair = sample.get("pair")
+        if pair is not None:
+            text += "; %s %s" % (pair["role"], pair["state"])
         if behind:
             return "warn", text + "; journal sync behind on " + ", ".join(sorted(behind)[:3])
+        if pair is not None and (pair.get("degraded") or pair["state"] == "active" and pair.get("peer_state") != "passive"):
+            return "warn", text + ("; replication degraded" if pair.get("degraded") else "; no passive ready")
         return "ok", text
 
     def gauges(self, sample):
@@ -175,6 +180,21 @@ class Zeps(Source):
                         max(0, s["written_seq"] - s["synced_seq"])))
             out.append(("zeps_stream_subscribers", "Subscribers", labels, s["subscriber_count"]))
             out.append(("zeps_stream_max_lag", "Largest subscriber lag (messages)", labels, s["max_lag"]))
+        pair = sample.get("pair")
+        if pair is not None:  # a broker of a pair: its state, and how far the passive is behind
+            labels = {"role": pair["role"]}
+            out.append(("zeps_pair_active", "1 if this broker of a pair is the active one", labels,
+                        int(pair["state"] == "active")))
+            out.append(("zeps_pair_ready", "1 if this broker holds the active's state (may take over)", labels,
+                        int(bool(pair["ready"]))))
+            out.append(("zeps_pair_degraded", "1 if ack=replicated is degraded (no passive keeps up)", labels,
+                        int(bool(pair.get("degraded")))))
+            for name, lag in pair.get("replication_lag", {}).items():
+                out.append(("zeps_pair_replication_lag", "Messages at our level not yet confirmed by the passive",
+                            {"stream": name}, lag))
+            last = pair.get("last_failover")
+            out.append(("zeps_pair_last_change_time", "When the pair state last changed (unix time)", labels,
+                        last["time"] if last else 0))
         return out
 
     def action(self, verb, method, query, body):

@@ -234,7 +234,9 @@ class Pair:
 
     def info(self):
         fsm = self.fsm
-        return {"role": self.role, "state": fsm.name, "peer_state": bstar.STATES.get(fsm.peer_state),
+        silent = fsm.peer_silent(_monotonic())
+        return {"role": self.role, "state": fsm.name,
+                "peer_state": None if silent else bstar.STATES.get(fsm.peer_state),   # None: not heard lately
                 "ready": fsm.ready, "peer": self.peer, "pair_endpoint": self.endpoint,
                 "peer_endpoint": self.peer_client, "last_failover": self.last_failover,
                 **self.source.info(), **self.replica.info()}
