@@ -164,7 +164,7 @@ def connect_options(parser, pattern, default, role="the broker", many=False, pai
                         type=options.connect_endpoints if pair else options.connect_endpoint,
                         help="%s endpoint%s (default: the context's %s endpoint, else %s)"
                              % (role, "; repeat for a pair, primary first" if many else
-                                "; a pair: PRIMARY,BACKUP" if pair else "", pattern, default))
+                                "; a pair: PRIMARY,BACKUP; pairs: P1,B1;P2,B2" if pair else "", pattern, default))
     context_option(parser, pattern, "connect", [default] if many else default)
     options.curve_options(parser, "client")
 

@@ -226,9 +226,11 @@ def connect_endpoint(text):
 
 
 def connect_endpoints(text):
-    """One endpoint to connect to, or the two of a pair: ``tcp://a:5570,tcp://b:5570``."""
-    for one in text.split(","):
-        connect_endpoint(one.strip())
+    """One endpoint to connect to, the two of a pair (``tcp://a:5570,tcp://b:5570``), or a cluster map: pairs
+    separated by ``;``."""
+    for pair in text.split(";"):
+        for one in pair.split(","):
+            connect_endpoint(one.strip())
     return text
 
 

@@ -416,8 +416,9 @@ def run_streams(args):
     journal = info.get("journal", "not shown to this key")   # a broker with permissions hides it
     print("broker %s, journal %s, ack %s, %d peer(s)" % (info["endpoint"], journal, info.get("ack", "?"),
                                                          info["peers"]))
-    if "pair" in info:
-        print(_pair_line(info["pair"]))
+    for one in info.get("cluster", [info]):     # a cluster map: each pair's active
+        if "pair" in one:
+            print(_pair_line(one["pair"]))
     for name, s in sorted(info["streams"].items()):
         print("stream %-20s seq %d..%d  written %d  synced %d  %.0f msg/s  %s on disk" % (
             name, s["first_seq"], s["last_seq"], s["written_seq"], s["synced_seq"], s["rate"], _human(s["bytes"])))

@@ -16,7 +16,8 @@ Each is one peering (one DEALER).  Both keep the peering alive with PING
 ATTACH again.  A subscriber then subscribes from the last sequence it
 received, so it sees no gap and no duplicate across the loss.
 
-A broker pair (:mod:`.pair`): give both endpoints, ``"tcp://a:5570,tcp://b:5570"``.
+A broker pair (:mod:`.pair`): give both endpoints, ``"tcp://a:5570,tcp://b:5570"``; streams over
+several pairs: a cluster map, the pairs separated by ``;`` (:mod:`.cluster`).
 A client attaches to whichever is active: a passive answers INVALID
 ``"PASSIVE: ..."`` and the client tries the next endpoint (until ``timeout``
 in the constructor; for as long as it runs after that).  On failover (the
@@ -76,6 +77,7 @@ from zactors.actors.speedups import events as _events, recv_singles, send_messag
 from zactors.actors.values import to_bytes
 
 from . import deliver as _deliver, protocol as p
+from .cluster import ClusterMap, is_map, resolve
 
 __all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "ReplayError", "StreamRolledBack",
            "NoSuchStream", "HandshakeFailed", "query"]
@@ -285,7 +287,7 @@ class Publisher:
     def __init__(self, endpoint: str, stream: bytes | str, *, curve: Curve | None = None, heartbeat: float = 1.0,
                  expiry: float = 5.0, timeout: float = 5.0, idempotent: bool = False,
                  max_unconfirmed: int = 100000, max_unconfirmed_bytes: int = 64 << 20) -> None:
-        self.endpoints = _endpoints(endpoint)
+        self.endpoints = _endpoints(resolve(endpoint, to_bytes(stream, "stream")))  # a cluster map: its pair
         self.endpoint = self.endpoints[0]
         self.timeout = timeout
         self.idempotent = idempotent
@@ -623,9 +625,9 @@ class Subscriber(Actor):
                  wait: bool = False) -> None:
         if sum(x is not None and x is not False for x in (from_seq, since, new or None)) > 1:
             raise ValueError("give at most one of from_seq, since and new")
-        self.endpoints = _endpoints(endpoint)
-        self.endpoint = self.endpoints[0]
         self.stream = to_bytes(stream, "stream")
+        self.endpoints = _endpoints(resolve(endpoint, self.stream))  # a cluster map: the stream's pair
+        self.endpoint = self.endpoints[0]
         self.patterns = [to_bytes(x, "a pattern") for x in (patterns or (b"",))]
         for pattern in self.patterns:
             if len(pattern) > p.MAX_STRING:
@@ -986,7 +988,14 @@ def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) ->
 
     """The broker's introspection (the QUERY extension): a dict, see ``Broker.info``.
 
-    A pair (``"tcp://a:5570,tcp://b:5570"``): the active's, else the first that answers."""
+    A pair (``"tcp://a:5570,tcp://b:5570"``): the active's, else the first that answers.  A cluster
+    map (:mod:`.cluster`): every pair's, merged (``streams`` of all, ``peers`` summed), each in ``cluster``."""
+    if is_map(endpoint):
+        infos = [query(pair, curve=curve, timeout=timeout) for pair in ClusterMap.parse(endpoint).pairs]
+        merged = dict(infos[0], streams={}, peers=sum(i["peers"] for i in infos), cluster=infos)
+        for info in infos:
+            merged["streams"].update(info["streams"])
+        return merged
     found: list[dict[str, Any]] = []
     for one in _endpoints(endpoint):
         try:
