@@ -152,7 +152,7 @@ class Pair:
                 self.source.on_ack(identity, frames[2], unpack(frames[3]))
             else:
                 self.broker.stats["pair_malformed"] += 1
-        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, msgpack.UnpackException) as exc:
             self.broker.stats["pair_malformed"] += 1
             log.warning("%s: bad pair message %r dropped: %s", self.broker.name, kind[:16], exc)
 
@@ -167,7 +167,7 @@ class Pair:
                 self.replica.on_again(frames[1])
             else:
                 self.broker.stats["pair_malformed"] += 1
-        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, msgpack.UnpackException) as exc:
             self.broker.stats["pair_malformed"] += 1
             log.warning("%s: bad pair message %r dropped: %s", self.broker.name, kind[:16], exc)
 

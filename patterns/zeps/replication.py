@@ -158,6 +158,7 @@ class Source:
     def on_ack(self, identity, token, acks):
         session = self.session
         if session is None or token != session.token:
+            self.broker.stats["pair_stale"] += 1
             self.pair.to_follower(identity, [b"AGAIN", token])   # a passive of an older session: start over
             return
         session.heard = _monotonic()
