@@ -217,7 +217,7 @@ class Pair:
             for peer in list(broker._peers.values()):   # a passive serves no one
                 broker._send(peer.identity, p.DETACH_FRAME)
                 broker._drop(peer)
-            self.source.stop()
+            self.source.reset()
             self.fsm.ready = False
             self.replica.ensure_following()
 

@@ -155,8 +155,19 @@ class Source:
         if session is not None and not session.reading:   # else closed once its read is back (_got)
             _close_readers(session)
 
+    def reset(self):
+        """We are no longer active: forget the replicated state (the next active session starts afresh)."""
+        self.stop()
+        self.acked.clear()
+        self.level.clear()
+        self.behind_since.clear()
+        self.waiters.clear()        # their peers were dropped with the DETACH
+        self.degraded = False
+
     def on_ack(self, identity, token, acks):
         session = self.session
+        if not self.pair.active:
+            return              # starting: not ours to answer yet
         if session is None or token != session.token:
             self.broker.stats["pair_stale"] += 1
             self.pair.to_follower(identity, [b"AGAIN", token])   # a passive of an older session: start over
@@ -363,12 +374,17 @@ class Replica:
         self.targets = {}
 
     def on_again(self, token):
-        if token == self.token and self.pair.fsm.state == bstar.PASSIVE:
-            self.follow()
+        fsm = self.pair.fsm
+        if token == self.token and fsm.state == bstar.PASSIVE and fsm.peer_state == bstar.ACTIVE:
+            self.follow()       # (a peer that is starting says AGAIN too: we wait until it is active)
 
     def check(self, now):
+        """Every heartbeat: follow the active; an empty ACK probes the session (an active that restarted
+        does not know it and answers AGAIN)."""
         if self.pair.fsm.state == bstar.PASSIVE and self.pair.fsm.peer_state == bstar.ACTIVE:
             self.ensure_following()
+            if self.token is not None and self.heard >= self.asked:
+                self.pair.to_peer([b"ACK", self.token, _pack({})])
 
     def on_streams(self, token, plan, drop):
         if token != self.token:
@@ -427,7 +443,10 @@ class Replica:
             if not os.path.isdir(directory):   # new on the active: starts where its records start
                 jr.create_at(directory, rows[0][0], [e for e in epochs if e[1] <= rows[0][0]] or [epochs[0]])
             stream = broker._open(None, name)
-            if stream is None:
+            if stream is None:      # (too many open streams, none idle; a journal that cannot open)
+                broker.stats["pair_journal_errors"] += 1
+                log.error("%s: stream %s cannot be opened to copy it; following again soon", broker.name, name)
+                self.token = None   # ensure_following sends FOLLOW again at the next heartbeat
                 return
         journal = stream.journal
         if rows[0][0] != journal.last_seq + 1:

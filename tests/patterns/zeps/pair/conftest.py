@@ -43,13 +43,17 @@ class Pair:
         self.pair_endpoints = {}
 
     def start(self, role, connect=True):
-        broker = Broker(self.dirs[role], role=role, name=role, **self.options)
+        """Start ``role``'s broker; a restart binds the pair endpoint it had (its peer stays connected)."""
+        restart = role in self.pair_endpoints
+        options = dict(self.options, pair_endpoint=self.pair_endpoints[role]) if restart else self.options
+        broker = Broker(self.dirs[role], role=role, name=role, **options)
         self.brokers[role] = broker
         self.pair_endpoints[role] = broker.pair_endpoint
         other = "backup" if role == "primary" else "primary"
-        if connect and other in self.brokers:
+        if connect and other in self.pair_endpoints:
             broker.call("PEER", self.pair_endpoints[other])
-            self.brokers[other].call("PEER", broker.pair_endpoint)
+            if other in self.brokers and not restart:
+                self.brokers[other].call("PEER", broker.pair_endpoint)
         return broker
 
     def up(self):

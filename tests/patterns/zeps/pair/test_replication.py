@@ -132,3 +132,30 @@ def test_pair_options_are_checked(tmp_path):
         Broker(str(tmp_path / "x"), role="leader")
     with pytest.raises(ValueError, match="on_passive_lost"):
         Broker(str(tmp_path / "x"), role="primary", on_passive_lost="hope")
+
+
+def test_a_restarted_primary_follows_the_backup_that_took_over_and_keeps_its_copy(make_pair):
+    """The active (primary) restarts on its journal: the passive keeps serving (Binary Star: its peer
+    restarted without its state), the primary follows it from where it stands: nothing is copied again,
+    nothing truncated; then both hold the same records."""
+    pair = make_pair(ack="replicated", on_passive_lost="degrade", passive_timeout=0.5)
+    primary, backup = pair.up()
+    with Publisher(primary.endpoint, "s", idempotent=True) as pub:
+        for i in range(100):
+            pub.publish("k", b"%d" % i)
+        pub.flush()
+    pair.stop("primary")
+    wait_for(lambda: pair_info(backup)["peer_state"] is None, 10, "the primary silent")
+    primary = pair.start("primary")
+    pair.wait_state("backup", "active")
+    pair.wait_ready("primary")
+    endpoints = "%s,%s" % (primary.endpoint, backup.endpoint)
+    with Publisher(endpoints, "s", idempotent=True) as pub:
+        pub.publish("k", b"after")
+        pub.flush()                 # replicated: the primary has it too
+    mine, theirs = records(pair.dirs["backup"], b"s"), records(pair.dirs["primary"], b"s")
+    assert len(mine[0]) == 101 and theirs == mine
+    assert mine[1] == [(1, 1), (2, 101)]       # the backup's takeover epoch, adopted by the primary
+    info = primary.call("INFO")
+    assert info["pair"]["truncated"] == 0 and info["counters"].get("replicated", 0) == 0   # nothing copied twice
+    assert backup.call("INFO")["counters"]["replicated"] == 1
