@@ -61,6 +61,8 @@ def register(sub):
                            "INFO (default: %(default)s)")
     pair.add_argument("--passive-timeout", type=options.positive_float, default=5.0, metavar="SECONDS",
                       help="see --on-passive-lost (default: %(default)s)")
+    pair.add_argument("--peer-key", metavar="KEY",
+                      help="with --curve: the other broker's public key (z85); the pair link hears only it")
     broker.add_argument("--retain", action="append", default=[], metavar="LIMIT", type=_limit,
                         help="keep at most this much per stream: a size (500M, 10G) or an age (30m, 12h, 7d); "
                              "may be given twice (default: keep everything)")
@@ -255,9 +257,12 @@ def run_broker(args):
             raise options.UsageError("--peer, --pair-bind and --ack replicated need --role primary|backup")
     elif not (args.peer and args.pair_bind):
         raise options.UsageError("--role needs --peer (the other broker's --pair-bind) and --pair-bind")
+    elif args.curve and not args.peer_key:
+        raise options.UsageError("--role with --curve needs --peer-key (the other broker's public key)")
     else:
         pair = dict(role=args.role, peer=args.peer, pair_endpoint=args.pair_bind, replica_ack=args.replica_ack,
-                    on_passive_lost=args.on_passive_lost, passive_timeout=args.passive_timeout)
+                    on_passive_lost=args.on_passive_lost, passive_timeout=args.passive_timeout,
+                    peer_key=args.peer_key)
     limits = dict(args.retain)
     auth = None
     if args.curve:

@@ -55,6 +55,7 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   has the record at ``replica_ack`` (``"written"`` or ``"synced"``, also our own level); a passive
   lost or lagging ``passive_timeout`` s: ``on_passive_lost="wait"`` (PING answered INVALID
   "PING: replication: ...") or ``"degrade"`` (to ``replica_ack``, logged, INFO ``pair.degraded``).
+  With ``curve``, the pair link is CURVE too and accepts only ``peer_key`` (the other broker's public key).
 - Credit flow, as the spec says: a subscriber whose credit covers a message
   (its DELIVER frame size) gets it straight from the publish path, with no
   disk read.  One whose credit does not is switched to replay at that
@@ -197,7 +198,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
                  multicast_ttl: int = 1, streams: Iterable[bytes | str] = (), name: str | None = None,
                  role: str | None = None, peer: str | None = None, pair_endpoint: str = "tcp://127.0.0.1:*",
                  replica_ack: str = "written", on_passive_lost: str = "wait", passive_timeout: float = 5.0,
-                 replication_window: int = 16 << 20) -> None:
+                 replication_window: int = 16 << 20, peer_key: bytes | str | None = None) -> None:
         if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
             raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
         if ack not in ACK_LEVELS:
@@ -215,6 +216,9 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         self.role, self.peer_endpoint, self.pair_endpoint = role, peer, pair_endpoint
         self.on_passive_lost, self.passive_timeout = on_passive_lost, passive_timeout
         self.replication_window = replication_window
+        self.peer_key = peer_key.encode() if isinstance(peer_key, str) else peer_key
+        if role is not None and curve is not None and not peer_key:
+            raise ValueError("a pair with CURVE needs peer_key: the other broker's public key")
         self.heartbeat = heartbeat
         self.expiry = expiry
         self.max_message = max_message

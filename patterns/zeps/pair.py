@@ -31,7 +31,9 @@ The pair link (one DEALER to the peer, one ROUTER for it; frames capped):
 - active -> passive ``[STREAMS, token, {stream: [start, reset, target, epochs, agreed]}, [stream to drop]]``,
   ``[REC, token, stream, [epochs, [[seq, ts, key, body, producer, pseq], ...]]]``, ``[AGAIN, token]``.
 
-Runs in the broker's loop only; the link has no CURVE (run it on a trusted network).
+Runs in the broker's loop only.  With the broker's ``curve`` the link is CURVE as well (the ROUTER a
+server with the broker's keys, the DEALER a client of ``peer_key``) and only frames from ``peer_key``
+(their ZAP User-Id) are heard; without, run it on a trusted network.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ import msgpack
 import zmq
 
 from zactors.actors import bstar
+from zactors.actors.auth import curve_client, curve_server
 from zactors.actors.bstar import BinaryStar, decode_state, encode_state
 from zactors.actors.sockets import limit_size
 
@@ -96,8 +99,13 @@ class Pair:
         limit = 4 * (broker.max_message + 1024) + (4 << 20)
         self.router = broker.socket(zmq.ROUTER, sndhwm=100000, rcvhwm=100000)
         limit_size(self.router, limit)
+        self.peer_key = broker.peer_key
+        if broker.curve is not None:    # CURVE: only the peer's key is heard (its ZAP User-Id)
+            curve_server(self.router, broker.curve, broker.curve_domain)
+            broker.add_reader(self.router, self._on_keyed, copy=False)
+        else:
+            broker.add_reader(self.router, self._on_router)
         self.endpoint = broker.bind(self.router, bind)
-        broker.add_reader(self.router, self._on_router)
         self.dealer = None
         self._limit = limit
         self.source = Source(self)
@@ -112,6 +120,8 @@ class Pair:
         self.peer = peer
         self.dealer = self.broker.socket(zmq.DEALER, sndhwm=100000, rcvhwm=100000, immediate=1)
         limit_size(self.dealer, self._limit)
+        if self.broker.curve is not None:
+            curve_client(self.dealer, self.broker.curve, self.peer_key)
         self.dealer.connect(peer)
         self.broker.add_reader(self.dealer, self._on_dealer)
 
@@ -138,6 +148,17 @@ class Pair:
         self.to_peer(encode_state(self.fsm.advertised, 0) + [self.broker.endpoint.encode()])
         self.source.check(_monotonic())
         self.replica.check(_monotonic())
+
+    def _on_keyed(self, frames):
+        """CURVE: frames from the peer's key only; anyone else's are dropped and counted."""
+        try:
+            user = frames[0].get("User-Id")
+        except zmq.ZMQError:
+            user = None
+        if user is None or user.encode() != self.peer_key:
+            self.broker.stats["pair_refused_key"] += 1
+            return
+        self._on_router([f.bytes for f in frames])
 
     def _on_router(self, frames):
         if len(frames) < 2:
