@@ -49,7 +49,7 @@ from zactors.actors.bstar import BinaryStar, decode_state, encode_state
 from zactors.actors.sockets import limit_size
 
 from . import protocol as p
-from .replication import Replica, Source
+from .replication import Replica, Source, unpack
 
 __all__ = ["Pair", "ROLES", "PASSIVE_POLICIES", "check_pair_options"]
 
@@ -73,14 +73,6 @@ def check_pair_options(role, ack, replica_ack, on_passive_lost, passive_timeout)
         raise ValueError("on_passive_lost must be one of %s, got %r" % (", ".join(PASSIVE_POLICIES), on_passive_lost))
     if not passive_timeout > 0:
         raise ValueError("passive_timeout must be > 0, got %r" % (passive_timeout,))
-
-
-def pack(value):
-    return msgpack.packb(value, use_bin_type=True)
-
-
-def unpack(frame):
-    return msgpack.unpackb(frame, raw=False, strict_map_key=False, use_list=True)
 
 
 class Pair:

@@ -38,13 +38,15 @@ import shutil
 import time
 from collections import deque
 
+import msgpack
+
 from zactors.actors import bstar
 from zactors.actors.journal import JournalError, JournalReader, SequenceGone
 from zactors.actors.journal import replica as jr
 
 from .names import stream_directory
 
-__all__ = ["Source", "Replica"]
+__all__ = ["Source", "Replica", "pack", "unpack"]
 
 log = logging.getLogger("zactors.patterns.zeps.broker")
 _monotonic = time.monotonic
@@ -52,9 +54,13 @@ _monotonic = time.monotonic
 _BATCH_RECORDS, _BATCH_BYTES = 4096, 1 << 20
 
 
-def _pack(value):
-    from .pair import pack
-    return pack(value)
+def pack(value):
+    """A structured frame of the pair link (msgpack)."""
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def unpack(frame):
+    return msgpack.unpackb(frame, raw=False, strict_map_key=False, use_list=True)
 
 
 def _stream_position(broker, name):
@@ -147,7 +153,7 @@ class Source:
         broker.stats["pair_sessions"] += 1
         log.info("%s: passive %r follows: %d streams, %d to reset, %d to drop", broker.name, identity,
                  len(plan), sum(1 for v in plan.values() if v[1]), len(drop))
-        self.pair.to_follower(identity, [b"STREAMS", token, _pack(plan), _pack(drop)])
+        self.pair.to_follower(identity, [b"STREAMS", token, pack(plan), pack(drop)])
         self.pump()
 
     def stop(self):
@@ -262,7 +268,7 @@ class Source:
             rows = [[r[0], r[1], r[2], r[3], r[4] if len(r) > 4 else None, r[5] if len(r) > 4 else 0]
                     for r in records]
             size = sum(len(r[2]) + len(r[3]) + 32 for r in records)
-            if self.pair.to_follower(session.identity, [b"REC", session.token, name, _pack([epochs, rows])]):
+            if self.pair.to_follower(session.identity, [b"REC", session.token, name, pack([epochs, rows])]):
                 session.cursors[name] = records[-1][0] + 1
                 session.inflight[name].append((records[-1][0], size))
                 session.inflight_bytes += size
@@ -367,7 +373,7 @@ class Replica:
         self.asked = _monotonic()
         self.targets = {}
         self.pair.fsm.ready = False
-        self.pair.to_peer([b"FOLLOW", self.token, _pack(positions)])
+        self.pair.to_peer([b"FOLLOW", self.token, pack(positions)])
 
     def stop(self):
         self.token = None
@@ -384,7 +390,7 @@ class Replica:
         if self.pair.fsm.state == bstar.PASSIVE and self.pair.fsm.peer_state == bstar.ACTIVE:
             self.ensure_following()
             if self.token is not None and self.heard >= self.asked:
-                self.pair.to_peer([b"ACK", self.token, _pack({})])
+                self.pair.to_peer([b"ACK", self.token, pack({})])
 
     def on_streams(self, token, plan, drop):
         if token != self.token:
@@ -490,7 +496,7 @@ class Replica:
         self.ack_timer = None
         acks, self.acks = self.acks, {}
         if acks and self.token is not None:
-            self.pair.to_peer([b"ACK", self.token, _pack(acks)])
+            self.pair.to_peer([b"ACK", self.token, pack(acks)])
 
     def _check_ready(self):
         if self.targets or self.pair.fsm.ready or self.token is None:
