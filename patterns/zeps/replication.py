@@ -459,7 +459,7 @@ class Replica:
             broker.stats["pair_resyncs"] += 1
             log.warning("%s: stream %s: got sequence %d after %d: following again", broker.name,
                         name.decode("ascii", "replace"), rows[0][0], journal.last_seq)
-            self.follow()
+            self.token = None       # the next heartbeat follows again (the rest of this session is dropped)
             return
         starts = {start for _, start in epochs}
         producers, cap = stream.producers, broker.max_producers
@@ -475,9 +475,10 @@ class Replica:
                     if len(producers) > cap:
                         producers.popitem(last=False)
                 stream.fresh.append(record)
-        except (JournalError, ValueError) as exc:
+        except (JournalError, ValueError) as exc:   # (disk full...): this session ends, retried each heartbeat
             broker.stats["pair_journal_errors"] += 1
             log.error("%s: stream %s: cannot journal replicated records: %s", broker.name, name, exc)
+            self.token = None
         stream.commit.kick()
 
     def reached(self, stream, seq):

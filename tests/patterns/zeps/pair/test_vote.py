@@ -114,3 +114,25 @@ def test_garbage_on_the_pair_link_is_dropped_and_counted(tmp_path, frames):
     finally:
         sock.close(0)
         broker.destroy()
+
+
+def test_a_gap_in_the_records_makes_the_passive_follow_again(tmp_path):
+    backup = Broker(str(tmp_path / "b"), role="backup", heartbeat=0.25, name="backup")
+    active = FakeActive(backup.pair_endpoint)
+    try:
+        backup.call("PEER", active.endpoint)
+        _, _, token, _ = active.recv(b"FOLLOW")
+        epochs = [[1, 1]]
+        active.send(b"STREAMS", token, msgpack.packb({"s": [1, True, 1, epochs, 0]}), msgpack.packb([]))
+        active.send(b"REC", token, b"s", msgpack.packb([epochs, [[5, 1.0, b"k", b"v", None, 0]]]))  # not 1
+        _, _, again, positions = active.recv(b"FOLLOW")      # at the next heartbeat, a new session
+        assert again != token and msgpack.unpackb(positions, strict_map_key=False)["s"][1] == 0
+        assert backup.call("INFO")["counters"]["pair_resyncs"] == 1
+        active.send(b"REC", token, b"s", msgpack.packb([epochs, [[1, 1.0, b"k", b"stale", None, 0]]]))
+        active.send(b"STREAMS", again, msgpack.packb({"s": [1, False, 1, epochs, 0]}), msgpack.packb([]))
+        active.send(b"REC", again, b"s", msgpack.packb([epochs, [[1, 2.0, b"k", b"fresh", None, 0]]]))
+        wait_for(lambda: backup.call("INFO")["streams"]["s"]["written_seq"] == 1, 5, "the fresh record")
+        assert [r[3] for r in records(str(tmp_path / "b"), b"s")[0]] == [b"fresh"]   # the stale session's: dropped
+    finally:
+        active.close()
+        backup.destroy()
