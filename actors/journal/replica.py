@@ -10,6 +10,7 @@ keeps the source's epoch history, so that a client resuming with
 - :func:`set_epochs`: replace an open journal's epoch history (adopting the
   source's, or starting a new epoch when the replica takes over: :func:`new_epoch`);
 - :func:`position`: (epoch history, last sequence) of a journal directory that is not open;
+- :func:`truncate_after`: cut a journal that is not open after a sequence (what a copy accepted alone);
 - :func:`resume_point`: :meth:`Journal.check_resume` over a given history (no journal needed).
 
 Everything blocks on the disk (fsyncs of the epochs file and the directory):
@@ -20,12 +21,16 @@ from __future__ import annotations
 import os
 
 from .files import OS_FILES, Files
-from .format import CLEAN_NAME, EPOCHS_NAME, list_segments, segment_header, segment_name
+from .format import (
+    CLEAN_NAME, EPOCHS_NAME, HEADER_SIZE, INDEX_SUFFIX, RECORD_OVERHEAD, SEGMENT_SUFFIX, list_segments, segment_header,
+    segment_name,
+)
+from .producers import PRODUCERS_SUFFIX
 from .reader import JournalReader
 from .recovery import format_epochs, read_epochs
 from .writer import Journal
 
-__all__ = ["create_at", "set_epochs", "new_epoch", "new_epoch_closed", "position", "resume_point", "agreed", "epoch_of",
+__all__ = ["create_at", "set_epochs", "new_epoch", "new_epoch_closed", "position", "resume_point", "agreed", "epoch_of", "truncate_after", "write_epochs",
            "epochs_of"]
 
 Epochs = list[tuple[int, int]]
@@ -117,6 +122,55 @@ def position(directory: str) -> tuple[Epochs, int, int]:
     epochs = read_epochs(os.path.join(directory, EPOCHS_NAME)) or [(1, 1)]
     with JournalReader(directory) as reader:
         return epochs, reader.first_seq, reader.last_seq
+
+
+def truncate_after(directory: str, seq: int, files: Files = OS_FILES) -> int:
+    """Cut the journal in ``directory`` (not open) after sequence ``seq``: the records a copy accepted
+    alone go (a split brain), the ones up to ``seq`` stay.  Returns how many records were cut; -1 when
+    ``seq`` is before the first retained record (nothing to keep: copy the whole stream again).
+
+    Crash-safe by its order: the later segments go first (newest first, the directory synced), then the
+    segment holding ``seq`` is cut and fsynced; a crash between leaves a shorter valid journal, and the
+    next sync computes the cut again.  The epoch history is left to the caller (:func:`set_epochs`).
+    """
+    segments = list_segments(directory, files)
+    with JournalReader(directory) as reader:
+        first, last = reader.first_seq, reader.last_seq
+        if seq >= last:
+            return 0
+        if seq < first - 1:
+            return -1
+        keep = [(base, path) for base, path in segments if base <= max(seq, first)]
+        base, path = keep[-1]
+        kept = reader.read(base, seq - base + 1, None, producers=True) if seq >= base else []
+    end = HEADER_SIZE + sum(RECORD_OVERHEAD + len(r[2]) + len(r[3]) + (9 + len(r[4]) if len(r) > 4 else 0)
+                            for r in kept)
+    for later_base, later_path in reversed(segments):
+        if later_base <= base:
+            break
+        for suffix in (INDEX_SUFFIX, PRODUCERS_SUFFIX, SEGMENT_SUFFIX):
+            try:
+                files.unlink(later_path[:-len(SEGMENT_SUFFIX)] + suffix)
+            except FileNotFoundError:
+                pass
+        files.fsync_dir(directory)
+    try:        # the cut segment is the active one again: its sealed index is stale
+        files.unlink(path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX)
+    except FileNotFoundError:
+        pass
+    fd = files.open(path, os.O_WRONLY)
+    try:
+        files.ftruncate(fd, end)
+        files.fsync(fd)
+    finally:
+        files.close(fd)
+    files.fsync_dir(directory)
+    return last - seq
+
+
+def write_epochs(directory: str, epochs: Epochs, files: Files = OS_FILES) -> None:
+    """:func:`set_epochs` for a journal that is not open."""
+    files.write_atomic(os.path.join(directory, EPOCHS_NAME), format_epochs([(int(e), int(s)) for e, s in epochs]))
 
 
 def new_epoch_closed(directory: str, next_seq: int) -> None:

@@ -18,7 +18,7 @@ client's ATTACH to the passive while the active has been silent for two
 heartbeats is its vote, and makes the passive active; a passive that has not
 caught up (:attr:`BinaryStar.ready`) never takes over; after a split brain
 the primary wins and the backup, passive again, truncates what it accepted
-alone (it copies the streams again from the primary) and reports it.  A
+alone (its journals are cut after the last record both agree on) and reports it.  A
 broker that takes over starts a new epoch on every stream: a client that
 saw sequences of the old active that never reached it is told (ROLLBACK)
 instead of being handed other messages under the same numbers.

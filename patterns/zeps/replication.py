@@ -2,9 +2,10 @@
 
 One mechanism does both catch-up and live replication: the passive says
 where each of its streams stands (FOLLOW: epoch history and last sequence); the
-active answers with where to start (STREAMS: from the next sequence, or,
-for a stream the passive lacks, holds past retention, or holds records the
-active never had, a reset to the active's first retained sequence), and the
+active answers with where to start (STREAMS: after the last sequence both
+agree on, the passive cutting what it holds past it; for a stream the
+passive lacks, or holds only before the active's retention, a reset to the
+active's first retained sequence), and the
 target each stream must reach before the passive is ready to take over
 (:attr:`BinaryStar.ready`).  Then the active streams records (REC batches
 of up to 4,096 records / 1 MiB, read with their producers from its journal
@@ -140,8 +141,8 @@ class Source:
                 agreed = jr.agreed(epochs, last, their_epochs, seq)
                 if seq == 0 and first == 1:
                     start, reset = 1, False
-                elif seq + 1 >= first and agreed == seq:
-                    start, reset = seq + 1, False
+                elif agreed + 1 >= first:     # it goes on after what we agree on (cutting the rest)
+                    start, reset = agreed + 1, False
             plan[key] = [start, reset, last, epochs, agreed]
             session.cursors[name] = start
             session.inflight[name] = deque()
@@ -403,17 +404,24 @@ class Replica:
             self._remove(name)
             if lone:
                 self._truncated(name, 0, lone)
+        ours = _all_streams(broker)
         for key, (start, reset, target, epochs, agreed) in plan.items():
             name = key.encode("latin-1")
             epochs = [tuple(e) for e in epochs]
-            if reset:   # copied again from the active's first sequence (simple; a cut would copy less)
-                have = 0
-                if name in _all_streams(broker):
-                    _, _, have = _stream_position(broker, name)
+            directory = os.path.join(broker.journal_dir, stream_directory(name))
+            exists = name in ours
+            have = _stream_position(broker, name)[2] if exists else 0
+            if not reset and have > agreed:     # records the active never had: cut them off
+                self._close(name)
+                if jr.truncate_after(directory, agreed) < 0:
+                    reset = True                # (our retention passed the cut: copy it all again)
+                else:
+                    jr.write_epochs(directory, [e for e in epochs if e[1] <= agreed + 1] or [epochs[0]])
+            if have > agreed:
+                self._truncated(name, agreed, have)
+            if reset:                           # copied again from the active's first sequence
+                if exists:
                     self._remove(name)
-                if have > agreed:
-                    self._truncated(name, agreed, have)
-                directory = os.path.join(broker.journal_dir, stream_directory(name))
                 jr.create_at(directory, start, [e for e in epochs if e[1] <= start] or [epochs[0]])
             if target >= start:
                 self.targets[name] = target
@@ -425,14 +433,18 @@ class Replica:
         log.warning("%s: stream %s: %d records (sequences %d-%d) the active never had are truncated; now "
                     "following it", self.broker.name, name.decode("ascii", "replace"), had - kept, kept + 1, had)
 
-    def _remove(self, name):
+    def _close(self, name):
+        """Close the stream's journal (it reopens on the next record) and forget its summary."""
         broker = self.broker
         stream = broker._streams.pop(name, None)
         if stream is not None:
             stream.commit.stop()
             stream.journal.close()
         broker._closed_streams.pop(name, None)
-        shutil.rmtree(os.path.join(broker.journal_dir, stream_directory(name)), ignore_errors=True)
+
+    def _remove(self, name):
+        self._close(name)
+        shutil.rmtree(os.path.join(self.broker.journal_dir, stream_directory(name)), ignore_errors=True)
 
     def on_records(self, token, name, payload):
         if token != self.token:

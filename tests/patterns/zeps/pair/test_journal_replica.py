@@ -46,3 +46,37 @@ def test_resume_point_is_check_resume_without_a_journal(tmp_path):
             journal.append(b"k", b"%d" % i)
         for epoch, seq in ((1, 5), (1, 10), (1, 11), (2, 13), (2, 14), (7, 1)):
             assert jr.resume_point(journal.epochs, journal.last_seq, epoch, seq) == journal.check_resume(epoch, seq)
+
+
+@pytest.mark.parametrize("cut_after", [0, 1, 37, 99, 100, 101, 150, 199])
+def test_truncate_after_keeps_exactly_the_records_up_to_the_cut_across_segments(tmp_path, cut_after):
+    from zactors.actors.journal import JournalReader
+    directory = str(tmp_path / "s")
+    with Journal(directory, segment_bytes=2048) as journal:    # many small segments
+        for i in range(1, 201):
+            journal.append_record(b"k", b"body %d" % i, None, (b"p%d" % (i % 3), i) if i % 2 else None)
+    with JournalReader(directory) as reader:
+        before = list(reader.records(producers=True))
+    assert jr.truncate_after(directory, cut_after) == 200 - cut_after
+    with Journal(directory) as journal:
+        assert journal.last_seq == cut_after
+        journal.append(b"k", b"after")                             # the sequence goes on from the cut
+        journal.write()
+        producers = journal.producers()
+    with JournalReader(directory) as reader:
+        after = list(reader.records(producers=True))
+    assert after[:-1] == before[:cut_after] and after[-1][3] == b"after" and after[-1][0] == cut_after + 1
+    expected = {}
+    for r in before[:cut_after]:
+        if len(r) > 4:
+            expected[r[4]] = (r[5], r[0])
+    assert producers == expected
+
+
+def test_truncate_after_before_the_first_record_asks_for_a_full_copy(tmp_path):
+    directory = str(tmp_path / "s")
+    jr.create_at(directory, 50, [(1, 1)])
+    with Journal(directory) as journal:
+        for i in range(10):
+            journal.append(b"k", b"%d" % i)
+    assert jr.truncate_after(directory, 10) == -1 and jr.truncate_after(directory, 49) == 10
