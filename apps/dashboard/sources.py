@@ -212,8 +212,15 @@ class Zeps(Source):
             raise ActionError("too many live tails open (%d)" % self.max_tails, "503 Service Unavailable")
         from zactors.patterns.zeps import NoSuchStream, Subscriber, ZepsError
         pattern = query.get("key", "")
+        endpoint = self.endpoint
+        try:  # a broker of a pair: the tail follows whichever is active (the peer when this one is passive)
+            pair = self.broker.call("INFO", timeout=CALL_TIMEOUT).get("pair") or {}
+        except ActorError:
+            pair = {}
+        if pair.get("peer_endpoint"):
+            endpoint = "%s,%s" % (endpoint, client_endpoint(pair["peer_endpoint"]))
         try:  # a Subscriber never creates a stream: a GET creates nothing
-            sub = Subscriber(self.endpoint, stream, pattern, new=True, window=256 << 10, timeout=3.0,
+            sub = Subscriber(endpoint, stream, pattern, new=True, window=256 << 10, timeout=3.0,
                              name="dashboard-tail")
         except NoSuchStream:
             raise ActionError("no stream %r" % stream[:100], "404 Not Found") from None

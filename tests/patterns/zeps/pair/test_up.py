@@ -1,11 +1,13 @@
 """``zactors up`` with a ZEPS pair in its config; the dashboard's sample, health and /metrics show the pair."""
+import json
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from zactors.apps.up import ConfigError, Up
 from zactors.patterns.zeps import Publisher
 
-from tests.apps.dashboard.helpers import config, get_json, request
+from tests.apps.dashboard.helpers import EventStream, config, get_json, request
 
 from .conftest import wait_for
 
@@ -46,6 +48,18 @@ def test_two_nodes_run_a_pair_and_the_dashboard_shows_role_lag_and_last_failover
         pair = zeps["data"]["pair"]              # what the page draws its pair line from
         assert (pair["role"], pair["state"], pair["peer_state"]) == ("primary", "active", "passive")
         assert pair["replication_lag"] == {"orders": 0} and pair["last_failover"]["to"] == "active"
+        # the passive's dashboard tails the stream through the active (the broker's pair peer)
+        host, port = backup.server.address[:2]
+        tail = EventStream(host, port, "/api/zeps/tail?stream=orders")
+        try:
+            assert tail.status == 200
+            with Publisher("%s,%s" % (primary.zeps.endpoint, backup.zeps.endpoint), "orders") as pub:
+                pub.publish("k", b"live")
+                pub.flush()
+                name, data = tail.next_event()
+            assert name == "messages" and json.loads(data)["messages"][0]["body"]["text"] == "live"
+        finally:
+            tail.close()
         nodes.pop("backup").stop()
         wait_for(lambda: get_json(primary.url + "api/status")["sources"]["zeps"]["status"] == "warn", 20,
                  "a warning: no passive")
