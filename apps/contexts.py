@@ -152,17 +152,19 @@ def selected():
 
 
 # -- client commands ------------------------------------------------------------
-def connect_options(parser, pattern, default, role="the broker", many=False):
+def connect_options(parser, pattern, default, role="the broker", many=False, pair=False):
     """Add ``--connect``, ``--context`` and the client CURVE options of ``pattern`` to ``parser``.
 
     ``default``: the built-in endpoint.  ``many``: ``--connect`` may repeat
-    (args.connect is then a list).  :func:`resolve` fills them in after parsing.
+    (args.connect is then a list).  ``pair``: it may name a pair, ``A,B``.
+    :func:`resolve` fills them in after parsing.
     """
     from . import options
     parser.add_argument("--connect", action="append" if many else "store", metavar="ENDPOINT",
-                        type=options.connect_endpoint,
+                        type=options.connect_endpoints if pair else options.connect_endpoint,
                         help="%s endpoint%s (default: the context's %s endpoint, else %s)"
-                             % (role, "; repeat for a pair, primary first" if many else "", pattern, default))
+                             % (role, "; repeat for a pair, primary first" if many else
+                                "; a pair: PRIMARY,BACKUP; pairs: P1,B1;P2,B2" if pair else "", pattern, default))
     context_option(parser, pattern, "connect", [default] if many else default)
     options.curve_options(parser, "client")
 

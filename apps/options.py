@@ -225,6 +225,15 @@ def connect_endpoint(text):
     return text
 
 
+def connect_endpoints(text):
+    """One endpoint to connect to, the two of a pair (``tcp://a:5570,tcp://b:5570``), or a cluster map: pairs
+    separated by ``;``."""
+    for pair in text.split(";"):
+        for one in pair.split(","):
+            connect_endpoint(one.strip())
+    return text
+
+
 def bind_error(endpoint, exc, any_port="port 0 or * for any free one"):
     """A :class:`UsageError` (or a RuntimeError) with words for a failed bind of ``endpoint``.
 

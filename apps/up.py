@@ -33,6 +33,11 @@ Config file (TOML), every key optional::
     bind = "tcp://127.0.0.1:5570"
     fsync = "100ms"            # "never", "batch" or a period
     ack = "written"            # PING-OK and delivery once "written" (survives a crash) or "synced" (power loss)
+    # a broker pair (optional): this node's broker is the primary or the backup; "replicated" needs one
+    # role = "primary"
+    # peer = "tcp://10.0.0.2:5571"       # the other broker's pair_bind
+    # pair_bind = "tcp://*:5571"         # a fixed port: the peer must find us after a restart
+    # on_passive_lost = "wait"           # ack = "replicated": "wait" (flush fails) or "degrade"
     [clone]
     host = "127.0.0.1"
     port = 5556                # "*" or 0: any free ports
@@ -93,7 +98,9 @@ DEFAULTS = {
     "data": "./zactors-data",
     "node": {"intensity": 5, "period": 10.0},  # the supervision tree's restart intensity
     "majordomo": {"enabled": True, "bind": "tcp://127.0.0.1:5555"},
-    "zeps": {"enabled": True, "bind": "tcp://127.0.0.1:5570", "fsync": "100ms", "ack": "written"},
+    "zeps": {"enabled": True, "bind": "tcp://127.0.0.1:5570", "fsync": "100ms", "ack": "written",
+             "role": None, "peer": None, "pair_bind": None, "replica_ack": "written", "on_passive_lost": "wait",
+             "passive_timeout": 5.0},
     "clone": {"enabled": True, "host": "127.0.0.1", "port": 5556},
     "harmony": {"enabled": True, "name": None, "beacon": False, "interface": None, "endpoints": [], "groups": [],
                 "host": "127.0.0.1", "tcp_port": 0},
@@ -165,10 +172,32 @@ def parse_period(text):
 
 
 def parse_ack(text):
-    """ZEPS acknowledgement level: "written" or "synced"."""
-    if text not in ("written", "synced"):
-        raise ConfigError("ack is 'written' or 'synced', not %r" % (text,))
+    """ZEPS acknowledgement level: "written", "synced" or "replicated" (a pair)."""
+    if text not in ("written", "synced", "replicated"):
+        raise ConfigError("ack is 'written', 'synced' or 'replicated', not %r" % (text,))
     return text
+
+
+def parse_pair(zeps):
+    """The ZEPS broker's pair options from ``[zeps]`` (role, peer, pair_bind, ...): {} without a role."""
+    role = zeps.get("role")
+    if role is None:
+        if zeps.get("peer") or zeps.get("pair_bind") or zeps["ack"] == "replicated":
+            raise ConfigError("[zeps] peer, pair_bind and ack = \"replicated\" need role = \"primary\" or \"backup\"")
+        return {}
+    if role not in ("primary", "backup"):
+        raise ConfigError("[zeps] role is 'primary' or 'backup', not %r" % (role,))
+    if not zeps.get("peer") or not zeps.get("pair_bind"):
+        raise ConfigError("[zeps] role needs peer (the other broker's pair_bind) and pair_bind")
+    if zeps["on_passive_lost"] not in ("wait", "degrade"):
+        raise ConfigError("[zeps] on_passive_lost is 'wait' or 'degrade', not %r" % (zeps["on_passive_lost"],))
+    if zeps["replica_ack"] not in ("written", "synced"):
+        raise ConfigError("[zeps] replica_ack is 'written' or 'synced', not %r" % (zeps["replica_ack"],))
+    timeout = zeps["passive_timeout"]
+    if type(timeout) not in (int, float) or not timeout > 0:
+        raise ConfigError("[zeps] passive_timeout is a number of seconds > 0, not %r" % (timeout,))
+    return dict(role=role, peer=zeps["peer"], pair_endpoint=zeps["pair_bind"], replica_ack=zeps["replica_ack"],
+                on_passive_lost=zeps["on_passive_lost"], passive_timeout=float(timeout))
 
 
 def split_host_port(text):
@@ -370,8 +399,9 @@ class Up:
             zeps_dir = self._data_dir("zeps")
             fsync = parse_period(cfg["zeps"]["fsync"])
             ack = parse_ack(cfg["zeps"]["ack"])
+            pair = parse_pair(cfg["zeps"])
             parts.append(ChildSpec("zeps", _same_endpoints(
-                lambda endpoint: ZepsBroker(zeps_dir, endpoint, fsync=fsync, ack=ack, name="zeps"),
+                lambda endpoint: ZepsBroker(zeps_dir, endpoint, fsync=fsync, ack=ack, name="zeps", **pair),
                 cfg["zeps"]["bind"])))
         if cfg["clone"]["enabled"]:
             from zactors.patterns.clone.server import CloneServer, endpoints

@@ -386,8 +386,9 @@ def main():
     parser.add_argument("--replay", type=int, default=1000000, help="messages to replay (default 1000000)")
     parser.add_argument("--rate", type=int, default=20000, help="paced rate for the latency runs (default 20000/s)")
     parser.add_argument("--paced", type=float, default=3.0, help="seconds of each paced run (default 3)")
-    parser.add_argument("--stacks", default="raw,zeps,redis-aof,redis-none,ack", help="comma-separated subset to run"
-                        " (ack: both acknowledgement levels beside Redis everysec and always, zeps_ack.py)")
+    parser.add_argument("--stacks", default="raw,zeps,redis-aof,redis-none,ack,pair,redis-wait",
+                        help="comma-separated subset to run (ack: both acknowledgement levels beside Redis everysec "
+                        "and always, zeps_ack.py; pair, redis-wait: the replicated pair, zeps_pair.py)")
     parser.add_argument("--quick", action="store_true", help="a short pass: 20000 messages, replay 50000, paced 0.5 s")
     parser.add_argument("--runs", default="deliver1,deliver10,replay",
                         help="comma-separated subset of deliver1,deliver10,replay (default: all)")
@@ -406,13 +407,17 @@ def main():
         globals()["role_" + role](*[int(x) if x.isdigit() else x for x in rest])
         return 0
     stacks = args.stacks.split(",")
+    import zeps_pair  # the broker pair's rows (issue #23)
+    args.catchup = args.replay
     steps = Steps(args.deadline, out=sys.stderr)  # the rows print themselves as measured
     table = {}
     print(ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost"), flush=True)  # rows print as measured
     what = "%d messages to reach every subscriber, then the replay of %d" % (args.messages, args.replay)
     for key, stack, rows, *extra in (("raw", "raw", raw_rows), ("zeps", "zactors ZEPS (fsync 100 ms)", zeps_rows),
                                      ("redis-aof", "Redis Streams (AOF everysec)", redis_rows, True),
-                                     ("redis-none", "Redis Streams (no persistence)", redis_rows, False)):
+                                     ("redis-none", "Redis Streams (no persistence)", redis_rows, False),
+                                     ("pair", zeps_pair.PAIR_STACK, zeps_pair.pair_rows),
+                                     ("redis-wait", zeps_pair.REDIS_STACK, zeps_pair.redis_wait_rows)):
         if key in stacks:
             result = steps.run(stack, what, rows, args, *extra)
             table[stack] = "failed: %s" % steps.results[stack]["error"] if result is None else result
@@ -434,6 +439,8 @@ def main():
         print("\nZEPS / Redis AOF: %s (targets: deliver 1 sub >= 1.5, replay >= 2)" % ", ".join(ratios))
     if "ack" in stacks:
         print("\n" + "\n".join("ack levels: " + line for line in zeps_ack.ratios(table)))
+    for line in zeps_pair.ratios(table):
+        print(line)
     return 0
 
 

@@ -40,10 +40,29 @@ def register(sub):
     broker.add_argument("--fsync", default="100ms", metavar="POLICY", type=options.fsync_policy,
                         help="'never', 'batch' (after every write) or a period such as 100ms or 1s "
                              "(default: %(default)s)")
-    broker.add_argument("--ack", choices=("written", "synced"), default="written",
+    broker.add_argument("--ack", choices=("written", "synced", "replicated"), default="written",
                         help="acknowledge a message (PING-OK, so a publisher's flush; and deliver it) once it is "
                              "written (survives a crash of the broker) or synced (fsynced: survives a power "
-                             "loss; fsync after every write round, group commit) (default: %(default)s)")
+                             "loss; fsync after every write round, group commit), or replicated (a pair: the "
+                             "passive has it too, at --replica-ack: survives the loss of a machine) "
+                             "(default: %(default)s)")
+    pair = broker.add_argument_group("pair (Binary Star failover and replication)")
+    pair.add_argument("--role", choices=("primary", "backup"),
+                      help="run as one broker of a pair (with --peer and --pair-bind)")
+    pair.add_argument("--peer", metavar="ENDPOINT", type=options.connect_endpoint,
+                      help="the other broker's --pair-bind endpoint")
+    pair.add_argument("--pair-bind", metavar="ENDPOINT", type=options.bind_endpoint,
+                      help="endpoint for the pair link (heartbeats, replication), e.g. tcp://*:5571")
+    pair.add_argument("--replica-ack", choices=("written", "synced"), default="written",
+                      help="with --ack replicated: the level on both brokers (default: %(default)s)")
+    pair.add_argument("--on-passive-lost", choices=("wait", "degrade"), default="wait",
+                      help="with --ack replicated, when the passive is gone or lags --passive-timeout: wait "
+                           "(flush fails with a timeout error) or degrade to --replica-ack, said in the log and "
+                           "INFO (default: %(default)s)")
+    pair.add_argument("--passive-timeout", type=options.positive_float, default=5.0, metavar="SECONDS",
+                      help="see --on-passive-lost (default: %(default)s)")
+    pair.add_argument("--peer-key", metavar="KEY",
+                      help="with --curve: the other broker's public key (z85); the pair link hears only it")
     broker.add_argument("--retain", action="append", default=[], metavar="LIMIT", type=_limit,
                         help="keep at most this much per stream: a size (500M, 10G) or an age (30m, 12h, 7d); "
                              "may be given twice (default: keep everything)")
@@ -137,7 +156,7 @@ def register(sub):
 
 
 def _connect(parser):
-    contexts.connect_options(parser, "zeps", DEFAULT_ENDPOINT)
+    contexts.connect_options(parser, "zeps", DEFAULT_ENDPOINT, pair=True)
     parser.add_argument("--timeout", type=options.positive_float, default=5.0,
                         help="seconds to wait for the broker (default: %(default)s)")
 
@@ -233,6 +252,18 @@ def run_broker(args):
     options.writable_directory(args.journal, "journal")
     if args.ack == "synced" and args.fsync == "never":
         raise options.UsageError("--ack synced needs fsync: not --fsync never")
+    pair = {}
+    if args.role is None:
+        if args.peer or args.pair_bind or args.ack == "replicated":
+            raise options.UsageError("--peer, --pair-bind and --ack replicated need --role primary|backup")
+    elif not (args.peer and args.pair_bind):
+        raise options.UsageError("--role needs --peer (the other broker's --pair-bind) and --pair-bind")
+    elif args.curve and not args.peer_key:
+        raise options.UsageError("--role with --curve needs --peer-key (the other broker's public key)")
+    else:
+        pair = dict(role=args.role, peer=args.peer, pair_endpoint=args.pair_bind, replica_ack=args.replica_ack,
+                    on_passive_lost=args.on_passive_lost, passive_timeout=args.passive_timeout,
+                    peer_key=args.peer_key)
     limits = dict(args.retain)
     auth = None
     if args.curve:
@@ -243,7 +274,8 @@ def run_broker(args):
                         expiry=args.expiry, max_message=args.max_message, max_credit=args.max_credit,
                         max_credit_total=args.max_credit_total, max_streams_per_peer=args.max_streams_per_peer,
                         stream_idle=args.stream_idle, retain_bytes=limits.get("size"),
-                        retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions)
+                        retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions,
+                        **pair)
     except BaseException as exc:
         if auth is not None:
             auth.destroy()
@@ -255,6 +287,8 @@ def run_broker(args):
              args.fsync if isinstance(args.fsync, str) else "every %gs" % args.fsync,
              "" if args.curve is None else ", CURVE, public key %s" % args.curve.public.decode(),
              "" if args.permissions is None else ", %d grants" % len(args.permissions.grants))
+    if pair:
+        log.info("pair: %s, link %s, peer %s", args.role, broker.pair_endpoint, args.peer)
     def summary(info):
         streams = info.get("streams", {})
         return "broker stopped: %d stream(s), %d message(s) journaled, %d peer(s) attached" % (
@@ -394,6 +428,9 @@ def run_streams(args):
     journal = info.get("journal", "not shown to this key")   # a broker with permissions hides it
     print("broker %s, journal %s, ack %s, %d peer(s)" % (info["endpoint"], journal, info.get("ack", "?"),
                                                          info["peers"]))
+    for one in info.get("cluster", [info]):     # a cluster map: each pair's active
+        if "pair" in one:
+            print(_pair_line(one["pair"]))
     for name, s in sorted(info["streams"].items()):
         print("stream %-20s seq %d..%d  written %d  synced %d  %.0f msg/s  %s on disk" % (
             name, s["first_seq"], s["last_seq"], s["written_seq"], s["synced_seq"], s["rate"], _human(s["bytes"])))
@@ -403,6 +440,18 @@ def run_streams(args):
                 " ".join(repr(x) for x in sub["patterns"])))
     print("counters: %s" % (" ".join("%s=%d" % kv for kv in sorted(info["counters"].items())) or "none"))
     return exitstatus.OK
+
+
+def _pair_line(pair):
+    """One line about a broker of a pair: role, state, the peer, replication lag, the last failover."""
+    last = pair.get("last_failover")
+    when = "never" if not last else "%s -> %s at %s (%s)" % (
+        last["from"], last["to"], datetime.datetime.fromtimestamp(last["time"]).strftime("%H:%M:%S"), last["reason"])
+    lag = sum(pair.get("replication_lag", {}).values())
+    return "pair: %s %s%s, peer %s (%s), replication lag %d message(s)%s, last change %s" % (
+        pair["role"], pair["state"], "" if pair.get("ready", True) else " (catching up)",
+        pair.get("peer_endpoint") or pair.get("peer"), pair.get("peer_state") or "silent", lag,
+        ", DEGRADED" if pair.get("degraded") else "", when)
 
 
 def _human(n):

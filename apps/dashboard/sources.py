@@ -162,8 +162,13 @@ class Zeps(Source):
             [n for n, s in streams.items() if s["synced_seq"] < s["written_seq"] - 100000]
         text = "%d streams, %d peers, ack %s" % (len(streams) + sample.get("streams_not_shown", 0), sample["peers"],
                                                   sample.get("ack", "written"))
+        pair = sample.get("pair")
+        if pair is not None:
+            text += "; %s %s" % (pair["role"], pair["state"])
         if behind:
             return "warn", text + "; journal sync behind on " + ", ".join(sorted(behind)[:3])
+        if pair is not None and (pair.get("degraded") or pair["state"] == "active" and pair.get("peer_state") != "passive"):
+            return "warn", text + ("; replication degraded" if pair.get("degraded") else "; no passive ready")
         return "ok", text
 
     def gauges(self, sample):
@@ -181,6 +186,21 @@ class Zeps(Source):
                         max(0, s["written_seq"] - s["synced_seq"])))
             out.append(("zeps_stream_subscribers", "Subscribers", labels, s["subscriber_count"]))
             out.append(("zeps_stream_max_lag", "Largest subscriber lag (messages)", labels, s["max_lag"]))
+        pair = sample.get("pair")
+        if pair is not None:  # a broker of a pair: its state, and how far the passive is behind
+            labels = {"role": pair["role"]}
+            out.append(("zeps_pair_active", "1 if this broker of a pair is the active one", labels,
+                        int(pair["state"] == "active")))
+            out.append(("zeps_pair_ready", "1 if this broker holds the active's state (may take over)", labels,
+                        int(bool(pair["ready"]))))
+            out.append(("zeps_pair_degraded", "1 if ack=replicated is degraded (no passive keeps up)", labels,
+                        int(bool(pair.get("degraded")))))
+            for name, lag in pair.get("replication_lag", {}).items():
+                out.append(("zeps_pair_replication_lag", "Messages at our level not yet confirmed by the passive",
+                            {"stream": name}, lag))
+            last = pair.get("last_failover")
+            out.append(("zeps_pair_last_change_time", "When the pair state last changed (unix time)", labels,
+                        last["time"] if last else 0))
         return out
 
     def action(self, verb, method, query, body):
@@ -198,8 +218,15 @@ class Zeps(Source):
             raise ActionError("too many live tails open (%d)" % self.max_tails, "503 Service Unavailable")
         from zactors.patterns.zeps import NoSuchStream, Subscriber, ZepsError
         pattern = query.get("key", "")
+        endpoint = self.endpoint
+        try:  # a broker of a pair: the tail follows whichever is active (the peer when this one is passive)
+            pair = self.broker.call("INFO", timeout=CALL_TIMEOUT).get("pair") or {}
+        except ActorError:
+            pair = {}
+        if pair.get("peer_endpoint"):
+            endpoint = "%s,%s" % (endpoint, client_endpoint(pair["peer_endpoint"]))
         try:  # a Subscriber never creates a stream: a GET creates nothing
-            sub = Subscriber(self.endpoint, stream, pattern, new=True, window=256 << 10, timeout=3.0,
+            sub = Subscriber(endpoint, stream, pattern, new=True, window=256 << 10, timeout=3.0,
                              name="dashboard-tail")
         except NoSuchStream:
             raise ActionError("no stream %r" % stream[:100], "404 Not Found") from None

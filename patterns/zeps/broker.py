@@ -52,6 +52,13 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   ``"synced"`` the journal is fsynced after every write round (group commit:
   one fsync covers every message written while the previous one ran, on the
   threadpool), whatever ``fsync`` says; ``fsync="never"`` is refused.
+- A pair (``role="primary"|"backup"``, ``peer``, ``pair_endpoint``: :mod:`.pair`): Binary Star
+  failover, the active replicates every record to the passive (:mod:`.replication`), which refuses
+  clients with INVALID "PASSIVE: ...".  ``ack="replicated"``: PING-OK and delivery once the passive
+  has the record at ``replica_ack`` (``"written"`` or ``"synced"``, also our own level); a passive
+  lost or lagging ``passive_timeout`` s: ``on_passive_lost="wait"`` (PING answered INVALID
+  "PING: replication: ...") or ``"degrade"`` (to ``replica_ack``, logged, INFO ``pair.degraded``).
+  With ``curve``, the pair link is CURVE too and accepts only ``peer_key`` (the other broker's public key).
 - Credit flow, as the spec says: a subscriber whose credit covers a message
   (its DELIVER frame size) gets it straight from the publish path, with no
   disk read.  One whose credit does not is switched to replay at that
@@ -158,6 +165,7 @@ from .broker_introspection import Introspection
 from .broker_peers import _Peer, Peers
 from .broker_replay import Replay
 from .broker_streams import Streams, _open_stream_budget, _Stream
+from .pair import Pair, check_pair_options
 
 if TYPE_CHECKING:
     from .permissions import Permissions
@@ -165,7 +173,7 @@ if TYPE_CHECKING:
 __all__ = ["Broker", "ZepsBroker", "ACK_LEVELS"]
 
 #: what a PING-OK (and a delivery) waits for: the OS has the message, or an fsync covered it
-ACK_LEVELS = ("written", "synced")
+ACK_LEVELS = ("written", "synced", "replicated")
 
 log = logging.getLogger(__name__)  # the whole broker logs here: see each part
 
@@ -194,13 +202,17 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
                  retain_seconds: float | None = None, curve: Keypair | bytes | str | None = None,
                  curve_domain: str | None = None, permissions: Permissions | None = None,
                  multicast: tuple[str, int] | None = None, multicast_interface: str | None = None,
-                 multicast_ttl: int = 1, streams: Iterable[bytes | str] = (), name: str | None = None) -> None:
+                 multicast_ttl: int = 1, streams: Iterable[bytes | str] = (), name: str | None = None,
+                 role: str | None = None, peer: str | None = None, pair_endpoint: str = "tcp://127.0.0.1:*",
+                 replica_ack: str = "written", on_passive_lost: str = "wait", passive_timeout: float = 5.0,
+                 replication_window: int = 16 << 20, peer_key: bytes | str | None = None) -> None:
         if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
             raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
         if ack not in ACK_LEVELS:
             raise ValueError("ack must be one of %s, got %r" % (", ".join(ACK_LEVELS), ack))
-        if ack == "synced" and fsync == "never":
+        if (ack == "synced" or ack == "replicated" and replica_ack == "synced") and fsync == "never":
             raise ValueError("ack='synced' needs fsync: it cannot be 'never'")
+        check_pair_options(role, ack, replica_ack, on_passive_lost, passive_timeout)
         if not 0 < heartbeat <= expiry:
             raise ValueError("need 0 < heartbeat <= expiry")
         if "://" in str(journal_dir):   # Broker(endpoint, dir), as the Majordomo broker is made: libzmq's EINVAL
@@ -210,6 +222,13 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         self.endpoint = endpoint
         self.fsync = fsync
         self.ack = ack
+        self.level = replica_ack if ack == "replicated" else ack  # this journal's own level (pair: both)
+        self.role, self.peer_endpoint, self.pair_endpoint = role, peer, pair_endpoint
+        self.on_passive_lost, self.passive_timeout = on_passive_lost, passive_timeout
+        self.replication_window = replication_window
+        self.peer_key = peer_key.encode() if isinstance(peer_key, str) else peer_key
+        if role is not None and curve is not None and not peer_key:
+            raise ValueError("a pair with CURVE needs peer_key: the other broker's public key")
         self.heartbeat = heartbeat
         self.expiry = expiry
         self.max_message = max_message
@@ -277,6 +296,10 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
             self._keys: dict[bytes, str | None] = {}
             self.add_reader(self.router.socket, self._on_keyed_frames, copy=False)
         self.endpoint = self.router.bind(self.endpoint)
+        self._pair = None if self.role is None else Pair(self, self.role, self.peer_endpoint, self.pair_endpoint,
+                                                         min(self.heartbeat, 0.25))
+        if self._pair is not None:
+            self.pair_endpoint = self._pair.endpoint
         self._multicast = None
         if self.multicast is not None:
             from .multicast import MulticastSender
@@ -304,6 +327,8 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         if "_multicast" not in vars(self): return  # noqa: E701 - setup failed before binding: nothing to close
         if self._multicast is not None:
             self._multicast.close()
+        if self._pair is not None:
+            self._pair.close()
         for identity in list(self._peers):
             self._send(identity, p.DETACH_FRAME)
         self._stop_journal_jobs()
@@ -316,6 +341,13 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
     def retain(self) -> None:
         """Apply the retention limits now (they are also applied every 10 s and as segments roll)."""
         self._retain()
+
+    @command(reply=True)
+    def peer(self, endpoint: str) -> None:
+        """Connect to the pair's peer (its ``pair_endpoint``), when it was not known at construction."""
+        if self._pair is None:
+            raise ValueError("not a broker of a pair: give role=")
+        self._pair.connect(endpoint)
 
     @command(reply=True)
     def info(self) -> dict[str, Any]:

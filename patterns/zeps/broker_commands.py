@@ -66,7 +66,8 @@ class Commands:
         elif kind is p.DetachOk:
             pass
         elif kind is p.Attach:
-            self._attach(identity, peer, message)
+            if self._pair is None or self._pair.vote(identity):  # a pair: only the active serves
+                self._attach(identity, peer, message)
         elif kind is p.Subscribe or kind is p.SubscribeSince:
             self._subscribe(identity, peer, message)
         elif kind is p.Detach:
@@ -228,16 +229,27 @@ class Commands:
             self._send(identity, p.DETACH_FRAME)
             return
         stream = peer.stream
+        published = peer.published
+
+        def ok():
+            self._send(identity, p.PING_OK_FRAME)
+
+        def answer():  # at our level; ack="replicated": the passive's too
+            if self._pair is None:
+                ok()
+            else:
+                self._pair.source.when_replicated(stream, published, ok,
+                                                  lambda reason: self._invalid(identity, "PING: " + reason))
 
         def written(_):
-            self._send(identity, p.PING_OK_FRAME)
+            answer()
 
         def failed(exc):
             # No PING-OK: what it published is not written.  The reason starts with "PING:" so that a
             # client waiting for the PING-OK knows this INVALID is the answer (the write is retried).
             self._invalid(identity, "PING: stream %s cannot write its journal: %s" % (stream.name.decode(), exc))
 
-        if self.ack == "written":
+        if self.level == "written":
             stream.commit.when_written(written, peer.published, failed)
             return
         token = self._ping_tokens = self._ping_tokens + 1
@@ -245,7 +257,7 @@ class Commands:
 
         def synced(_):
             if stream.pings.pop(token, None) is not None:  # else answered already by _write_failed
-                self._send(identity, p.PING_OK_FRAME)
+                answer()
 
         stream.commit.when_synced(synced, peer.published)
 

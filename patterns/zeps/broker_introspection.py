@@ -68,6 +68,8 @@ class Introspection:
                            "waiting": windows.waiting, "gone_holding": len(self._gone)}}
         if may_see is None:
             info["journal"] = self.journal_dir
+        if self._pair is not None:
+            info["pair"] = self._pair.info()
         if self._multicast is not None:
             info["multicast"] = dict(self._multicast.stats, group="%s:%d" % self._multicast.address)
         return info

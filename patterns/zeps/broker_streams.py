@@ -236,7 +236,9 @@ class Streams:
         interval = self.fsync if policy == "interval" else 0.1
         stream = _Stream(name, journal, None)
         deliver = partial(self._written, stream)
-        if self.ack == "synced":  # an fsync after every write round: group commit, off the hub
+        if self._pair is not None:  # a pair: the active replicates (and may wait for it), the passive ACKs
+            deliver = self._pair.at_level(stream, deliver)
+        if self.level == "synced":  # an fsync after every write round: group commit, off the hub
             stream.commit = GroupCommit(self, journal, fsync="batch", retry=0.1, on_synced=deliver,
                                         on_error=partial(self._write_failed, stream))
         else:

@@ -16,6 +16,16 @@ Each is one peering (one DEALER).  Both keep the peering alive with PING
 ATTACH again.  A subscriber then subscribes from the last sequence it
 received, so it sees no gap and no duplicate across the loss.
 
+A broker pair (:mod:`.pair`): give both endpoints, ``"tcp://a:5570,tcp://b:5570"``; streams over
+several pairs: a cluster map, the pairs separated by ``;`` (:mod:`.cluster`).
+A client attaches to whichever is active: a passive answers INVALID
+``"PASSIVE: ..."`` and the client tries the next endpoint (until ``timeout``
+in the constructor; for as long as it runs after that).  On failover (the
+active silent for ``expiry``, or it DETACHes us) the subscriber resumes after
+the last sequence it received (no gap, no duplicate: the passive holds the
+same sequences) and an idempotent publisher resends what was not confirmed
+(the broker drops what it has already, by producer id).
+
 A broker that refuses the connection (a CURVE key it does not accept, a
 wrong server key, CURVE on one side only) raises :class:`HandshakeFailed`
 (the kernel's, a ``ConnectionRefusedError``) from the constructor (and
@@ -67,6 +77,7 @@ from zactors.actors.speedups import events as _events, recv_singles, send_messag
 from zactors.actors.values import to_bytes
 
 from . import deliver as _deliver, protocol as p
+from .cluster import ClusterMap, is_map, resolve
 
 __all__ = ["Publisher", "Subscriber", "Message", "ZepsError", "MessagesLost", "ReplayError", "StreamRolledBack",
            "NoSuchStream", "HandshakeFailed", "query"]
@@ -208,6 +219,22 @@ def _dealer(endpoint, curve, limit, sndhwm=None, watch=False):
     return (sock, monitor) if watch else sock
 
 
+def _endpoints(endpoint):
+    """The endpoints of ``"tcp://a:5570,tcp://b:5570"`` (a pair), or of one."""
+    found = [e.strip() for e in endpoint.split(",") if e.strip()]
+    if not found:
+        raise ValueError("no broker endpoint in %r" % (endpoint,))
+    return found
+
+
+def _passive(reason):
+    """An INVALID from the passive broker of a pair: try the other one."""
+    return reason.startswith("PASSIVE:")
+
+
+#: seconds between two ATTACHes while the brokers of a pair say they are passive (a failover under way)
+_PASSIVE_RETRY = 0.1
+
 #: while a new connection's handshake has not ended, answers are awaited in slices this long (s)
 _HANDSHAKE_SLICE = 0.05
 
@@ -276,7 +303,8 @@ class Publisher:
     def __init__(self, endpoint: str, stream: bytes | str, *, curve: Curve | None = None, heartbeat: float = 1.0,
                  expiry: float = 5.0, timeout: float = 5.0, idempotent: bool = False,
                  max_unconfirmed: int = 100000, max_unconfirmed_bytes: int = 64 << 20) -> None:
-        self.endpoint = endpoint
+        self.endpoints = _endpoints(resolve(endpoint, to_bytes(stream, "stream")))  # a cluster map: its pair
+        self.endpoint = self.endpoints[0]
         self.timeout = timeout
         self.idempotent = idempotent
         self.max_unconfirmed = max_unconfirmed
@@ -296,14 +324,31 @@ class Publisher:
         # other bound, and a send never parks (publish numbers go out in order; a resend never blocks)
         self._sndhwm = 0 if idempotent else None
         self._parked = False      # idempotent: a publish is parked in a send; the others queue behind it
-        self._sock, watch = _dealer(endpoint, curve, _MAX_ANSWER, self._sndhwm, watch=True)
-        try:
-            _attach(self._sock, self.stream, timeout, watch, curve, endpoint)
-        except Exception:
-            self._sock.close(0)
-            raise
-        finally:
-            watch.close()
+        self._passive = False     # the broker said it is a passive: attach to the next endpoint
+        deadline = _monotonic() + timeout
+        refusal = None
+        while True:
+            self._sock, watch = _dealer(self.endpoint, curve, _MAX_ANSWER, self._sndhwm, watch=True)
+            try:
+                _attach(self._sock, self.stream, max(0.0, deadline - _monotonic()) if len(self.endpoints) == 1
+                        else min(max(0.0, deadline - _monotonic()), max(0.5, heartbeat)), watch, curve,
+                        self.endpoint)
+                break
+            except ZepsError as exc:
+                self._sock.close(0)
+                if _passive(str(exc)):
+                    refusal = exc
+                elif "no answer" not in str(exc):
+                    raise
+                if _monotonic() >= deadline:
+                    raise refusal or exc
+                self._next_endpoint()
+                gevent.sleep(_PASSIVE_RETRY)
+            except Exception:
+                self._sock.close(0)
+                raise
+            finally:
+                watch.close()
         self._heard = _monotonic()
         self._pings = 0           # PINGs sent on this peering; the broker answers each, in order,
         self._answers = 0         # with PING-OK, or INVALID "PING: ..." when it cannot write
@@ -381,6 +426,10 @@ class Publisher:
                 self._keep(n, frame)
             finally:
                 self._parked = False
+
+    def _next_endpoint(self):
+        """The next broker of the pair (the same one when there is one)."""
+        self.endpoint = self.endpoints[(self.endpoints.index(self.endpoint) + 1) % len(self.endpoints)]
 
     def _keep(self, n, frame):
         self.stats["published"] = n
@@ -479,6 +528,8 @@ class Publisher:
                     del self._refused[:-10]
                 elif message.reason.endswith("(no peering: attach first)"):
                     pass  # sent on a lost peering: the DETACH behind it counts it in what may be lost
+                elif _passive(message.reason):
+                    self._passive = True  # our ATTACH went to a passive: the keep-alive tries the other one
                 elif len(self._errors) < 100:
                     self._errors.append(message.reason)
             elif kind is p.Detach:
@@ -520,7 +571,9 @@ class Publisher:
             with self._lock:
                 self._service()
                 quiet = _monotonic() - self._heard
-                if quiet > self.expiry:
+                if self._passive or quiet > self.expiry:
+                    self._passive = False
+                    self._next_endpoint()
                     self._reattach(new_socket=True)
                 elif quiet > self.heartbeat:
                     self._ping()
@@ -588,8 +641,9 @@ class Subscriber(Actor):
                  wait: bool = False) -> None:
         if sum(x is not None and x is not False for x in (from_seq, since, new or None)) > 1:
             raise ValueError("give at most one of from_seq, since and new")
-        self.endpoint = endpoint
         self.stream = to_bytes(stream, "stream")
+        self.endpoints = _endpoints(resolve(endpoint, self.stream))  # a cluster map: the stream's pair
+        self.endpoint = self.endpoints[0]
         self.patterns = [to_bytes(x, "a pattern") for x in (patterns or (b"",))]
         for pattern in self.patterns:
             if len(pattern) > p.MAX_STRING:
@@ -697,19 +751,31 @@ class Subscriber(Actor):
         self._attached = False
         self._heard = _monotonic()
         self._stats = self.stats
-        watch = self._connect(watch=True)
-        try:
-            deadline = _monotonic() + self.timeout
-            while not (self._attached and self._subscribed == len(self.patterns)):  # subscribed, or raise
-                remaining = deadline - _monotonic()
-                if remaining <= 0 or not _wait(self._sock, watch, remaining, self.curve, self.endpoint):
-                    raise ZepsError("no answer to ATTACH/SUBSCRIBE from %s within %ss"
-                                    % (self.endpoint, self.timeout))
-                self._on_frames(self._sock.recv_frames())
-                if self._error is not None and not (self._attached and self._subscribed == len(self.patterns)):
-                    raise self._error  # refused; an error after the subscription (REPLAY:) waits for get()
-        finally:
-            watch.close()
+        self._passive = False       # the broker said it is a passive: attach to the next endpoint
+        deadline = _monotonic() + self.timeout
+        slice_ = self.timeout if len(self.endpoints) == 1 else max(0.5, self.heartbeat)
+        while True:
+            watch = self._connect(watch=True)
+            try:
+                until = min(deadline, _monotonic() + slice_)
+                while not (self._attached and self._subscribed == len(self.patterns)):  # subscribed, or raise
+                    remaining = until - _monotonic()
+                    if self._passive or remaining <= 0 or \
+                            not _wait(self._sock, watch, remaining, self.curve, self.endpoint):
+                        break
+                    self._on_frames(self._sock.recv_frames())
+                    if self._error is not None and not (self._attached and self._subscribed == len(self.patterns)):
+                        raise self._error  # refused; an error after the subscription (REPLAY:) waits for get()
+                else:
+                    break
+            finally:
+                watch.close()
+            if _monotonic() >= deadline:
+                raise ZepsError(self._passive or "no answer to ATTACH/SUBSCRIBE from %s within %ss" % (
+                    ",".join(self.endpoints), self.timeout))
+            self._passive = False
+            self._next_endpoint()
+            gevent.sleep(_PASSIVE_RETRY)
         self.add_reader(self._sock, self._on_frames)
         self.call_every(self.heartbeat / 2, self._keep_alive)
 
@@ -746,6 +812,9 @@ class Subscriber(Actor):
         if self.wait:
             self._subscribe()
         return monitor
+
+    def _next_endpoint(self):
+        self.endpoint = self.endpoints[(self.endpoints.index(self.endpoint) + 1) % len(self.endpoints)]
 
     def _subscribe(self):
         """FEATURES, SUBSCRIBE (one per pattern) and CREDIT on the peering just attached."""
@@ -852,6 +921,9 @@ class Subscriber(Actor):
         elif kind is p.Invalid:
             self._stats["invalid"] += 1
             reason = message.reason
+            if _passive(reason):  # a pair's passive: the keep-alive (or setup) tries the other broker
+                self._passive = reason
+                return
             if not reason.startswith("NO-STREAM:"):  # (raised as NoSuchStream: said once, by the caller)
                 log.warning("%s: broker says: %s", self.name, reason)
             if reason.startswith("REPLAY:"):
@@ -910,9 +982,14 @@ class Subscriber(Actor):
         if self._sock is None:  # stopped by a rollback
             return
         quiet = _monotonic() - self._heard
-        if quiet > self.expiry:
+        if self._passive or quiet > self.expiry:
             self._stats["reattached"] += 1
-            log.info("%s: broker silent for %.1fs; connecting again from %s", self.name, quiet, self.last_seq)
+            if self._passive:
+                log.info("%s: %s is passive; trying the next broker", self.name, self.endpoint)
+            else:
+                log.info("%s: broker silent for %.1fs; connecting again from %s", self.name, quiet, self.last_seq)
+            self._passive = False
+            self._next_endpoint()
             self._reconnect()
         elif quiet > self.heartbeat:
             self._sock.send(p.PING_FRAME)
@@ -926,7 +1003,31 @@ class Subscriber(Actor):
 
 def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) -> dict[str, Any]:
 
-    """The broker's introspection (the QUERY extension): a dict, see ``Broker.info``."""
+    """The broker's introspection (the QUERY extension): a dict, see ``Broker.info``.
+
+    A pair (``"tcp://a:5570,tcp://b:5570"``): the active's, else the first that answers.  A cluster
+    map (:mod:`.cluster`): every pair's, merged (``streams`` of all, ``peers`` summed), each in ``cluster``."""
+    if is_map(endpoint):
+        infos = [query(pair, curve=curve, timeout=timeout) for pair in ClusterMap.parse(endpoint).pairs]
+        merged = dict(infos[0], streams={}, peers=sum(i["peers"] for i in infos), cluster=infos)
+        for info in infos:
+            merged["streams"].update(info["streams"])
+        return merged
+    found: list[dict[str, Any]] = []
+    for one in _endpoints(endpoint):
+        try:
+            info = _query(one, curve, timeout / len(_endpoints(endpoint)) if found else timeout)
+        except ZepsError:
+            if one == _endpoints(endpoint)[-1] and not found:
+                raise
+            continue
+        if info.get("pair", {}).get("state", "active") == "active":
+            return info
+        found.append(info)
+    return found[0]
+
+
+def _query(endpoint, curve, timeout):
     import json
 
     sock, watch = _dealer(endpoint, curve, _MAX_REPORT, watch=True)

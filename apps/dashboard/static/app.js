@@ -50,6 +50,15 @@
     while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
     return (i ? n.toFixed(1) : n) + " " + units[i];
   }
+  function pairLine(p) {  // a ZEPS broker of a pair: role, state, peer, replication lag, last failover
+    const lag = Object.values(p.replication_lag || {}).reduce((a, b) => a + b, 0);
+    const last = p.last_failover;
+    return el("p", { class: "mono" }, "Pair: " + p.role + " " + p.state + (p.ready ? "" : " (catching up)") +
+      ", peer " + (p.peer_endpoint || p.peer || "?") + " " + (p.peer_state || "silent") +
+      ", replication lag " + lag + (p.degraded ? ", DEGRADED" : "") +
+      ", last change " + (last ? last.from + " -> " + last.to + " at " + new Date(last.time * 1000).toLocaleTimeString() + " (" + last.reason + ")" : "never"));
+  }
+
   function table(columns, rows, empty) {
     if (!rows.length) return el("div", { class: "empty" }, empty || "Nothing yet.");
     return el("table", {},
@@ -131,6 +140,7 @@
         el("p", { class: "muted" }, "Acknowledged (PING-OK, delivery) once ", el("b", {}, d.ack || "written"),
            d.ack === "synced" ? ": an fsync covered it (survives a power loss)." : ": handed to the OS (survives a crash of the broker, not a power loss)."),
         el("p", { class: "muted" }, "Journal: ", el("span", { class: "mono" }, d.journal), "  Endpoint: ", el("span", { class: "mono" }, d.endpoint)),
+        d.pair ? pairLine(d.pair) : "",
         counters(d.counters)];
     } },
     clone: { title: "Clone", live: false, draw(part, arg) { return cloneView(part, arg || ""); } },

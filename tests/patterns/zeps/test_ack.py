@@ -89,6 +89,8 @@ def test_publisher_flush_under_synced_means_fsynced(synced_broker):
 def test_ack_levels_are_checked():
     from zactors.patterns.zeps.broker import Broker
     with pytest.raises(ValueError, match="ack must be"):
+        Broker("/nonexistent", ack="everywhere")
+    with pytest.raises(ValueError, match="needs a pair"):  # a level now: tests/patterns/zeps/pair/
         Broker("/nonexistent", ack="replicated")
     with pytest.raises(ValueError, match="cannot be 'never'"):
         Broker("/nonexistent", ack="synced", fsync="never")

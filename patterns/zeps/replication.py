@@ -1,0 +1,537 @@
+"""Replication between the brokers of a pair (:mod:`.pair`): the active's :class:`Source`, the passive's :class:`Replica`.
+
+One mechanism does both catch-up and live replication: the passive says
+where each of its streams stands (FOLLOW: epoch history and last sequence); the
+active answers with where to start (STREAMS: after the last sequence both
+agree on, the passive cutting what it holds past it; for a stream the
+passive lacks, or holds only before the active's retention, a reset to the
+active's first retained sequence), and the
+target each stream must reach before the passive is ready to take over
+(:attr:`BinaryStar.ready`).  Then the active streams records (REC batches
+of up to 4,096 records / 1 MiB, read with their producers from its journal
+files by a :class:`~zactors.actors.journal.JournalReader` on the hub's
+threadpool, never in the loop), every stream round-robin, at most
+``window`` bytes not yet acknowledged (the passive's ACK, sent once the
+records are at its level: the credit).  Live records are the same reads of
+what was just written (the page cache).
+
+The passive appends each record at the same sequence with its timestamp
+and producer (so idempotent publishing keeps deduplicating after a
+failover) and adopts the active's epoch history as it reaches each epoch.
+
+``ack="replicated"``: a PING-OK and live delivery wait until the passive
+has acknowledged the record (:meth:`Source.when_replicated`, :meth:`Source.reached`).
+When the passive is absent or its acknowledgement lags ``passive_timeout``
+seconds behind: ``on_passive_lost="wait"`` answers the waiting PINGs with
+INVALID ``"PING: replication: ..."`` (the publisher's ``flush`` raises, its
+messages are kept and resent) and keeps delivery waiting; ``"degrade"``
+acknowledges at the local level instead, logs it, and says so in INFO
+(``degraded``) until a ready passive follows again.
+
+Runs in the broker's loop only.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import time
+from collections import deque
+
+import msgpack
+
+from zactors.actors import bstar
+from zactors.actors.journal import JournalError, JournalReader, SequenceGone
+from zactors.actors.journal import replica as jr
+
+from .names import stream_directory
+
+__all__ = ["Source", "Replica", "pack", "unpack"]
+
+log = logging.getLogger("zactors.patterns.zeps.broker")
+_monotonic = time.monotonic
+#: records and bytes per REC batch
+_BATCH_RECORDS, _BATCH_BYTES = 4096, 1 << 20
+
+
+def pack(value):
+    """A structured frame of the pair link (msgpack)."""
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def unpack(frame):
+    return msgpack.unpackb(frame, raw=False, strict_map_key=False, use_list=True)
+
+
+def _stream_position(broker, name):
+    """(epochs, first_seq, last_seq) of a stream: from its open journal (what is written), else its files."""
+    stream = broker._streams.get(name)
+    if stream is not None:
+        journal = stream.journal
+        return journal.epochs, journal.first_seq, journal.written_seq
+    return jr.position(os.path.join(broker.journal_dir, stream_directory(name)))
+
+
+def _close_readers(session):
+    for reader in session.readers.values():
+        reader.close()
+    session.readers.clear()
+
+
+def _all_streams(broker):
+    return set(broker._streams) | set(broker._existing())
+
+
+class _Session:
+    """The active's view of one following passive."""
+
+    __slots__ = ("identity", "token", "cursors", "inflight", "inflight_bytes", "readers", "reading", "order",
+                 "heard")
+
+    def __init__(self, identity, token):
+        self.identity = identity
+        self.token = token
+        self.cursors = {}         # stream -> next sequence to send
+        self.inflight = {}        # stream -> deque of (last seq of a batch, its bytes)
+        self.inflight_bytes = 0
+        self.readers = {}         # stream -> JournalReader (used on the threadpool, one read at a time)
+        self.reading = False
+        self.order = deque()      # streams, round-robin
+        self.heard = _monotonic()
+
+
+class Source:
+    """The active side: serves a following passive, and gates ``ack="replicated"`` on its ACKs."""
+
+    def __init__(self, pair):
+        self.pair = pair
+        self.broker = broker = pair.broker
+        self.replicated = broker.ack == "replicated"
+        self.policy = broker.on_passive_lost
+        self.timeout = broker.passive_timeout
+        self.window = broker.replication_window
+        self.session = None
+        self.acked = {}           # stream -> last sequence the passive has at its level
+        self.level = {}           # stream -> last sequence at our own level
+        self.behind_since = {}    # stream -> when acked first fell behind level (replicated)
+        self.waiters = {}         # stream -> deque of (seq, deadline, ok, fail): replicated PINGs
+        self.degraded = False
+
+    # -- sessions -------------------------------------------------------------------
+    def follow(self, identity, token, positions):
+        """FOLLOW from the passive: answer STREAMS, then stream what it lacks."""
+        broker = self.broker
+        if not self.pair.active:
+            return          # not ours to serve; it follows whoever heartbeats ACTIVE
+        self.stop()
+        session = self.session = _Session(identity, token)
+        plan, drop = {}, []
+        for name in sorted(_all_streams(broker)):
+            try:
+                epochs, first, last = _stream_position(broker, name)
+            except JournalError as exc:
+                log.error("%s: stream %s cannot be replicated: %s", broker.name, name.decode("ascii", "replace"), exc)
+                continue
+            key = name.decode("latin-1")
+            have = positions.get(key)
+            start, reset, agreed = first, True, 0   # agreed: the passive's records up to here are ours
+            if have is not None:
+                their_epochs, seq = [tuple(e) for e in have[0]], int(have[1])
+                agreed = jr.agreed(epochs, last, their_epochs, seq)
+                if seq == 0 and first == 1:
+                    start, reset = 1, False
+                elif agreed + 1 >= first:     # it goes on after what we agree on (cutting the rest)
+                    start, reset = agreed + 1, False
+            plan[key] = [start, reset, last, epochs, agreed]
+            session.cursors[name] = start
+            session.inflight[name] = deque()
+            session.order.append(name)
+            self.acked[name] = start - 1
+        for key in positions:
+            if key not in plan:
+                drop.append(key)
+        broker.stats["pair_sessions"] += 1
+        log.info("%s: passive %r follows: %d streams, %d to reset, %d to drop", broker.name, identity,
+                 len(plan), sum(1 for v in plan.values() if v[1]), len(drop))
+        self.pair.to_follower(identity, [b"STREAMS", token, pack(plan), pack(drop)])
+        self.pump()
+
+    def stop(self):
+        session, self.session = self.session, None
+        if session is not None and not session.reading:   # else closed once its read is back (_got)
+            _close_readers(session)
+
+    def reset(self):
+        """We are no longer active: forget the replicated state (the next active session starts afresh)."""
+        self.stop()
+        self.acked.clear()
+        self.level.clear()
+        self.behind_since.clear()
+        self.waiters.clear()        # their peers were dropped with the DETACH
+        self.degraded = False
+
+    def on_ack(self, identity, token, acks):
+        session = self.session
+        if not self.pair.active:
+            return              # starting: not ours to answer yet
+        if session is None or token != session.token:
+            self.broker.stats["pair_stale"] += 1
+            self.pair.to_follower(identity, [b"AGAIN", token])   # a passive of an older session: start over
+            return
+        session.heard = _monotonic()
+        broker = self.broker
+        for key, seq in acks.items():
+            name = key.encode("latin-1")
+            seq = int(seq)
+            if seq <= self.acked.get(name, 0):
+                continue
+            self.acked[name] = seq
+            flight = session.inflight.get(name)
+            while flight and flight[0][0] <= seq:
+                session.inflight_bytes -= flight.popleft()[1]
+            if self.replicated:
+                self.behind_since.pop(name, None)
+                stream = broker._streams.get(name)
+                if stream is not None and name in self.level:
+                    broker._written(stream, min(self.level[name], seq))
+                    if self.level[name] > seq:
+                        self.behind_since[name] = _monotonic()
+                waiters = self.waiters.get(name)
+                while waiters and waiters[0][0] <= seq:
+                    waiters.popleft()[2]()
+        if self.degraded and self.pair.fsm.peer_state == bstar.PASSIVE:
+            self.degraded = False
+            broker.stats["pair_restored"] += 1
+            log.warning("%s: the passive caught up: ack=replicated holds again", broker.name)
+        self.pump()
+
+    # -- the stream of records ---------------------------------------------------
+    def pump(self):
+        """Start the next read off the hub, if a stream has records the passive lacks and the window allows."""
+        session = self.session
+        if session is None or session.reading or session.inflight_bytes >= self.window:
+            return
+        broker = self.broker
+        for name in broker._streams:
+            if name not in session.cursors:     # created since the session started: from its start
+                session.cursors[name] = 1
+                session.inflight[name] = deque()
+                session.order.append(name)
+        for _ in range(len(session.order)):
+            name = session.order[0]
+            session.order.rotate(-1)
+            stream = broker._streams.get(name)
+            if stream is None:
+                closed = broker._closed_streams.get(name)
+                available = closed["last_seq"] if closed else 0
+            else:
+                available = stream.journal.written_seq
+            start = session.cursors[name]
+            if start <= available:
+                session.reading = True
+                if stream is not None:
+                    stream.reads += 1           # it stays open while we read
+                directory = os.path.join(broker.journal_dir, stream_directory(name))
+                broker.run_in_thread(self._read, session, name, directory, start,
+                                     on_done=lambda result, error, n=name, s=stream:
+                                     self._got(session, n, s, result, error))
+                return
+
+    @staticmethod
+    def _read(session, name, directory, start):
+        reader = session.readers.get(name)
+        if reader is None:
+            reader = session.readers[name] = JournalReader(directory)
+        return reader.read(start, _BATCH_RECORDS, _BATCH_BYTES, producers=True)
+
+    def _got(self, session, name, stream, records, error):
+        session.reading = False
+        if stream is not None:
+            stream.reads -= 1
+        if session is not self.session:
+            _close_readers(session)
+            return
+        broker = self.broker
+        if error is not None:
+            if isinstance(error, SequenceGone):     # retention removed it meanwhile: the passive starts over
+                log.info("%s: stream %s: retention passed the passive; it resyncs", broker.name, name)
+                self.pair.to_follower(session.identity, [b"AGAIN", session.token])
+                self.stop()
+                return
+            broker.stats["pair_read_errors"] += 1
+            log.error("%s: stream %s: replication read failed: %s", broker.name, name, error)
+            broker.call_later(0.5, self.pump)
+            return
+        if records:
+            epochs = stream.journal.epochs if stream is not None else jr.epochs_of(
+                os.path.join(broker.journal_dir, stream_directory(name)))
+            rows = [[r[0], r[1], r[2], r[3], r[4] if len(r) > 4 else None, r[5] if len(r) > 4 else 0]
+                    for r in records]
+            size = sum(len(r[2]) + len(r[3]) + 32 for r in records)
+            if self.pair.to_follower(session.identity, [b"REC", session.token, name, pack([epochs, rows])]):
+                session.cursors[name] = records[-1][0] + 1
+                session.inflight[name].append((records[-1][0], size))
+                session.inflight_bytes += size
+                broker.stats["replicated"] += len(records)
+            else:
+                broker.call_later(0.05, self.pump)   # its queue is full, or it is gone: try again soon
+                return
+        self.pump()
+
+    # -- ack="replicated" ---------------------------------------------------------
+    def reached(self, stream, seq, deliver):
+        """The active's journal has ``stream`` at its level up to ``seq``: replicate, and deliver what may be."""
+        name = stream.name
+        self.level[name] = seq
+        if not self.replicated or self.degraded:
+            deliver(seq)
+        else:
+            acked = self.acked.get(name, 0)
+            deliver(min(seq, acked))
+            if seq > acked and name not in self.behind_since:
+                self.behind_since[name] = _monotonic()
+        self.pump()
+
+    def when_replicated(self, stream, seq, ok, fail):
+        """Call ``ok()`` once the passive has ``stream`` up to ``seq`` (now if not replicating), or
+        ``fail(reason)`` after ``passive_timeout`` with the "wait" policy."""
+        if not self.replicated or self.degraded or self.acked.get(stream.name, 0) >= seq:
+            ok()
+            return
+        self.waiters.setdefault(stream.name, deque()).append((seq, _monotonic() + self.timeout, ok, fail))
+
+    def check(self, now):
+        """Every heartbeat: waits past ``passive_timeout`` fail ("wait") or degrade ("degrade")."""
+        if not self.replicated or self.degraded:
+            return
+        late = [name for name, since in self.behind_since.items() if now - since >= self.timeout]
+        late += [name for name, w in self.waiters.items() if w and w[0][1] <= now]
+        if not late:
+            return
+        broker = self.broker
+        status = "no passive follows" if self.session is None else "the passive lags"
+        if self.policy == "degrade":
+            self.degraded = True
+            broker.stats["pair_degraded"] += 1
+            log.warning("%s: %s: ack=replicated degraded to %s (on_passive_lost='degrade')", broker.name, status,
+                        broker.level)
+            for name, waiters in self.waiters.items():
+                while waiters:
+                    waiters.popleft()[2]()
+            for name, seq in self.level.items():
+                stream = broker._streams.get(name)
+                if stream is not None:
+                    broker._written(stream, seq)
+            self.behind_since.clear()
+            return
+        for name in late:
+            waiters = self.waiters.get(name)
+            while waiters and waiters[0][1] <= now:
+                seq, _, _, fail = waiters.popleft()
+                broker.stats["replication_timeouts"] += 1
+                fail("replication: %s: stream %s sequence %d not confirmed by the passive within %gs"
+                     % (status, name.decode("ascii", "replace"), seq, self.timeout))
+
+    def info(self):
+        lag = {}
+        for name, seq in self.level.items():
+            lag[name.decode("ascii", "replace")] = max(0, seq - self.acked.get(name, 0))
+        return {"following": self.session is not None, "degraded": self.degraded,
+                "on_passive_lost": self.policy, "replication_lag": lag}
+
+
+class Replica:
+    """The passive side: follows the active, appends its records, acknowledges them at our level."""
+
+    def __init__(self, pair):
+        self.pair = pair
+        self.broker = pair.broker
+        self.token = None
+        self.asked = 0.0          # when FOLLOW was sent
+        self.heard = 0.0          # last STREAMS or REC of this session
+        self.targets = {}         # stream -> sequence to reach before ready
+        self.acks = {}            # stream -> level reached, not yet sent
+        self.ack_timer = None
+        self.truncated = 0        # records dropped as lone (split brain) or divergent, ever
+
+    def ensure_following(self):
+        now = _monotonic()
+        if self.token is None or (self.heard < self.asked and now - self.asked > 2.0):
+            self.follow()
+
+    def follow(self):
+        broker = self.broker
+        positions = {}
+        for name in _all_streams(broker):
+            try:
+                epochs, _first, last = _stream_position(broker, name)
+            except JournalError as exc:
+                log.error("%s: stream %s unreadable (%s): copied again", broker.name, name, exc)
+                continue
+            positions[name.decode("latin-1")] = [epochs, last]
+        self.token = secrets.token_bytes(8)
+        self.asked = _monotonic()
+        self.targets = {}
+        self.pair.fsm.ready = False
+        self.pair.to_peer([b"FOLLOW", self.token, pack(positions)])
+
+    def stop(self):
+        self.token = None
+        self.targets = {}
+
+    def on_again(self, token):
+        fsm = self.pair.fsm
+        if token == self.token and fsm.state == bstar.PASSIVE and fsm.peer_state == bstar.ACTIVE:
+            self.follow()       # (a peer that is starting says AGAIN too: we wait until it is active)
+
+    def check(self, now):
+        """Every heartbeat: follow the active; an empty ACK probes the session (an active that restarted
+        does not know it and answers AGAIN)."""
+        if self.pair.fsm.state == bstar.PASSIVE and self.pair.fsm.peer_state == bstar.ACTIVE:
+            self.ensure_following()
+            if self.token is not None and self.heard >= self.asked:
+                self.pair.to_peer([b"ACK", self.token, pack({})])
+
+    def on_streams(self, token, plan, drop):
+        if token != self.token:
+            return
+        broker = self.broker
+        self.heard = _monotonic()
+        for key in drop:     # streams the active does not have: accepted alone
+            name = key.encode("latin-1")
+            lone = _stream_position(broker, name)[2]
+            self._remove(name)
+            if lone:
+                self._truncated(name, 0, lone)
+        ours = _all_streams(broker)
+        for key, (start, reset, target, epochs, agreed) in plan.items():
+            name = key.encode("latin-1")
+            epochs = [tuple(e) for e in epochs]
+            directory = os.path.join(broker.journal_dir, stream_directory(name))
+            exists = name in ours
+            have = _stream_position(broker, name)[2] if exists else 0
+            if not reset and have > agreed:     # records the active never had: cut them off
+                self._close(name)
+                if jr.truncate_after(directory, agreed) < 0:
+                    reset = True                # (our retention passed the cut: copy it all again)
+                else:
+                    jr.write_epochs(directory, [e for e in epochs if e[1] <= agreed + 1] or [epochs[0]])
+            if have > agreed:
+                self._truncated(name, agreed, have)
+            if reset:                           # copied again from the active's first sequence
+                if exists:
+                    self._remove(name)
+                jr.create_at(directory, start, [e for e in epochs if e[1] <= start] or [epochs[0]])
+            if target >= start:
+                self.targets[name] = target
+        self._check_ready()
+
+    def _truncated(self, name, kept, had):
+        self.truncated += had - kept
+        self.broker.stats["pair_truncated"] += had - kept
+        log.warning("%s: stream %s: %d records (sequences %d-%d) the active never had are truncated; now "
+                    "following it", self.broker.name, name.decode("ascii", "replace"), had - kept, kept + 1, had)
+
+    def _close(self, name):
+        """Close the stream's journal (it reopens on the next record) and forget its summary."""
+        broker = self.broker
+        stream = broker._streams.pop(name, None)
+        if stream is not None:
+            stream.commit.stop()
+            stream.journal.close()
+        broker._closed_streams.pop(name, None)
+
+    def _remove(self, name):
+        self._close(name)
+        shutil.rmtree(os.path.join(self.broker.journal_dir, stream_directory(name)), ignore_errors=True)
+
+    def on_records(self, token, name, payload):
+        if token != self.token:
+            return
+        broker = self.broker
+        self.heard = _monotonic()
+        epochs, rows = payload
+        epochs = [tuple(e) for e in epochs]
+        if not rows:
+            return
+        stream = broker._streams.get(name)
+        if stream is None:
+            directory = os.path.join(broker.journal_dir, stream_directory(name))
+            if not os.path.isdir(directory):   # new on the active: starts where its records start
+                jr.create_at(directory, rows[0][0], [e for e in epochs if e[1] <= rows[0][0]] or [epochs[0]])
+            stream = broker._open(None, name)
+            if stream is None:      # (too many open streams, none idle; a journal that cannot open)
+                broker.stats["pair_journal_errors"] += 1
+                log.error("%s: stream %s cannot be opened to copy it; following again soon", broker.name, name)
+                self.token = None   # ensure_following sends FOLLOW again at the next heartbeat
+                return
+        journal = stream.journal
+        if rows[0][0] != journal.last_seq + 1:
+            broker.stats["pair_resyncs"] += 1
+            log.warning("%s: stream %s: got sequence %d after %d: following again", broker.name,
+                        name.decode("ascii", "replace"), rows[0][0], journal.last_seq)
+            self.token = None       # the next heartbeat follows again (the rest of this session is dropped)
+            return
+        starts = {start for _, start in epochs}
+        producers, cap = stream.producers, broker.max_producers
+        try:
+            for seq, ts, key, body, pid, pseq in rows:
+                if seq in starts or seq == rows[0][0]:
+                    jr.set_epochs(journal, [e for e in epochs if e[1] <= seq] or [epochs[0]])
+                record = journal.append_record(key, body, ts, None if pid is None else (pid, pseq))
+                if pid is not None:
+                    producer = int.from_bytes(pid, "little")
+                    producers[producer] = (pseq, seq)
+                    producers.move_to_end(producer)
+                    if len(producers) > cap:
+                        producers.popitem(last=False)
+                stream.fresh.append(record)
+        except (JournalError, ValueError) as exc:   # (disk full...): this session ends, retried each heartbeat
+            broker.stats["pair_journal_errors"] += 1
+            log.error("%s: stream %s: cannot journal replicated records: %s", broker.name, name, exc)
+            self.token = None
+        stream.commit.kick()
+
+    def reached(self, stream, seq):
+        """Our level reached ``seq`` on ``stream``: acknowledge it (batched once per round)."""
+        if self.token is None:
+            return
+        self.acks[stream.name.decode("latin-1")] = seq
+        if self.ack_timer is None:
+            self.ack_timer = self.broker.call_later(0, self._send_acks)
+        target = self.targets.get(stream.name)
+        if target is not None and seq >= target:
+            del self.targets[stream.name]
+            self._check_ready()
+
+    def _send_acks(self):
+        self.ack_timer = None
+        acks, self.acks = self.acks, {}
+        if acks and self.token is not None:
+            self.pair.to_peer([b"ACK", self.token, pack(acks)])
+
+    def _check_ready(self):
+        if self.targets or self.pair.fsm.ready or self.token is None:
+            return
+        self.pair.fsm.ready = True
+        self.broker.stats["pair_caught_up"] += 1
+        log.info("%s: caught up with the active: ready to take over", self.broker.name)
+
+    def new_epochs(self):
+        """We take over: every stream starts a new epoch at its next sequence."""
+        broker = self.broker
+        for name in _all_streams(broker):
+            stream = broker._streams.get(name)
+            try:
+                if stream is not None:
+                    jr.new_epoch(stream.journal)
+                else:
+                    directory = os.path.join(broker.journal_dir, stream_directory(name))
+                    jr.new_epoch_closed(directory, jr.position(directory)[2] + 1)
+            except (JournalError, OSError) as exc:
+                log.error("%s: stream %s: no new epoch: %s", broker.name, name, exc)
+
+    def info(self):
+        return {"catching_up": {k.decode("ascii", "replace"): v for k, v in self.targets.items()},
+                "truncated": self.truncated}
