@@ -460,7 +460,11 @@ class Replica:
             directory = os.path.join(broker.journal_dir, stream_directory(name))
             if not os.path.isdir(directory):   # new on the active: starts where its records start
                 jr.create_at(directory, rows[0][0], [e for e in epochs if e[1] <= rows[0][0]] or [epochs[0]])
-            stream = broker._open(None, name)
+            # In the loop, as at start: a passive serves no client, and this happens once per stream new
+            # to it (a client's ATTACH opens journals on the threadpool instead: broker_streams._open).
+            stream = None
+            if len(broker._streams) < broker._max_open or broker._close_idlest():
+                stream = broker._open_now(name)
             if stream is None:      # (too many open streams, none idle; a journal that cannot open)
                 broker.stats["pair_journal_errors"] += 1
                 log.error("%s: stream %s cannot be opened to copy it; following again soon", broker.name, name)
@@ -474,18 +478,12 @@ class Replica:
             self.token = None       # the next heartbeat follows again (the rest of this session is dropped)
             return
         starts = {start for _, start in epochs}
-        producers, cap = stream.producers, broker.max_producers
         try:
             for seq, ts, key, body, pid, pseq in rows:
                 if seq in starts or seq == rows[0][0]:
                     jr.set_epochs(journal, [e for e in epochs if e[1] <= seq] or [epochs[0]])
+                # the journal's producer table (the broker's one source of PUBLISH-ID duplicates) takes pid
                 record = journal.append_record(key, body, ts, None if pid is None else (pid, pseq))
-                if pid is not None:
-                    producer = int.from_bytes(pid, "little")
-                    producers[producer] = (pseq, seq)
-                    producers.move_to_end(producer)
-                    if len(producers) > cap:
-                        producers.popitem(last=False)
                 stream.fresh.append(record)
         except (JournalError, ValueError) as exc:   # (disk full...): this session ends, retried each heartbeat
             broker.stats["pair_journal_errors"] += 1
