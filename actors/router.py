@@ -11,7 +11,10 @@ tell the pattern when to pause and resume producing for a peer; with
 ``credit=True`` each identity is sent only what it was granted.
 ``max_message`` caps each incoming frame (``ZMQ_MAXMSGSIZE``, see
 :func:`~zactors.actors.sockets.limit_size`): a peer that sends a larger one
-is disconnected by libzmq before the frame is read.  Connections closed, by
+is disconnected by libzmq before the frame is read; ``max_frames`` (and
+``max_bytes``, default ``max_frames * max_message``) bound a whole message:
+one over them is dropped unread and counted (``stats["multipart_refused"]``).
+Connections closed, by
 their peer or for a frame over the limit (libzmq does not say which), are
 counted in ``actor.stats["disconnects"]``.
 
@@ -66,8 +69,10 @@ class Router:
     :meth:`grant` gives it (see :mod:`zactors.actors.outbox`).
     :attr:`outbox` is the underlying :class:`~zactors.actors.outbox.Outbox`.
     ``max_message`` (bytes, or None for no limit) is the largest frame a
-    peer may send; every connection that closes counts in
-    ``actor.stats["disconnects"]``.
+    peer may send, ``max_frames`` the most frames of a message (the identity
+    frame included) and ``max_bytes`` its most bytes in all (see
+    :func:`~zactors.actors.sockets.limit_size`); every connection that
+    closes counts in ``actor.stats["disconnects"]``.
     """
 
     #: first and largest delay (s) between retries for a peer at its HWM
@@ -80,10 +85,10 @@ class Router:
                  on_held: Callable[[bytes], object] | None = None, on_drained: Callable[[bytes], object] | None = None,
                  high: int | None = None, low: int | None = None, credit: bool = False,
                  cost: Callable[[Sequence[bytes]], int] | None = None, max_message: int | None = None,
-                 **options: Any) -> None:
+                 max_frames: int | None = None, max_bytes: int | None = None, **options: Any) -> None:
         self.actor = actor
         self.socket = sock = actor.socket(zmq.ROUTER, router_mandatory=1, **options)
-        limit_size(sock, max_message)
+        limit_size(sock, max_message, max_frames, max_bytes)
         self._watch_disconnects()
         self.on_message = on_message
         self.backlog = backlog
@@ -157,19 +162,22 @@ class RouterActor(Actor):
     ``self.route(identity, *frames)``; they may override ``on_unroutable``,
     ``on_overflow``, ``on_held`` and ``on_drained``.  ``credit = True`` gates
     each identity by ``self.router.grant(identity, amount)``.
-    ``max_message`` caps each incoming frame (bytes; None: no cap).
-    ``self.endpoint`` holds the bound endpoint.
+    ``max_message`` caps each incoming frame (bytes; None: no cap), ``max_frames`` and ``max_bytes``
+    a whole message (the identity included).  ``self.endpoint`` holds the bound endpoint.
     """
 
     endpoint = "tcp://127.0.0.1:*"
     backlog = 10000
     credit = False
     max_message: int | None = None
+    max_frames: int | None = None
+    max_bytes: int | None = None
 
     def setup(self) -> None:
         self.router = Router(self, self.on_message, backlog=self.backlog, credit=self.credit,
                              on_unroutable=self.on_unroutable, on_overflow=self.on_overflow,
-                             on_held=self.on_held, on_drained=self.on_drained, max_message=self.max_message)
+                             on_held=self.on_held, on_drained=self.on_drained, max_message=self.max_message,
+                             max_frames=self.max_frames, max_bytes=self.max_bytes)
         self.endpoint = self.router.bind(self.endpoint)
 
     def route(self, identity: bytes, *frames: bytes) -> bool:

@@ -95,7 +95,8 @@ class Snapshots:
         self.router = _SnapshotRouter(server, on_request, backlog=window + chunk + 16, high=window,
                                       on_held=self._on_held, on_drained=self._on_drained,
                                       on_unroutable=self._on_unroutable, router_handover=1, sndhwm=hwm,
-                                      heartbeat_ivl=1000, heartbeat_timeout=5000, max_message=max_message)
+                                      heartbeat_ivl=1000, heartbeat_timeout=5000, max_message=max_message,
+                                      max_frames=4)  # identity, ICANHAZ?, subtree (and a peer's marker)
 
     def __len__(self):
         return len(self._tasks)

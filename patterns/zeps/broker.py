@@ -255,7 +255,10 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
                              high=self.transport_high, backlog=self.transport_high * 2,
                              sndhwm=self.sndhwm,
-                             max_message=max(self.max_message + _PUBLISH_OVERHEAD, _MAX_COMMAND))
+                             max_message=max(self.max_message + _PUBLISH_OVERHEAD, _MAX_COMMAND),
+                             max_frames=8, max_bytes=max(self.max_message + _PUBLISH_OVERHEAD, _MAX_COMMAND) + 256)
+        # (every ZEPS message is one frame after the ROUTER's identity, of 255 bytes at most: a few frames
+        # more get INVALID "one ZEPS command per message", a larger message is dropped unread and counted)
         self._outbox_send = self.router.outbox.send
         self._outbox_pending = self.router.outbox.pending
         if self.curve is not None:
