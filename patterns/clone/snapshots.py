@@ -19,6 +19,8 @@ Budgets (a peer can make us hold cuts by asking and never reading):
   cut is always allowed, however large the map.
 - ``max_active``: snapshots sent at once (each may hold ``window``
   messages in the ROUTER and ``hwm`` in libzmq); more wait in the queue.
+- Connections: a quarter of the open-file limit (less 32); one past it is
+  shut at once and counted (``connections_refused``).
 - A client that stops reading for ``timeout`` seconds, or disappears
   (unroutable), is dropped, releasing its cut.
 
@@ -34,7 +36,7 @@ from collections import OrderedDict
 from typing import Any
 
 from zactors.actors.budget import Budget
-from zactors.actors.router import Router
+from zactors.actors.router import Router, fd_budget
 
 from .protocol import encode_kthxbai, encode_properties, decode_properties, pack_sequence
 
@@ -97,7 +99,8 @@ class Snapshots:
                                       on_held=self._on_held, on_drained=self._on_drained,
                                       on_unroutable=self._on_unroutable, router_handover=1, sndhwm=hwm,
                                       heartbeat_ivl=1000, heartbeat_timeout=5000, max_message=max_message,
-                                      max_frames=4)  # identity, ICANHAZ?, subtree (and a peer's marker)
+                                      max_frames=4,  # identity, ICANHAZ?, subtree (and a peer's marker)
+                                      max_connections=fd_budget(0.25, 32))  # the map's journal needs fds too
 
     def __len__(self):
         return len(self._tasks)
