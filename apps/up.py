@@ -72,8 +72,6 @@ from types import SimpleNamespace
 
 import gevent
 from gevent.event import Event
-from gevent.pool import Pool
-from gevent.pywsgi import WSGIServer
 
 from zactors.apps.options import UsageError
 
@@ -94,7 +92,7 @@ DEFAULTS = {
     "harmony": {"enabled": True, "name": None, "beacon": False, "interface": None, "endpoints": [], "groups": [],
                 "host": "127.0.0.1", "tcp_port": 0},
     "dashboard": {"enabled": True, "bind": "127.0.0.1:8765", "token": None, "interval": 1.0,
-                  "max_clients": 1000},
+                  "max_clients": None},
 }
 
 _KEYS = {section: set(DEFAULTS[section]) for section in SECTIONS}
@@ -363,6 +361,7 @@ class Up:
 
     def _start_dashboard(self, d):
         from zactors.apps.dashboard import Dashboard, is_loopback_bind, sources
+        from zactors.apps.dashboard.app import server as dashboard_server
         host, port = split_host_port(d["bind"])
         token = d["token"]
         if token is None and not is_loopback_bind(host):
@@ -378,9 +377,10 @@ class Up:
             parts.append(sources.Harmony(SimpleNamespace(actor=self.tree.proxy("harmony"))))
         if self.tree is not None:
             parts.append(sources.Supervision(self.tree))
-        self.dashboard = Dashboard(parts, token=token, interval=float(d["interval"]), max_clients=int(d["max_clients"]))
+        self.dashboard = Dashboard(parts, token=token, interval=float(d["interval"]),
+                                   max_clients=None if d["max_clients"] is None else int(d["max_clients"]))
         self.token = token
-        self.server = WSGIServer((host, port), self.dashboard, log=None, error_log=log, spawn=Pool(10000))
+        self.server = dashboard_server(self.dashboard, (host, port), error_log=log)
         try:
             self.server.start()
         except OSError as exc:

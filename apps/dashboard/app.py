@@ -30,8 +30,11 @@ import os
 from urllib.parse import parse_qsl
 
 import gevent
+from gevent.pool import Pool
+from gevent.pywsgi import WSGIHandler, WSGIServer
 
 from zactors.actors.errors import ActorError
+from zactors.actors.router import fd_budget
 
 from . import openapi
 from .guard import HEADERS, LOOPBACK, Guard
@@ -39,7 +42,7 @@ from .metrics import CONTENT_TYPE, Metrics
 from .sampler import Sampler
 from .sources import ActionError
 
-__all__ = ["Dashboard"]
+__all__ = ["Dashboard", "server"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,31 @@ _STATIC = os.path.join(os.path.dirname(__file__), "static")
 _FILES = {name: os.path.join(_STATIC, name) for name in ("index.html", "app.js", "style.css", "icon.svg")}
 #: bytes of a POST body read at most
 MAX_BODY = 64 << 10
+#: seconds a connection may wait for its request (and a page for its next write) before it is closed
+IDLE = 10.0
+
+
+def connection_budget():
+    """HTTP connections a dashboard serves at once: a quarter of the open-file limit (10,000 without one)."""
+    return fd_budget(0.25, 32) or 10000
+
+
+class _Handler(WSGIHandler):
+    """pywsgi's handler with a deadline on every read and write: an idle connection lets its place go."""
+
+    def handle(self):
+        self.socket.settimeout(self.server.idle)
+        super().handle()
+
+
+def server(dashboard, address, *, idle=IDLE, connections=None, error_log=None):
+    """A gevent ``WSGIServer`` for ``dashboard`` on ``address`` (not started): at most ``connections``
+    (default :func:`connection_budget`) at once, the next ones left in the kernel's backlog, taking no
+    descriptor; a connection silent for ``idle`` seconds is closed."""
+    wsgi = WSGIServer(address, dashboard, log=None, error_log=error_log, handler_class=_Handler,
+                      spawn=Pool(connections or connection_budget()))
+    wsgi.idle = idle
+    return wsgi
 
 
 class Dashboard:
@@ -56,21 +84,23 @@ class Dashboard:
     ``local``: without one, the networks whose peer addresses may call (loopback);
     ``keys``: ``{token: client public key}``, tokens that see only what that key's permissions allow.
     ``interval``: seconds between samples; ``history``: points per chart.
-    ``max_clients``: Server-Sent-Events clients at once (then 503);
+    ``max_clients``: Server-Sent-Events clients at once (then 503, counted in ``refused``; default 1000,
+    or half the :func:`connection_budget` when that is less);
     ``queue``: snapshots a slow client may have pending before it loses some.
     """
 
     def __init__(self, sources, *, token=None, local=LOOPBACK, keys=None, interval=1.0, history=180,
-                 max_clients=1000, queue=4):
+                 max_clients=None, queue=4):
         self.sources = list(sources)
         self.by_name = {s.name: s for s in self.sources}
         if len(self.by_name) != len(self.sources):
             raise ValueError("two sources share a name")
         self.guard = Guard(token, local, keys)
-        self.max_clients = max_clients
+        self.max_clients = max_clients or min(1000, connection_budget() // 2)
         self.queue = queue
         self.clients = 0
         self.dropped = 0
+        self.refused = 0    # live pages refused (max_clients)
         self._static = {}
         for name, path in _FILES.items():
             with open(path, "rb") as f:
@@ -231,6 +261,7 @@ class Dashboard:
 
     def _events(self, start_response, viewer):
         if self.clients >= self.max_clients:
+            self.refused += 1
             return _error(start_response, "503 Service Unavailable",
                           "too many live pages open (%d)" % self.max_clients)
         sub = self.sampler.subscribe(size=self.queue, policy="drop")

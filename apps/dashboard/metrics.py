@@ -73,3 +73,7 @@ class _Collector:
                                 value=dash.clients)
         yield CounterMetricFamily("zactors_dashboard_snapshots_dropped", "Snapshots dropped for slow SSE clients",
                                   value=dash.dropped)
+        yield CounterMetricFamily("zactors_dashboard_pages_refused", "Live pages refused (max_clients)",
+                                  value=dash.refused)
+        yield CounterMetricFamily("zactors_dashboard_tails_refused", "Live tails refused (max_tails)",
+                                  value=sum(getattr(s, "tails_refused", 0) for s in dash.sources))

@@ -146,6 +146,7 @@ class Zeps(Source):
         self.broker = broker
         self.endpoint = endpoint or client_endpoint(broker.endpoint)
         self.tails = 0
+        self.tails_refused = 0   # past max_tails
         #: the broker's per-stream permissions: what a client key may see here (None: every stream)
         self.permissions = permissions if permissions is not None else getattr(broker, "permissions", None)
 
@@ -227,6 +228,7 @@ class Zeps(Source):
         except PatternError as exc:
             raise ActionError(str(exc)) from None
         if self.tails >= self.max_tails:
+            self.tails_refused += 1
             raise ActionError("too many live tails open (%d)" % self.max_tails, "503 Service Unavailable")
         from zactors.patterns.zeps import NoSuchStream, Subscriber, ZepsError
         pattern = query.get("key", "")
