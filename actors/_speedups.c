@@ -31,6 +31,8 @@ typedef struct {
 #define ZMQ_RCVMORE 13
 /* Frames of a refused message one call drops at most (a bounded slice of the loop). */
 #define SKIP_BUDGET 4096
+/* Limits at or past this mean none (speedups.UNBOUNDED). */
+#define UNBOUNDED ((Py_ssize_t)1 << 62)
 
 static int (*msg_init)(zmq_msg_t *);
 static int (*msg_recv)(zmq_msg_t *, void *, int);
@@ -180,14 +182,18 @@ recv_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if ((h = socket_of(args[0], args[1])) == NULL)
         return NULL;
     if (bounded) {
-        int rcvmore = 0;
-        size_t size = sizeof(rcvmore);
         max_frames = PyLong_AsSsize_t(args[2]);
         if (max_frames == -1 && PyErr_Occurred())
             return NULL;
         max_bytes = PyLong_AsSsize_t(args[3]);
         if (max_bytes == -1 && PyErr_Occurred())
             return NULL;
+    }
+    if (bounded && max_frames >= UNBOUNDED && max_bytes >= UNBOUNDED)
+        bounded = 0; /* a socket without limits (a pipe): no RCVMORE to read */
+    if (bounded) {
+        int rcvmore = 0;
+        size_t size = sizeof(rcvmore);
         if (zgetsockopt(h, ZMQ_RCVMORE, &rcvmore, &size) < 0)
             return raise_errno(zerrno());
         if (rcvmore) { /* the rest of a message refused by an earlier call */

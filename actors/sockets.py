@@ -22,7 +22,7 @@ from typing import Any, Literal, overload
 import zmq
 from gevent.hub import Waiter, get_hub
 
-from .speedups import NOBLOCK, SNDMORE, _skip_some, buffers, events as _events, handle as _handle, recv_message, send_frames, send_message
+from .speedups import NOBLOCK, SNDMORE, UNBOUNDED, _skip_some, buffers, events as _events, handle as _handle, recv_message, send_frames, send_message
 
 __all__ = ["Socket", "context", "limit_size", "raise_open_files", "raw_send", "POLLIN", "POLLOUT", "NOBLOCK", "SNDMORE"]
 
@@ -129,7 +129,7 @@ def limit_size(sock: zmq.Socket, limit: int | None, frames: int | None = None, t
 
 
 #: no bound on a message's frames or bytes
-_UNBOUNDED = 1 << 62
+_UNBOUNDED = UNBOUNDED
 
 
 class Socket(zmq.Socket):

@@ -67,6 +67,8 @@ _EVENTS = 15
 _RCVMORE = 13
 #: frames of a refused message that one bounded ``recv_message`` drops at most
 SKIP_BUDGET = 4096
+#: a limit at or past this is none
+UNBOUNDED = 1 << 62
 _send = zmq.backend.Socket.send
 _recv = zmq.backend.Socket.recv
 _get = zmq.backend.Socket.get
@@ -115,7 +117,7 @@ def _skip_some(sock):
 
 def py_recv_message(sock, handle, max_frames=None, max_bytes=None):
     _check(sock)
-    bounded = max_frames is not None
+    bounded = max_frames is not None and (max_frames < UNBOUNDED or max_bytes < UNBOUNDED)
     if bounded and _get(sock, _RCVMORE):  # the rest of a message refused by an earlier call
         _skip_some(sock)
         return True
