@@ -48,7 +48,10 @@ def install(ref, into):
 def run(ref, src, site, script, args, deadline):
     """Run ``script`` of ``ref``'s tree against its install; print its lines; return its figures."""
     env = dict(os.environ, PYTHONPATH=site)
-    argv = [sys.executable, os.path.join(src, "benchmarks", script), "--deadline", str(deadline)] + args
+    path = os.path.join(src, "benchmarks", script)
+    with open(path, encoding="utf-8") as f:
+        knows_deadline = "--deadline" in f.read()   # (older benchmarks had no such option)
+    argv = [sys.executable, path] + (["--deadline", str(deadline)] if knows_deadline else []) + args
     print("== %s at %s: %s" % (script, ref, " ".join(argv[2:])), flush=True)
     proc = subprocess.Popen(argv, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     figures = {}
