@@ -13,6 +13,7 @@ the default sizes are the benchmarks' own.  Figures of one run only compare with
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,8 @@ BASE = "072f3c6"
 QUICK = {"zeps.py": ["--messages", "20000", "--replay", "100000", "--paced", "1", "--stacks", "zeps"],
          "clone.py": ["--keys", "20000", "--updates", "20000", "--failover-seconds", "2"]}
 FULL = {"zeps.py": ["--stacks", "zeps"], "clone.py": []}
+#: a row of zeps.py's table (every version prints it): run, msg/s, p50 ms, p99 ms, lost
+_ZEPS_ROW = re.compile(r"^zactors ZEPS \(.*?\)\s+(deliver \d+ sub|replay)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\d+)$")
 #: figures where lower is better (latencies, seconds, losses)
 LOWER = ("p50", "p99", "seconds", "failover_s", "lost", "missed")
 
@@ -58,6 +61,12 @@ def run(ref, src, site, script, args, deadline):
     for line in proc.stdout:
         print("   " + line.rstrip(), flush=True)
         text = line.strip()
+        row = _ZEPS_ROW.match(text) if script == "zeps.py" else None
+        if row:
+            run_, rate, p50, p99, lost = row.groups()
+            figures[run_] = {"rate": int(rate), "lost": int(lost), "p50_ms": None if p50 == "-" else float(p50),
+                             "p99_ms": None if p99 == "-" else float(p99)}
+            continue
         start = text.find("{")
         if start < 0 or not text.endswith("}"):
             continue
@@ -65,9 +74,7 @@ def run(ref, src, site, script, args, deadline):
             value = json.loads(text[start:])
         except ValueError:
             continue
-        if script == "zeps.py" and text.startswith("zactors ZEPS"):
-            figures.update(value)
-        elif script == "clone.py" and start == 0:
+        if script == "clone.py" and start == 0:
             figures.update(value)
     if proc.wait() != 0:
         print("   (%s at %s ended with status %d)" % (script, ref, proc.returncode), flush=True)
@@ -112,12 +119,13 @@ def main(argv=None):
     parser.add_argument("new", nargs="?", default="main", help="the commit after (default main)")
     parser.add_argument("--quick", action="store_true", help="short passes (seconds each; noisy)")
     parser.add_argument("--deadline", type=float, default=900, help="seconds a benchmark step may take")
+    parser.add_argument("--only", default="zeps,clone", help="comma-separated subset: zeps, clone")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     results = {args.base: {}, args.new: {}}
     with tempfile.TemporaryDirectory(prefix="zactors-compare-") as tmp:
         trees = {ref: install(ref, os.path.join(tmp, "r%d" % i)) for i, ref in enumerate((args.base, args.new))}
-        for script in ("zeps.py", "clone.py"):
+        for script in [name + ".py" for name in args.only.split(",")]:
             for ref in (args.base, args.new):
                 src, site = trees[ref]
                 results[ref][script] = run(ref, src, site, script, sizes[script], args.deadline)
