@@ -350,3 +350,36 @@ def test_a_connection_flood_under_ulimit_1024_is_refused_and_a_good_client_is_se
             sock.close(0)
         pub.close()
         sub.destroy()
+
+
+def test_the_stream_quota_of_a_peer_without_curve_holds_by_its_routing_id(broker):
+    """Issue 20, part 2 item 3 (a pin: no defect found): without CURVE a peer's stream quota is keyed by its
+    routing id and holds across DETACH/ATTACH; another routing id has its own.  The peers tracked for the
+    quota are those with streams alive (at most ``max_streams``)."""
+    def peer(identity):
+        raw = Raw.__new__(Raw)
+        raw.sock = context().socket(zmq.DEALER, socket_class=Socket)
+        raw.sock.linger = 0
+        raw.sock.identity = identity
+        raw.sock.connect(broker.endpoint)
+        return raw
+
+    def create(raw, name):
+        raw.send(p.attach(name))
+        answer = raw.recv()
+        if type(answer) is p.AttachOk:
+            raw.send(p.publish(b"k", b"v"))          # a stream that held a message stays (and counts)
+            raw.send(p.encode(p.Detach()))
+            raw.expect(p.DetachOk)
+            return None
+        return answer.reason
+
+    first, other = peer(b"fixed-id"), peer(b"other-id")
+    try:
+        assert [create(first, b"q-%d" % i) for i in range(16)] == [None] * 16
+        assert create(first, b"q-16").startswith("stream quota: this peer created 16 streams")
+        assert create(first, b"q-17").startswith("stream quota")
+        assert create(other, b"o-0") is None
+    finally:
+        first.close()
+        other.close()
