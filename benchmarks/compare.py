@@ -103,10 +103,12 @@ def table(results, base, new):
             if name not in now:
                 continue
             a, b = old[name], now[name]
-            change = (b - a) / a * 100 if a else 0.0
+            change = (b - a) / a * 100 if a else (0.0 if b == a else float("inf") * (1 if b > a else -1))
             lower = any(word in name.rsplit(".", 1)[-1] for word in LOWER)
             bad = (change > 5) if lower else (change < -5)
-            if bad and not name.endswith((".keys", ".received", ".rate", ".clients", ".written")):
+            if name.endswith((".keys", ".received", ".clients", ".written")) or name == "failover.rate":
+                bad = False       # the run's own parameters and counts, not figures
+            if bad:
                 worse.append(name)
             print("%-48s %14.4g %14.4g %+8.1f%%%s" % (script[:-3] + " " + name, a, b, change,
                                                      "  <- worse than 5%" if bad else ""))
