@@ -13,7 +13,6 @@ from zactors.actors.router import RouterActor
 from zactors.actors.sockets import Socket, context
 from zactors.actors.speedups import SKIP_BUDGET
 
-from ..conftest import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -5,15 +5,13 @@ import os
 import resource
 import socket
 
-import gevent
-import gevent.socket
 import gevent.subprocess
 import pytest
 
 from zactors.patterns.zeps import Publisher
 
 from ..cli_helpers import ENV, ZACTORS, read_until
-from .helpers import EventStream, get_json, request
+from .helpers import EventStream, request
 
 pytestmark = pytest.mark.timeout(180)
 

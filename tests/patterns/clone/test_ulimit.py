@@ -12,7 +12,6 @@ import zmq
 from zactors.actors.sockets import Socket, context
 from zactors.patterns.clone.client import Clone
 from zactors.patterns.clone.protocol import encode_icanhaz
-from zactors.patterns.clone.server import CloneServer  # noqa: F401  (the package imports)
 from tests.conftest import wait_for
 from tests.patterns.clone.conftest import free_base_port
 
