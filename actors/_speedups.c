@@ -28,6 +28,11 @@ typedef struct {
 #define ZMQ_DONTWAIT 1
 #define ZMQ_SNDMORE 2
 #define ZMQ_EVENTS 15
+#define ZMQ_RCVMORE 13
+/* Frames of a refused message one call drops at most (a bounded slice of the loop). */
+#define SKIP_BUDGET 4096
+/* Limits at or past this mean none (speedups.UNBOUNDED). */
+#define UNBOUNDED ((Py_ssize_t)1 << 62)
 
 static int (*msg_init)(zmq_msg_t *);
 static int (*msg_recv)(zmq_msg_t *, void *, int);
@@ -128,29 +133,83 @@ recv_frame(void *h, PyObject **frame, int *more, enum position where)
     return *frame == NULL ? -1 : 1;
 }
 
+/* Drop frames of the message under way, SKIP_BUDGET at most: 0 once its last
+ * frame is gone, 1 with frames left (the next call goes on), -1 with an
+ * exception set. */
+static int
+skip_frames(void *h)
+{
+    zmq_msg_t msg;
+    int err, more, n;
+
+    for (n = 0; n < SKIP_BUDGET; n++) {
+        msg_init(&msg);
+        if (msg_recv(&msg, h, ZMQ_DONTWAIT) < 0) {
+            err = zerrno();
+            msg_close(&msg);
+            if (err == EINTR) /* inside a message: finish it; the signal runs on return */
+                continue;
+            raise_errno(err);
+            return -1;
+        }
+        more = msg_more(&msg);
+        msg_close(&msg);
+        if (!more)
+            return 0;
+    }
+    return 1;
+}
+
 PyDoc_STRVAR(recv_message_doc,
-"recv_message(sock, handle) -> list of bytes, or None\n\n"
-"One whole message, its frames as bytes; None when none is waiting.");
+"recv_message(sock, handle[, max_frames, max_bytes]) -> list of bytes, None, or a bool\n\n"
+"One whole message, its frames as bytes; None when none is waiting.  With\n"
+"limits, a message of more frames or bytes in all is dropped instead, never\n"
+"held: False when one is refused (count it), True when a call only went on\n"
+"dropping the rest of one (at most 4096 frames a call).");
 
 static PyObject *
 recv_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     void *h;
     PyObject *frames, *frame;
-    int more = 0, rc;
+    int more = 0, rc, bounded = nargs == 4;
+    Py_ssize_t max_frames = 0, max_bytes = 0, count = 1, total;
 
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "recv_message(sock, handle)");
+    if (nargs != 2 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "recv_message(sock, handle[, max_frames, max_bytes])");
         return NULL;
     }
     if ((h = socket_of(args[0], args[1])) == NULL)
         return NULL;
+    if (bounded) {
+        max_frames = PyLong_AsSsize_t(args[2]);
+        if (max_frames == -1 && PyErr_Occurred())
+            return NULL;
+        max_bytes = PyLong_AsSsize_t(args[3]);
+        if (max_bytes == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (bounded && max_frames >= UNBOUNDED && max_bytes >= UNBOUNDED)
+        bounded = 0; /* a socket without limits (a pipe): no RCVMORE to read */
+    if (bounded) {
+        int rcvmore = 0;
+        size_t size = sizeof(rcvmore);
+        if (zgetsockopt(h, ZMQ_RCVMORE, &rcvmore, &size) < 0)
+            return raise_errno(zerrno());
+        if (rcvmore) { /* the rest of a message refused by an earlier call */
+            rc = skip_frames(h);
+            if (rc < 0)
+                return NULL;
+            Py_RETURN_TRUE;
+        }
+    }
     rc = recv_frame(h, &frame, &more, FIRST);
     if (rc <= 0) {
         if (rc == 0)
             Py_RETURN_NONE;
         return NULL;
     }
+    total = PyBytes_GET_SIZE(frame);
     frames = PyList_New(1);
     if (frames == NULL) {
         Py_DECREF(frame);
@@ -158,6 +217,12 @@ recv_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     PyList_SET_ITEM(frames, 0, frame);
     while (more) {
+        if (bounded && (count >= max_frames || total > max_bytes)) {
+            Py_DECREF(frames);
+            if (skip_frames(h) < 0)
+                return NULL;
+            Py_RETURN_FALSE;
+        }
         /* The rest of a message is there already: libzmq delivers whole messages. */
         rc = recv_frame(h, &frame, &more, MIDDLE);
         if (rc <= 0) {
@@ -166,12 +231,18 @@ recv_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(frames);
             return NULL;
         }
+        count++;
+        total += PyBytes_GET_SIZE(frame);
         rc = PyList_Append(frames, frame);
         Py_DECREF(frame);
         if (rc < 0) {
             Py_DECREF(frames);
             return NULL;
         }
+    }
+    if (bounded && total > max_bytes) {
+        Py_DECREF(frames);
+        Py_RETURN_FALSE;
     }
     return frames;
 }

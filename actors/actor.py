@@ -383,8 +383,14 @@ class Actor(metaclass=_ActorType):
 
     def add_reader(self, sock: Socket, handler: Callable[[list[Any]], object], copy: bool = True) -> None:
         """Call ``handler(frames)`` for each message on ``sock`` (``zmq.Frame`` objects with
-        their message properties when ``copy=False``: see :meth:`.Reactor.add_reader`)."""
-        self._reactor.add_reader(sock, handler, copy)
+        their message properties when ``copy=False``: see :meth:`.Reactor.add_reader`).  A message
+        over ``sock``'s bounds (:func:`.sockets.limit_size`) counts in ``stats["multipart_refused"]``."""
+        stats = self.stats
+
+        def refused():
+            stats["multipart_refused"] += 1
+
+        self._reactor.add_reader(sock, handler, copy, refused)
 
     def remove_reader(self, sock: Socket) -> None:
         """Stop calling the handler of ``sock`` (safe from inside a handler)."""

@@ -73,23 +73,25 @@ class Timer:
                 reactor._timer_cancelled()
 
 
-def _recv_zero_copy(sock, _handle):
-    """One whole message as ``zmq.Frame`` objects (their message properties readable), or None."""
+def _recv_zero_copy(sock, _handle, _max_frames, _max_bytes):
+    """One whole message as ``zmq.Frame`` objects (their message properties readable), None, or a
+    refusal (a bool, as :func:`~.speedups.recv_message`)."""
     try:
-        return sock.recv_frames(False)
+        return sock.recv_frames(False, True)
     except zmq.Again:
         return None
 
 
 class _Reader:
-    __slots__ = ("socket", "handler", "watcher", "removed", "recv")
+    __slots__ = ("socket", "handler", "watcher", "removed", "recv", "on_refused")
 
-    def __init__(self, socket, handler, watcher, recv):
+    def __init__(self, socket, handler, watcher, recv, on_refused):
         self.socket = socket
         self.handler = handler
         self.watcher = watcher
         self.removed = False
         self.recv = recv
+        self.on_refused = on_refused
 
 
 class _FdReader:
@@ -132,13 +134,16 @@ class Reactor:
         self.task_slice = task_slice
 
     # -- registration -------------------------------------------------------
-    def add_reader(self, socket: Socket, handler: Callable[[list[Any]], object], copy: bool = True) -> None:
+    def add_reader(self, socket: Socket, handler: Callable[[list[Any]], object], copy: bool = True,
+                   on_refused: Callable[[], object] | None = None) -> None:
         """Call ``handler(frames)`` for each message on ``socket``.
 
         ``frames`` are bytes (the C receive when built); with ``copy=False``
         they are ``zmq.Frame`` objects, slower but carrying the message
         properties (``frame.get("User-Id")``, the ZAP identity) that libzmq
-        gives only to such a receive.
+        gives only to such a receive.  A message over the socket's
+        ``max_frames``/``max_bytes`` (:func:`~.sockets.limit_size`) is dropped
+        unread and ``on_refused()`` called instead.
         """
         if not isinstance(socket, Socket):
             raise TypeError("reactor sockets must be zactors.actors.sockets.Socket, "
@@ -146,7 +151,8 @@ class Reactor:
         self.remove_reader(socket)
         watcher = get_hub().loop.io(socket.getsockopt(zmq.FD), 1)
         watcher.start(self._wake)
-        self._readers.append(_Reader(socket, handler, watcher, recv_message if copy else _recv_zero_copy))
+        self._readers.append(_Reader(socket, handler, watcher, recv_message if copy else _recv_zero_copy,
+                                     on_refused))
         # Messages may wait already, their ZMQ_FD edge long gone: go round once.
         self._fresh = True
         self._wake()
@@ -393,11 +399,21 @@ class Reactor:
                     handle = sock.handle
                     handler = reader.handler
                     recv = reader.recv
+                    max_frames = sock.max_frames
+                    max_bytes = sock.max_bytes
                     n = 0
                     while True:
-                        frames = recv(sock, handle)
+                        frames = recv(sock, handle, max_frames, max_bytes)
                         if frames is None:
                             break
+                        if frames.__class__ is not list:    # over the socket's bounds: dropped unread
+                            if frames is False and reader.on_refused is not None:
+                                reader.on_refused()
+                            n += 1
+                            if frames is True or n >= cap:  # more of it to drop: the others first
+                                busy = True
+                                break
+                            continue
                         handler(frames)
                         if not self._running:
                             return

@@ -11,7 +11,10 @@ tell the pattern when to pause and resume producing for a peer; with
 ``credit=True`` each identity is sent only what it was granted.
 ``max_message`` caps each incoming frame (``ZMQ_MAXMSGSIZE``, see
 :func:`~zactors.actors.sockets.limit_size`): a peer that sends a larger one
-is disconnected by libzmq before the frame is read.  Connections closed, by
+is disconnected by libzmq before the frame is read; ``max_frames`` (and
+``max_bytes``, default ``max_frames * max_message``) bound a whole message:
+one over them is dropped unread and counted (``stats["multipart_refused"]``).
+Connections closed, by
 their peer or for a frame over the limit (libzmq does not say which), are
 counted in ``actor.stats["disconnects"]``.
 
@@ -20,6 +23,8 @@ counted in ``actor.stats["disconnects"]``.
 from __future__ import annotations
 
 import logging
+import socket
+import struct
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,25 +36,82 @@ from .outbox import Outbox
 from .sockets import limit_size
 from .speedups import send_message
 
-__all__ = ["Router", "RouterActor", "count_disconnects"]
+__all__ = ["Router", "RouterActor", "count_disconnects", "fd_budget"]
 
 log = logging.getLogger(__name__)
 
 
-def count_disconnects(actor: Actor, sock: zmq.Socket, counter: str = "disconnects") -> None:
+def count_disconnects(actor: Actor, sock: zmq.Socket, counter: str = "disconnects",
+                      max_connections: int | None = None) -> None:
     """Count the connections of ``actor``'s socket ``sock`` that close in ``actor.stats[counter]``
     (libzmq's monitor: the only place a drop for a frame over ``ZMQ_MAXMSGSIZE`` shows).  Call it
-    before ``sock``'s other readers: the monitor stops when ``sock`` closes."""
+    before ``sock``'s other readers: the monitor stops when ``sock`` closes.
+
+    ``max_connections``: accepted connections ``sock`` may have at once.  libzmq accepts every
+    connection (each takes a descriptor) and cannot be told to stop; one past the budget is shut
+    down as soon as its ACCEPTED event arrives (its peer sees it closed, and reconnects later) and
+    counted in ``stats["connections_refused"]``.  Descriptors are a node's to budget: connections
+    that took them all would leave none for its journals.
+    """
     endpoint = "inproc://zactors-router-monitor-%s" % uuid.uuid4().hex
-    sock.monitor(endpoint, zmq.EVENT_DISCONNECTED)
+    watched = zmq.EVENT_DISCONNECTED | (zmq.EVENT_ACCEPTED if max_connections is not None else 0)
+    sock.monitor(endpoint, watched)
     events = actor.socket(zmq.PAIR)
     events.connect(endpoint)
     stats = actor.stats
+    open_ = [0]
 
-    def disconnected(frames):
-        stats[counter] += 1
+    def on_event(frames):
+        event, value = _EVENT.unpack_from(frames[0])
+        if event == _DISCONNECTED:
+            stats[counter] += 1
+            open_[0] = max(0, open_[0] - 1)
+        elif event == _ACCEPTED:
+            open_[0] += 1
+            if open_[0] > max_connections and _shut_down(value, frames[1]):  # type: ignore[operator]
+                stats["connections_refused"] += 1
 
-    actor.add_reader(events, disconnected)
+    actor.add_reader(events, on_event)
+
+
+_EVENT = struct.Struct("=HI")    # a monitor event's first frame: event number, value (the fd of ACCEPTED)
+_ACCEPTED = int(zmq.EVENT_ACCEPTED)
+_DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
+
+
+def _shut_down(fd: int, endpoint: bytes) -> bool:
+    """Shut the accepted TCP connection ``fd`` down (libzmq then closes it); True if done.
+
+    The event may come after libzmq closed that connection and the number went to another
+    descriptor: only a socket whose local port is the listener's is touched (at worst another
+    connection of that listener, which is over the budget as well)."""
+    port = endpoint.rsplit(b":", 1)[-1]
+    try:
+        conn = socket.socket(fileno=fd)
+    except OSError:
+        return False
+    try:
+        local = conn.getsockname()
+        if not isinstance(local, tuple) or str(local[1]).encode() != port:
+            return False
+        conn.shutdown(socket.SHUT_RDWR)
+        return True
+    except OSError:
+        return False
+    finally:
+        conn.detach()    # libzmq owns the descriptor: never closed here
+
+
+def fd_budget(share: float = 0.5, reserve: int = 64) -> int | None:
+    """Connections a server may hold: ``share`` of the open-file limit less ``reserve`` (None: no limit)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return max(16, int(soft * share) - reserve)
 
 
 class Router:
@@ -66,8 +128,12 @@ class Router:
     :meth:`grant` gives it (see :mod:`zactors.actors.outbox`).
     :attr:`outbox` is the underlying :class:`~zactors.actors.outbox.Outbox`.
     ``max_message`` (bytes, or None for no limit) is the largest frame a
-    peer may send; every connection that closes counts in
-    ``actor.stats["disconnects"]``.
+    peer may send, ``max_frames`` the most frames of a message (the identity
+    frame included) and ``max_bytes`` its most bytes in all (see
+    :func:`~zactors.actors.sockets.limit_size`); every connection that
+    closes counts in ``actor.stats["disconnects"]``.  ``max_connections``
+    (None: no limit; :func:`fd_budget` derives one from the open-file
+    limit) bounds the connections accepted at once (see :func:`count_disconnects`).
     """
 
     #: first and largest delay (s) between retries for a peer at its HWM
@@ -80,10 +146,12 @@ class Router:
                  on_held: Callable[[bytes], object] | None = None, on_drained: Callable[[bytes], object] | None = None,
                  high: int | None = None, low: int | None = None, credit: bool = False,
                  cost: Callable[[Sequence[bytes]], int] | None = None, max_message: int | None = None,
+                 max_frames: int | None = None, max_bytes: int | None = None, max_connections: int | None = None,
                  **options: Any) -> None:
         self.actor = actor
         self.socket = sock = actor.socket(zmq.ROUTER, router_mandatory=1, **options)
-        limit_size(sock, max_message)
+        limit_size(sock, max_message, max_frames, max_bytes)
+        self.max_connections = max_connections
         self._watch_disconnects()
         self.on_message = on_message
         self.backlog = backlog
@@ -103,7 +171,7 @@ class Router:
         actor.add_reader(sock, self._on_frames)
 
     def _watch_disconnects(self):
-        count_disconnects(self.actor, self.socket)
+        count_disconnects(self.actor, self.socket, max_connections=self.max_connections)
 
     def bind(self, endpoint: str) -> str:
         """Bind and return the actual endpoint (``tcp://127.0.0.1:*`` picks a port).
@@ -157,19 +225,22 @@ class RouterActor(Actor):
     ``self.route(identity, *frames)``; they may override ``on_unroutable``,
     ``on_overflow``, ``on_held`` and ``on_drained``.  ``credit = True`` gates
     each identity by ``self.router.grant(identity, amount)``.
-    ``max_message`` caps each incoming frame (bytes; None: no cap).
-    ``self.endpoint`` holds the bound endpoint.
+    ``max_message`` caps each incoming frame (bytes; None: no cap), ``max_frames`` and ``max_bytes``
+    a whole message (the identity included).  ``self.endpoint`` holds the bound endpoint.
     """
 
     endpoint = "tcp://127.0.0.1:*"
     backlog = 10000
     credit = False
     max_message: int | None = None
+    max_frames: int | None = None
+    max_bytes: int | None = None
 
     def setup(self) -> None:
         self.router = Router(self, self.on_message, backlog=self.backlog, credit=self.credit,
                              on_unroutable=self.on_unroutable, on_overflow=self.on_overflow,
-                             on_held=self.on_held, on_drained=self.on_drained, max_message=self.max_message)
+                             on_held=self.on_held, on_drained=self.on_drained, max_message=self.max_message,
+                             max_frames=self.max_frames, max_bytes=self.max_bytes)
         self.endpoint = self.router.bind(self.endpoint)
 
     def route(self, identity: bytes, *frames: bytes) -> bool:

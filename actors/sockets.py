@@ -22,7 +22,7 @@ from typing import Any, Literal, overload
 import zmq
 from gevent.hub import Waiter, get_hub
 
-from .speedups import NOBLOCK, SNDMORE, buffers, events as _events, handle as _handle, recv_message, send_frames, send_message
+from .speedups import NOBLOCK, SNDMORE, UNBOUNDED, _skip_some, buffers, events as _events, handle as _handle, recv_message, send_frames, send_message
 
 __all__ = ["Socket", "context", "limit_size", "raise_open_files", "raw_send", "KEEPALIVE", "UNSAFE_OPTIONS",
            "POLLIN", "POLLOUT", "NOBLOCK", "SNDMORE"]
@@ -112,21 +112,39 @@ UNSAFE_OPTIONS = {
 }
 
 
-def limit_size(sock: zmq.Socket, limit: int | None) -> None:
-    """Refuse frames over ``limit`` bytes from ``sock``'s network peers (``ZMQ_MAXMSGSIZE``).
+def limit_size(sock: zmq.Socket, limit: int | None, frames: int | None = None, total: int | None = None) -> None:
+    """Refuse frames over ``limit`` bytes from ``sock``'s network peers (``ZMQ_MAXMSGSIZE``), and
+    messages of more than ``frames`` frames or ``total`` bytes in all.
 
     libzmq reads each frame's size from its header before it allocates the
     frame, and closes the connection of a peer that announces a larger one:
     nothing of it is read, so a huge frame costs no memory (the socket's
     monitor sees a DISCONNECTED; :class:`~zactors.actors.router.Router`
-    counts them).  The limit is per frame.  Every socket that faces the
+    counts them).  That limit is per frame.  Every socket that faces the
     network gets one, derived from its protocol's own limits; ``None`` lifts
     it (inproc pipes, which libzmq never checks).  Set it before
     ``bind``/``connect``: connections made earlier keep the limit they had.
+
+    ``frames`` (and ``total``, default ``frames * limit``) bound a whole
+    message, for a :class:`Socket` an actor reads (the reactor): one over
+    them is dropped frame by frame, never copied, and counted in the
+    actor's ``stats["multipart_refused"]``.  (libzmq itself holds a message
+    until its last frame has come, in its pipe, whatever the pipe's HWM: a
+    peer that never ends one holds that memory until it disconnects.)
     """
     if limit is not None and limit < 1:
         raise ValueError("a message size limit must be at least 1 byte, not %r" % (limit,))
     sock.setsockopt(zmq.MAXMSGSIZE, -1 if limit is None else int(limit))
+    if frames is not None:
+        if frames < 1:
+            raise ValueError("a message has at least 1 frame, not %r" % (frames,))
+        if total is None:
+            total = frames * limit if limit is not None else _UNBOUNDED
+        sock.max_frames, sock.max_bytes = int(frames), int(total)
+
+
+#: no bound on a message's frames or bytes
+_UNBOUNDED = UNBOUNDED
 
 
 class Socket(zmq.Socket):
@@ -142,6 +160,9 @@ class Socket(zmq.Socket):
     monitored = False
     #: what :mod:`actors.speedups` calls take beside the socket (its address)
     handle = 0
+    #: frames and bytes a message read by the reactor may have (:func:`limit_size`)
+    max_frames = _UNBOUNDED
+    max_bytes = _UNBOUNDED
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -247,20 +268,38 @@ class Socket(zmq.Socket):
                 if flags & NOBLOCK or not self.wait(POLLIN, timeout):
                     raise
 
-    def recv_frames(self, copy: bool = True) -> list[Any]:
-        """Receive one whole message without blocking (``zmq.Again`` if none)."""
+    def recv_frames(self, copy: bool = True, bounded: bool = False) -> Any:
+        """Receive one whole message without blocking (``zmq.Again`` if none).
+
+        ``bounded``: a message over :attr:`max_frames`/:attr:`max_bytes` is
+        dropped instead, as :func:`~zactors.actors.speedups.recv_message`
+        does (False when refused, True while the rest of one is dropped).
+        """
         if copy:
-            frames = recv_message(self, self.handle)
+            frames = recv_message(self, self.handle, self.max_frames, self.max_bytes) if bounded else \
+                recv_message(self, self.handle)
             if frames is None:
                 raise zmq.Again()
             return frames
         recv = self.recv  # zmq.Frame objects, as pyzmq's copy=False gives
+        max_frames, max_bytes = (self.max_frames, self.max_bytes) if bounded else (_UNBOUNDED, _UNBOUNDED)
+        if bounded and self.getsockopt(zmq.RCVMORE):  # the rest of one refused by an earlier call
+            _skip_some(self)
+            return True
         try:
             frame = recv(NOBLOCK, copy=False)
             frames = [frame]
+            total = len(frame)
             while frame.more:
+                if len(frames) >= max_frames or total > max_bytes:
+                    del frames
+                    _skip_some(self)
+                    return False
                 frame = recv(NOBLOCK, copy=False)
                 frames.append(frame)
+                total += len(frame)
+            if total > max_bytes:
+                return False
         except zmq.ZMQError:
             raise
         except BaseException:  # a signal handler raised mid-message: leave the socket at a boundary

@@ -19,8 +19,13 @@ as the call returns.
 All calls are non-blocking and take ``(sock, handle)``: a pyzmq socket and
 its :func:`handle` (``sock.underlying``, read once: it is a property).
 
-* ``recv_message(sock, handle)``: one whole message as a list of bytes, or
-  None when none is waiting.
+* ``recv_message(sock, handle[, max_frames, max_bytes])``: one whole message
+  as a list of bytes, or None when none is waiting.  With the limits, a
+  message of more frames, or more bytes in all, is dropped unread instead
+  (libzmq holds a whole message until its last frame came, but we never copy
+  it): ``False`` when one is refused (count it), ``True`` when a call only
+  dropped more of the rest of one (``SKIP_BUDGET`` frames a call at most:
+  a million-frame message costs slices of the loop, never one long stall).
 * ``recv_singles(sock, handle, limit)``: ``(messages, discarded)``, up to
   ``limit`` single-part messages; multipart ones are dropped whole and
   counted.  Messages taken before an error are returned, the error comes
@@ -60,6 +65,10 @@ POLLIN = 1
 POLLOUT = 2
 _EVENTS = 15
 _RCVMORE = 13
+#: frames of a refused message that one bounded ``recv_message`` drops at most
+SKIP_BUDGET = 4096
+#: a limit at or past this is none
+UNBOUNDED = 1 << 62
 _send = zmq.backend.Socket.send
 _recv = zmq.backend.Socket.recv
 _get = zmq.backend.Socket.get
@@ -98,14 +107,39 @@ def _skip_rest(sock):
         _recv(sock, NOBLOCK)
 
 
-def py_recv_message(sock, handle):
+def _skip_some(sock):
+    """Drop up to SKIP_BUDGET frames of the message under way: True if some are left."""
+    for _ in range(SKIP_BUDGET):
+        if not _recv(sock, NOBLOCK, False).more:
+            return False
+    return True
+
+
+def py_recv_message(sock, handle, max_frames=None, max_bytes=None):
     _check(sock)
+    bounded = max_frames is not None and (max_frames < UNBOUNDED or max_bytes < UNBOUNDED)
+    if bounded and _get(sock, _RCVMORE):  # the rest of a message refused by an earlier call
+        _skip_some(sock)
+        return True
     try:
         frame = _recv(sock, NOBLOCK, False)
         frames = [frame.bytes]
-        while frame.more:
-            frame = _recv(sock, NOBLOCK, False)
-            frames.append(frame.bytes)
+        if bounded:
+            total = len(frames[0])
+            while frame.more:
+                if len(frames) >= max_frames or total > max_bytes:
+                    del frames
+                    _skip_some(sock)
+                    return False
+                frame = _recv(sock, NOBLOCK, False)
+                frames.append(frame.bytes)
+                total += len(frames[-1])
+            if total > max_bytes:
+                return False
+        else:
+            while frame.more:
+                frame = _recv(sock, NOBLOCK, False)
+                frames.append(frame.bytes)
     except zmq.Again:
         return None
     except zmq.ZMQError:
@@ -239,6 +273,13 @@ def self_test(calls):
         expect("what pyzmq read of a C send", b.recv_multipart(NOBLOCK), [b"zactors", b"", big])
         a.send_multipart([b"pyzmq", big], NOBLOCK)
         expect("what C read of a pyzmq send", calls.recv_message(b, hb), [b"pyzmq", big])
+        a.send_multipart([b"x"] * (SKIP_BUDGET + 3), NOBLOCK)
+        a.send_multipart([b"within", b"limits"], NOBLOCK)
+        expect("a message over max_frames", calls.recv_message(b, hb, 2, 100), False)
+        expect("the rest of it", calls.recv_message(b, hb, 2, 100), True)
+        expect("the next message", calls.recv_message(b, hb, 2, 100), [b"within", b"limits"])
+        a.send_multipart([b"k", big], NOBLOCK)
+        expect("a message over max_bytes", calls.recv_message(b, hb, 2, 100), False)
         a.send_multipart([b"single"], NOBLOCK)
         a.send_multipart([b"multi", b"part"], NOBLOCK)
         expect("recv_singles", calls.recv_singles(b, hb, 10), ([b"single"], 1))

@@ -79,8 +79,6 @@ from types import SimpleNamespace
 
 import gevent
 from gevent.event import Event
-from gevent.pool import Pool
-from gevent.pywsgi import WSGIServer
 
 from zactors.actors import Actor
 from zactors.actors.pipe import DIED, EXIT
@@ -105,7 +103,7 @@ DEFAULTS = {
     "harmony": {"enabled": True, "name": None, "beacon": False, "interface": None, "endpoints": [], "groups": [],
                 "host": "127.0.0.1", "tcp_port": 0},
     "dashboard": {"enabled": True, "bind": "127.0.0.1:8765", "token": None, "interval": 1.0,
-                  "max_clients": 1000},
+                  "max_clients": None},
 }
 
 _KEYS = {section: set(DEFAULTS[section]) for section in SECTIONS}
@@ -316,9 +314,11 @@ class DashboardPart(Actor):
 
     def setup(self):
         from zactors.apps.dashboard import Dashboard
+        from zactors.apps.dashboard.app import server
         self.dashboard = Dashboard(self._make_sources(), **self._options)
         self.dashboard.sampler.link(self._on_sampler_event)
-        self.server = WSGIServer(self._where, self.dashboard, log=None, error_log=log, spawn=Pool(10000))
+        # at most a budget of connections (the rest wait in the kernel's backlog), idle ones closed
+        self.server = server(self.dashboard, self._where, error_log=log)
         self.server.start()
         self.address = self.server.address[:2]
 
@@ -463,8 +463,9 @@ class Up:
 
         def factory():
             try:
+                clients = None if d["max_clients"] is None else int(d["max_clients"])  # None: the fd budget's
                 part = DashboardPart(self._dashboard_sources, host, bound[0], token=token,
-                                     interval=float(d["interval"]), max_clients=int(d["max_clients"]))
+                                     interval=float(d["interval"]), max_clients=clients)
             except OSError as exc:
                 raise options.bind_error("%s:%d" % (host, bound[0]), exc, "port 0 or * for any free one") from None
             bound[0] = part.address[1]  # a restart serves the same URL

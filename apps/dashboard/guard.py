@@ -1,4 +1,4 @@
-"""Who may use the dashboard: a token off loopback, same-origin requests only, and safe headers.
+"""Who may use the dashboard, and as whom: a token off loopback, per-key tokens, same-origin requests only.
 
 Rules (:meth:`Guard.check`):
 
@@ -14,12 +14,19 @@ Rules (:meth:`Guard.check`):
   header: behind a proxy every caller looks local, so set a token there),
   and the ``Host`` header names a loopback host, which keeps DNS-rebinding
   pages out.  The Host header alone decides nothing.
+* A *per-key token* (``keys``: token -> a client's z85 public key) stands
+  for that client key, wherever the caller is: the request sees only what
+  the key's permissions allow (the ZEPS streams it may use, as a QUERY with
+  that key shows them; nothing of the other patterns, whose permissions
+  grant keys nothing).  Every other accepted request is the *operator's*
+  (the dashboard token, or a local caller without one) and sees everything.
 * Browsers' cross-site requests are refused (``Sec-Fetch-Site`` other than
   ``same-origin``/``none``, or an ``Origin`` that is not this host), except
   a plain navigation to a page.  There are no CORS headers at all.
 * Changes are ``POST`` with a JSON body (``Content-Type: application/json``,
   which a cross-site form cannot send without a preflight we never allow).
 """
+import hashlib
 import hmac
 import ipaddress
 from http.cookies import SimpleCookie
@@ -50,18 +57,24 @@ def is_loopback_bind(host):
 
 
 class Guard:
-    """Checks requests; ``token=None`` trusts callers whose peer address is in ``local`` (networks).
+    """Checks requests; ``token=None`` trusts callers whose peer address is in ``local`` (networks);
+    ``keys``: ``{token: client public key (z85)}``, the per-key tokens.
 
     Plain object; its methods only read it: safe from any greenlet or thread.
     """
 
-    __slots__ = ("token", "local")
+    __slots__ = ("token", "local", "_keys")
 
-    def __init__(self, token=None, local=LOOPBACK):
+    def __init__(self, token=None, local=LOOPBACK, keys=None):
         if token is not None and len(token) < 16:
             raise ValueError("a dashboard token is at least 16 characters")
         self.token = token
         self.local = tuple(ipaddress.ip_network(n, strict=False) for n in local)
+        self._keys = {}  # sha256 of a per-key token -> the key (a dict lookup by digest leaks no timing)
+        for given, key in (keys or {}).items():
+            if len(given) < 16 or given == token:
+                raise ValueError("a per-key token is at least 16 characters and not the dashboard token")
+            self._keys[_digest(given)] = key.decode("ascii") if isinstance(key, bytes) else key
 
     def is_local(self, environ):
         """True if the connection's peer address (``REMOTE_ADDR``) is local and no proxy is in between."""
@@ -76,52 +89,72 @@ class Guard:
         return any(address in network for network in self.local)
 
     def check(self, environ, page):
-        """None if the request may go on, else ``(status, message)``; ``page``: a navigation target."""
+        """``(refused, viewer)``: ``refused`` None if the request may go on, else ``(status, message)``;
+        ``viewer`` None for the operator, else the key a per-key token stands for.  ``page``: a navigation
+        target."""
         fetch_site = environ.get("HTTP_SEC_FETCH_SITE")
         navigation = page and environ["REQUEST_METHOD"] == "GET" and environ.get("HTTP_SEC_FETCH_MODE") == "navigate"
         if fetch_site not in (None, "same-origin", "none") and not navigation:
-            return "403 Forbidden", "cross-site requests are refused"
+            return ("403 Forbidden", "cross-site requests are refused"), None
         origin = environ.get("HTTP_ORIGIN")
         if origin is not None and not navigation and not self._same_origin(origin, environ):
-            return "403 Forbidden", "cross-origin requests are refused"
+            return ("403 Forbidden", "cross-origin requests are refused"), None
+        presented = _presented(environ)
+        if presented is not None and self._keys:
+            key = self._keys.get(_digest(presented))
+            if key is not None:
+                return None, key
         if self.token is None:
             if not self.is_local(environ):
-                return "403 Forbidden", "only local callers may use a dashboard without a token"
+                return ("403 Forbidden", "only local callers may use a dashboard without a token"), None
             host = _hostname(environ.get("HTTP_HOST", ""))
             if host is not None and not _loopback(host):
-                return "403 Forbidden", "the Host header must name a loopback address (no token is set)"
-            return None
-        if not self.has_token(environ):
-            return "401 Unauthorized", "this dashboard needs its token (Authorization: Bearer TOKEN)"
-        return None
+                return ("403 Forbidden", "the Host header must name a loopback address (no token is set)"), None
+            return None, None
+        if presented is None or not hmac.compare_digest(presented.encode(), self.token.encode()):
+            return ("401 Unauthorized", "this dashboard needs its token (Authorization: Bearer TOKEN)"), None
+        return None, None
 
-    def has_token(self, environ):
-        token = self.token.encode()
-        auth = environ.get("HTTP_AUTHORIZATION", "")
-        if auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].strip().encode(), token):
-            return True
-        cookie = environ.get("HTTP_COOKIE")
-        if cookie:
-            try:
-                morsel = SimpleCookie(cookie).get(COOKIE)
-            except Exception:  # a malformed Cookie header is no token
-                morsel = None
-            if morsel is not None and hmac.compare_digest(morsel.value.encode(), token):
-                return True
-        return False
+    @property
+    def has_tokens(self):
+        """True if some token opens this dashboard (its own or a per-key one)."""
+        return self.token is not None or bool(self._keys)
 
     def query_token(self, given):
-        """True if ``given`` (from ``?token=``) is the token."""
-        return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
+        """True if ``given`` (from ``?token=``) is the dashboard's token or a per-key token."""
+        if self.token is not None and hmac.compare_digest(given.encode(), self.token.encode()):
+            return True
+        return _digest(given) in self._keys
 
-    def cookie(self, path):
-        return ("Set-Cookie", "%s=%s; Path=%s; HttpOnly; SameSite=Strict" % (COOKIE, self.token, path or "/"))
+    @staticmethod
+    def cookie(path, token):
+        return ("Set-Cookie", "%s=%s; Path=%s; HttpOnly; SameSite=Strict" % (COOKIE, token, path or "/"))
 
     @staticmethod
     def _same_origin(origin, environ):
         parts = urlsplit(origin)
         scheme = environ.get("wsgi.url_scheme", "http")
         return parts.scheme == scheme and parts.netloc.lower() == environ.get("HTTP_HOST", "").lower()
+
+
+def _digest(token):
+    return hashlib.sha256(token.encode()).digest()
+
+
+def _presented(environ):
+    """The token a request carries (``Authorization: Bearer``, else the cookie), or None."""
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    if auth.startswith("Bearer "):
+        return auth[7:].strip()
+    cookie = environ.get("HTTP_COOKIE")
+    if cookie:
+        try:
+            morsel = SimpleCookie(cookie).get(COOKIE)
+        except Exception:  # a malformed Cookie header is no token
+            morsel = None
+        if morsel is not None:
+            return morsel.value
+    return None
 
 
 def _hostname(host_header):

@@ -5,6 +5,7 @@ broker.  Names: ``zactors_<source>_<counter>_total`` for every counter a
 pattern keeps and every total the dashboard charts as a rate (ZEPS
 ``published`` and ``delivered``, Clone ``updates``), the gauges each source lists, ``zactors_up{pattern}``, and
 the dashboard's own (SSE clients, snapshots dropped for slow clients).
+A per-key token's scrape shows what the key may see (:meth:`.app.Dashboard.view`).
 """
 import re
 
@@ -21,22 +22,31 @@ def _name(text):
 
 
 class Metrics:
-    """A prometheus-client collector over ``dashboard`` (its sources, sampler and clients)."""
+    """``render(viewer)``: the exposition of ``dashboard`` (its sources, sampler and clients) for ``viewer``."""
 
     def __init__(self, dashboard):
         self.dashboard = dashboard
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)
 
-    def render(self):
-        return generate_latest(self.registry)
+    def render(self, viewer=None):
+        """The text for ``viewer`` (None: the operator, everything; else a client key)."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(self.dashboard, viewer))
+        return generate_latest(registry)
+
+
+class _Collector:
+    """A prometheus-client collector over what ``viewer`` may see of ``dashboard``."""
+
+    def __init__(self, dashboard, viewer):
+        self.dashboard = dashboard
+        self.viewer = viewer
 
     def collect(self):
         dash = self.dashboard
-        snapshot = dash.latest() or {"sources": {}}
+        snapshot = dash.view(self.viewer, dash.latest() or {"sources": {}})
         up = GaugeMetricFamily("zactors_up", "1 while the pattern answers its introspection", labels=["pattern"])
         families = {}
-        for source in dash.sources:
+        for source in dash.visible_sources(self.viewer):
             part = snapshot["sources"].get(source.name)
             sample = part and part.get("data")
             up.add_metric([source.name], 0 if sample is None else 1)
@@ -63,3 +73,7 @@ class Metrics:
                                 value=dash.clients)
         yield CounterMetricFamily("zactors_dashboard_snapshots_dropped", "Snapshots dropped for slow SSE clients",
                                   value=dash.dropped)
+        yield CounterMetricFamily("zactors_dashboard_pages_refused", "Live pages refused (max_clients)",
+                                  value=dash.refused)
+        yield CounterMetricFamily("zactors_dashboard_tails_refused", "Live tails refused (max_tails)",
+                                  value=sum(getattr(s, "tails_refused", 0) for s in dash.sources))

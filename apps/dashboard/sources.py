@@ -73,6 +73,21 @@ class Source:
         """Run ``/api/NAME/VERB``: a JSON-able result, or an iterator of SSE bytes; ActionError to refuse."""
         raise ActionError("no such action: %s" % verb, "404 Not Found")
 
+    # -- what a client key may see (the dashboard's per-key tokens) ------------------------------------
+    # A source whose pattern grants keys nothing shows them nothing: these defaults.
+
+    def visible_to(self, key):
+        """True if client ``key`` sees this source at all."""
+        return False
+
+    def visible(self, part, key):
+        """``part`` (this source's share of a snapshot) as client ``key`` may see it; None: not at all."""
+        return None
+
+    def allows(self, key, verb, method, query):
+        """True if client ``key`` may run action ``verb``."""
+        return False
+
     def close(self):
         """Release what the source made (not the actor it watches)."""
 
@@ -127,10 +142,13 @@ class Zeps(Source):
     #: failing is how its tail learns it (and frees its place among ``max_tails``) within two of these
     tail_idle = 0.5
 
-    def __init__(self, broker, endpoint=None):
+    def __init__(self, broker, endpoint=None, permissions=None):
         self.broker = broker
         self.endpoint = endpoint or client_endpoint(broker.endpoint)
         self.tails = 0
+        self.tails_refused = 0   # past max_tails
+        #: the broker's per-stream permissions: what a client key may see here (None: every stream)
+        self.permissions = permissions if permissions is not None else getattr(broker, "permissions", None)
 
     def sample(self):
         info = self.broker.call("INFO", timeout=CALL_TIMEOUT)
@@ -203,6 +221,27 @@ class Zeps(Source):
                         last["time"] if last else 0))
         return out
 
+    def visible_to(self, key):
+        return True
+
+    def visible(self, part, key):
+        """The streams ``key`` may use (attach to), as the broker's QUERY shows that key; no journal path."""
+        sample = part.get("data")
+        if sample is None:
+            return part
+        sample = dict(sample)
+        sample.pop("journal", None)
+        if self.permissions is not None:
+            may = self.permissions.may_attach
+            sample["streams"] = {n: s for n, s in sample["streams"].items() if may(key, n.encode())}
+            sample.pop("streams_not_shown", None)
+        status, summary = self.health(sample)
+        return dict(part, data=sample, status=status, summary=summary)
+
+    def allows(self, key, verb, method, query):
+        return verb == "tail" and (self.permissions is None or
+                                   self.permissions.allows(key, "subscribe", query.get("stream", "").encode()))
+
     def action(self, verb, method, query, body):
         if verb != "tail" or method != "GET":
             return super().action(verb, method, query, body)
@@ -215,6 +254,7 @@ class Zeps(Source):
         except PatternError as exc:
             raise ActionError(str(exc)) from None
         if self.tails >= self.max_tails:
+            self.tails_refused += 1
             raise ActionError("too many live tails open (%d)" % self.max_tails, "503 Service Unavailable")
         from zactors.patterns.zeps import NoSuchStream, Subscriber, ZepsError
         pattern = query.get("key", "")

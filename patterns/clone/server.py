@@ -112,6 +112,9 @@ from .protocol import (Dialect, MAX_REASON, MAX_REQUEST, MAX_VALUE, SPEC, Protoc
 from .resync import PairSync
 from .snapshots import Snapshots
 
+#: frames of a kvmsg (key, sequence, UUID, properties, body): what the collector and the pair's sockets take
+_KVMSG_FRAMES = 5
+
 __all__ = ["CloneServer", "endpoints"]
 
 log = logging.getLogger(__name__)
@@ -201,7 +204,7 @@ class CloneServer(Actor):
         self.pub = self.socket(zmq.PUB, sndhwm=100000)
         limit_size(self.pub, MAX_REQUEST)                     # it takes only subscriptions
         self.collector = self.socket(zmq.SUB, rcvhwm=100000)
-        limit_size(self.collector, frame_limit(self.max_value))
+        limit_size(self.collector, frame_limit(self.max_value), _KVMSG_FRAMES)  # more frames: dropped unread
         self.collector.setsockopt(zmq.SUBSCRIBE, b"")
         count_disconnects(self, self.collector, "collector_disconnects")
         for sock in (self.snapshots.router.socket, self.pub, self.collector):
@@ -235,7 +238,7 @@ class CloneServer(Actor):
     def _peer_socket(self, kind, limit=None, **options):
         """A socket to the pair's peer: CURVE as ours, frames capped at ``limit`` (default: a kvmsg's)."""
         sock = self.socket(kind, **options)
-        limit_size(sock, frame_limit(self.max_value) if limit is None else limit)
+        limit_size(sock, frame_limit(self.max_value) if limit is None else limit, _KVMSG_FRAMES)
         if self.curve is not None:
             secret = getattr(self.curve, "secret", self.curve)
             curve_client(sock, self.curve, self.peer_public or zmq.curve_public(secret))

@@ -10,14 +10,17 @@ one cut.
 
 Budgets (a peer can make us hold cuts by asking and never reading):
 
-- ``budget``: the entries all live cuts may hold together.  A request
-  that would need a new cut past it waits in a queue (``max_waiting``
+- ``budget``: the entries all live cuts may hold together, kept by the
+  kernel's :class:`~zactors.actors.budget.Budget` (each cut a holder of its
+  entries).  A request that would need a new cut past it waits in a queue (``max_waiting``
   requests; beyond that it is refused: dropped, counted and logged once a
   second at most; the client asks again after its timeout).  When a cut
   is released the waiting requests start together, on one new cut.  One
   cut is always allowed, however large the map.
 - ``max_active``: snapshots sent at once (each may hold ``window``
   messages in the ROUTER and ``hwm`` in libzmq); more wait in the queue.
+- Connections: a quarter of the open-file limit (less 32); one past it is
+  shut at once and counted (``connections_refused``).
 - A client that stops reading for ``timeout`` seconds, or disappears
   (unroutable), is dropped, releasing its cut.
 
@@ -32,7 +35,8 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from zactors.actors.router import Router
+from zactors.actors.budget import Budget
+from zactors.actors.router import Router, fd_budget
 from zactors.actors.sockets import KEEPALIVE
 
 from .protocol import encode_kthxbai, encode_properties, decode_properties, pack_sequence
@@ -84,10 +88,9 @@ class Snapshots:
         self.window = window
         self.chunk = chunk
         self.timeout = timeout
-        self.budget = budget
+        self.budget = Budget(budget)                    # entries held by live cuts (holders: the cuts)
         self.max_active = max_active
         self.max_waiting = max_waiting
-        self.held = 0                                   # entries held by live cuts
         self._tasks: dict[bytes, Any] = {}              # identity -> (task, cut)
         self._waiting: OrderedDict[bytes, tuple[bytes, bool]] = OrderedDict()  # identity -> (subtree, peer)
         self._stalled: dict[bytes, float] = {}          # identity -> when backpressure held it
@@ -96,14 +99,16 @@ class Snapshots:
         self.router = _SnapshotRouter(server, on_request, backlog=window + chunk + 16, high=window,
                                       on_held=self._on_held, on_drained=self._on_drained,
                                       on_unroutable=self._on_unroutable, sndhwm=hwm, max_message=max_message,
+                                      max_frames=4,  # identity, ICANHAZ?, subtree (and a peer's marker)
+                                      max_connections=fd_budget(0.25, 32),  # the map's journal needs fds too
                                       **KEEPALIVE)  # (no ZMTP heartbeats, no handover: see KEEPALIVE)
 
     def __len__(self):
         return len(self._tasks)
 
     def info(self):
-        return {"active": len(self._tasks), "waiting": len(self._waiting), "held_entries": self.held,
-                "budget": self.budget}
+        return {"active": len(self._tasks), "waiting": len(self._waiting), "held_entries": self.budget.used,
+                "budget": self.budget.total}
 
     # -- starting -------------------------------------------------------------
     def start(self, identity, subtree, peer=False):
@@ -120,7 +125,7 @@ class Snapshots:
             if now - self._refusal_logged > 1.0:
                 self._refusal_logged = now
                 log.warning("%s: snapshot request refused: %d waiting for the snapshot budget (%d entries held)",
-                            self.server.name, len(self._waiting), self.held)
+                            self.server.name, len(self._waiting), self.budget.used)
             return
         if peer:  # the pair's re-sync goes first
             self._waiting[identity] = (subtree, peer)
@@ -135,14 +140,16 @@ class Snapshots:
         newest = self._newest
         if newest is not None and newest.users and newest.sequence == self.server.map.sequence:
             return True  # shares the newest cut: costs nothing more
-        return self.held == 0 or self.held + len(self.server.map) <= self.budget
+        budget = self.budget
+        return budget.used == 0 or budget.used + len(self.server.map) <= budget.total
 
     def _run(self, identity, subtree, peer):
         server = self.server
         cut, hashmap = self._newest, server.map
         if cut is None or not cut.users or cut.sequence != hashmap.sequence:
             cut = self._newest = _Cut(hashmap.entries.copy(), hashmap.sequence)
-            self.held += len(cut.entries)
+            budget = self.budget     # admissible: it fits whole (or is the only cut, charged the whole budget)
+            budget.request(cut, min(len(cut.entries), budget.total))
         cut.users += 1
         task = server.start_task(self._send(identity, subtree, peer, cut),
                                  on_done=lambda task, identity=identity: self._done(identity, task))
@@ -157,7 +164,7 @@ class Snapshots:
     def _release(self, cut):
         cut.users -= 1
         if not cut.users:
-            self.held -= len(cut.entries)
+            self.budget.forget(cut)
             if self._newest is cut:
                 self._newest = None
 

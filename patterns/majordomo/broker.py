@@ -43,7 +43,9 @@ Behaviour (18/MDP v0.2, and where the spec leaves a choice):
 - Bounded frames: a peer that sends a frame over ``max_message`` bytes
   (default 16 MiB) is disconnected by libzmq before the frame is read
   (``ZMQ_MAXMSGSIZE``), so it costs no memory; counted in ``disconnects``
-  with every other closed connection.
+  with every other closed connection.  A message of more than ``max_frames``
+  frames (64, the envelope included), or more than 4 * ``max_message``
+  bytes in all, is dropped unread and counted (``multipart_refused``).
 - ``mmi.*`` services are answered by the broker itself (see :mod:`.mmi`).
 - Optional CURVE: ``curve=keys`` (an ``actors.auth`` Keypair, or the secret
   key) makes the ROUTER(s) CURVE servers, with ``curve_domain`` as their ZAP
@@ -80,6 +82,9 @@ __all__ = ["Broker"]
 log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
+
+#: frames a message to the broker may have (envelope and body): more are dropped unread
+MAX_FRAMES = 64
 
 
 class _Request:
@@ -126,7 +131,7 @@ class Broker(Actor):
                  heartbeat: float = 2.5, liveness: int = 3, request_expiry: float = 10.0, max_queue: int = 10000,
                  max_queued: int = 100000, max_attempts: int = 3, framing: str = "spec",
                  curve: Keypair | bytes | str | None = None, curve_domain: str | None = None,
-                 max_message: int = MAX_MESSAGE, name: str | None = None) -> None:
+                 max_message: int = MAX_MESSAGE, max_frames: int = MAX_FRAMES, name: str | None = None) -> None:
         if heartbeat <= 0 or liveness < 1 or request_expiry <= 0:
             raise ValueError("heartbeat and request_expiry must be > 0, liveness >= 1")
         self.endpoint = endpoint
@@ -138,6 +143,7 @@ class Broker(Actor):
         self.max_queued = max_queued
         self.max_attempts = max_attempts
         self.max_message = max_message
+        self.max_frames = max_frames
         self.framing = _framing(framing)
         self.curve = curve
         self.curve_domain = curve_domain
@@ -167,7 +173,8 @@ class Broker(Actor):
 
     def _router(self, on_message):
         router = Router(self, on_message, on_unroutable=self._on_unroutable, on_overflow=self._on_overflow,
-                        max_message=frame_limit(self.max_message))
+                        max_message=frame_limit(self.max_message), max_frames=self.max_frames,
+                        max_bytes=4 * frame_limit(self.max_message))
         if self.curve is not None:
             curve_server(router.socket, self.curve, self.curve_domain)
         return router

@@ -155,7 +155,7 @@ from zactors.actors.actor import Actor, command
 from zactors.actors.auth import Keypair, curve_server
 from zactors.actors.budget import Budget
 from zactors.actors.heartbeat import Liveness
-from zactors.actors.router import Router
+from zactors.actors.router import Router, fd_budget
 
 from . import protocol as p
 from .broker_commands import _REFUSE_LOG_PERIOD, Commands
@@ -285,7 +285,11 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
                              high=self.transport_high, backlog=self.transport_high * 2,
                              sndhwm=self.sndhwm,
-                             max_message=max(self.max_message + _PUBLISH_OVERHEAD, _MAX_COMMAND))
+                             max_message=max(self.max_message + _PUBLISH_OVERHEAD, _MAX_COMMAND),
+                             max_frames=8, max_bytes=max(self.max_message + _PUBLISH_OVERHEAD, _MAX_COMMAND) + 256,
+                             max_connections=fd_budget())  # half the fds: the other half is the streams'
+        # (every ZEPS message is one frame after the ROUTER's identity, of 255 bytes at most: a few frames
+        # more get INVALID "one ZEPS command per message", a larger message is dropped unread and counted)
         self._outbox_send = self.router.outbox.send
         self._outbox_pending = self.router.outbox.pending
         if self.curve is not None:

@@ -407,3 +407,19 @@ def test_every_c_extension_reads_the_switch_the_same_way(value):
     assert len(set(out)) == 1, out
     if speedups.pure_python_requested(value):
         assert out == ["False"] * 3
+
+
+def test_a_bounded_recv_message_drops_a_message_over_its_frames_or_bytes_unread(impl, pair):
+    """Issue 20: a multipart message had no bound (ZMQ_MAXMSGSIZE is per frame): a million frames were copied."""
+    recv_message = impl[0]
+    push, pull = pair
+    handle = speedups.handle(pull)
+    many = speedups.SKIP_BUDGET * 2 + 5
+    _send_all(push, [[b"f"] * many, [b"ok", b"2"], [b"k", b"v" * 200], [b"a", b"b", b"c"]])
+    assert recv_message(pull, handle, 2, 100) is False        # refused: count it once
+    assert recv_message(pull, handle, 2, 100) is True         # only more of its rest dropped
+    assert recv_message(pull, handle, 2, 100) is True
+    assert recv_message(pull, handle, 2, 100) == [b"ok", b"2"]
+    assert recv_message(pull, handle, 2, 100) is False        # 201 bytes in all
+    assert recv_message(pull, handle, 3, 100) == [b"a", b"b", b"c"]
+    assert recv_message(pull, handle, 2, 100) is None

@@ -125,3 +125,25 @@ def test_peer_routing_id_cannot_take_over_the_resync(make, raw):
     after = backup.call("INFO")["counters"]
     assert after.get("resyncs", 0) == before.get("resyncs", 0)
     assert backup.call("DUMP", b"", 10 ** 6) == primary.call("DUMP", b"", 10 ** 6)
+
+
+def test_one_snapshot_larger_than_the_budget_is_charged_the_whole_budget(make, raw):
+    """Issue 20: snapshots in flight are one kernel Budget (actors/budget.py), never held past its total.
+
+    One cut is always allowed however large the map; its own counter reported 3,000 entries held against a
+    budget of 100.  Now it is charged the whole budget, and the next cut waits for it."""
+    server = make(CloneServer, snapshot_budget=100, snapshot_hwm=20, window=20, snapshot_timeout=2.0)
+    a = make(Clone, [client_of(server)])
+    assert a.wait_synced(5)
+    load_keys(server.endpoints[2], a, 3000, value=b"x" * 4096)
+    hog = raw(zmq.DEALER, connect=server.endpoints[0], rcvhwm=1, rcvbuf=4096)
+    hog.send_multipart(encode_icanhaz())
+    wait_for(lambda: server.call("INFO")["snapshots"]["active"] == 1, what="the hog's snapshot")
+    assert server.call("INFO")["snapshots"]["held_entries"] == 100      # the whole budget, not 3,000
+    a.set("tick", "1", wait=5)                                          # a new sequence: a new cut needed
+    second = raw(zmq.DEALER, connect=server.endpoints[0], rcvhwm=1, rcvbuf=4096)
+    second.send_multipart(encode_icanhaz())
+    wait_for(lambda: server.call("INFO")["snapshots"]["waiting"] == 1, what="the second request waits")
+    wait_for(lambda: server.call("INFO")["counters"].get("snapshots_abandoned"), 20, "the hog dropped")
+    info = server.call("INFO")["snapshots"]
+    assert info["waiting"] == 0 and info["active"] == 1 and info["held_entries"] == 100   # the next one runs

@@ -317,3 +317,73 @@ def test_an_idle_stream_closes_its_files_and_opens_again_on_attach(spawn):
         assert sub.get(timeout=10).body == b"v1"
         assert broker.info()["streams"]["kept"]["open"] is True
     assert broker.info()["counters"]["streams_closed"] >= 1
+
+
+def test_a_connection_flood_under_ulimit_1024_is_refused_and_a_good_client_is_served(spawn):
+    """Issue 20: 1,000 connections under ``ulimit -n 1024`` took every descriptor: the journal's next fsync
+    could not dup its file (EMFILE) and the broker died.  Connections past half the fds are shut at once."""
+    broker = spawn(preexec_fn=nofile(1024), streams=["good"], heartbeat=0.5, expiry=5.0)
+    pub = Publisher(broker.endpoint, "good")
+    sub = Subscriber(broker.endpoint, "good", from_seq=0)
+    flood = []
+    try:
+        for i in range(1500):
+            sock = context().socket(zmq.DEALER, socket_class=Socket)
+            sock.linger = 0
+            sock.connect(broker.endpoint)
+            sock.send(p.attach(b"good"))
+            sock.send(p.subscribe(b"", 0))
+            flood.append(sock)
+            if i % 100 == 99:
+                pub.publish(b"k", b"%d" % i)
+                pub.flush(timeout=20)                    # the good client is served all along
+                assert sub.get(timeout=20).body == b"%d" % i
+                assert open_fds(broker.pid) < 1000
+        for sock in flood:        # (a QUERY needs a connection too: asked once they are gone)
+            sock.close(0)
+        flood = []
+        info = poll(lambda: (lambda i: i if i["peers"] <= 2 else None)(broker.info()))
+        assert info["counters"]["connections_refused"] >= 1000, info["counters"]
+        with Publisher(broker.endpoint, "good") as late:   # and a newcomer is served once they are gone
+            late.publish(b"k", b"late")
+            late.flush(timeout=20)
+        assert sub.get(timeout=20).body == b"late"
+        assert broker.proc.poll() is None
+    finally:
+        for sock in flood:
+            sock.close(0)
+        pub.close()
+        sub.destroy()
+
+
+def test_the_stream_quota_of_a_peer_without_curve_holds_by_its_routing_id(broker):
+    """Issue 20, part 2 item 3 (a pin: no defect found): without CURVE a peer's stream quota is keyed by its
+    routing id and holds across DETACH/ATTACH; another routing id has its own.  The peers tracked for the
+    quota are those with streams alive (at most ``max_streams``)."""
+    def peer(identity):
+        raw = Raw.__new__(Raw)
+        raw.sock = context().socket(zmq.DEALER, socket_class=Socket)
+        raw.sock.linger = 0
+        raw.sock.identity = identity
+        raw.sock.connect(broker.endpoint)
+        return raw
+
+    def create(raw, name):
+        raw.send(p.attach(name))
+        answer = raw.recv()
+        if type(answer) is p.AttachOk:
+            raw.send(p.publish(b"k", b"v"))          # a stream that held a message stays (and counts)
+            raw.send(p.encode(p.Detach()))
+            raw.expect(p.DetachOk)
+            return None
+        return answer.reason
+
+    first, other = peer(b"fixed-id"), peer(b"other-id")
+    try:
+        assert [create(first, b"q-%d" % i) for i in range(16)] == [None] * 16
+        assert create(first, b"q-16").startswith("stream quota: this peer created 16 streams")
+        assert create(first, b"q-17").startswith("stream quota")
+        assert create(other, b"o-0") is None
+    finally:
+        first.close()
+        other.close()
