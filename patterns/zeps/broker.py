@@ -259,6 +259,8 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         self._refuse_logged = -_REFUSE_LOG_PERIOD  # when a refusal was last logged
         self._windows = Budget(self.max_credit_total, self.max_credit)  # credit honoured, not yet drained
         self._gone: dict[bytes, _Peer] = {}     # left with bytes not known drained: held in the budget
+        self._stale: dict[bytes, _Peer] = {}    # expired with bytes not known drained: held apart, bounded
+        self._stale_bytes = 0                   # what they hold (at most max_credit_total)
         self._reclaimed = 0.0
         self._beats = 0
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,

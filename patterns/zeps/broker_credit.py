@@ -11,7 +11,13 @@ then first come first served; credit held unspent beyond a fair share is
 revoked and granted again in turn while others wait, so subscribers that
 grant huge credit and never read stall only themselves.  A peer gone with bytes
 on their way keeps them in the budget (``_gone``) until it answers or its
-connection is gone.  Runs in the broker's loop only.
+connection is gone, or for ``expiry`` at most: a peer dropped as silent, or gone
+that long without an answer, has its bytes set apart (``_stale``, at most
+``max_credit_total`` bytes more; past that they stay in the budget), so that
+never-readers that spent their credit stall the others for ``expiry`` at most.
+What they hold then sits in libzmq's queue to them (we send them nothing more)
+until it drains or their connection goes: the node holds at most twice
+``max_credit_total`` for subscribers.  Runs in the broker's loop only.
 """
 from __future__ import annotations
 
@@ -72,7 +78,7 @@ class CreditBudget:
 
     def _ping_peer(self, identity):
         """Every PING to a peer goes here: it notes what had been sent before it, for the PING-OK."""
-        peer = self._peers.get(identity) or self._gone.get(identity)
+        peer = self._peers.get(identity) or self._gone.get(identity) or self._stale.get(identity)
         if peer is None:
             self._send(identity, p.PING_FRAME)
         elif len(peer.probes) < _MAX_PROBES and self._send(identity, p.PING_FRAME):
@@ -83,6 +89,16 @@ class CreditBudget:
         gone = peer is None
         if gone:
             peer = self._gone.get(identity)
+            if peer is None:
+                peer = self._stale.get(identity)
+                if peer is not None and peer.probes:
+                    drained = peer.probes.popleft()
+                    if drained > peer.acked:
+                        self._stale_bytes -= drained - peer.acked
+                        peer.acked = drained
+                    if drained >= peer.honoured:
+                        del self._stale[identity]
+                return
         if peer is None or not peer.probes:
             return
         drained = peer.probes.popleft()
@@ -118,6 +134,7 @@ class CreditBudget:
         peer.honoured -= free
         peer.credit = 0
         if peer.honoured > peer.acked:
+            peer.left = _monotonic()
             gone = self._gone
             gone[identity] = peer
             if len(gone) > self.max_peers:  # bounded: the oldest is forgotten
@@ -128,15 +145,54 @@ class CreditBudget:
         self._served(grants)
 
     def _reclaim(self):
-        """Every beat: PING the peers gone with bytes on their way (answered, or unroutable once their
-        connection is gone), and the holders whose drain is not known while credit waits."""
+        """Every beat: PING the peers gone or expired with bytes on their way (answered, or unroutable
+        once their connection is gone), set apart those gone for ``expiry`` without an answer, and
+        PING the holders whose drain is not known while credit waits."""
         self._beats += 1
+        expired = _monotonic() - self.expiry
         for identity, peer in list(self._gone.items()):
-            if len(peer.probes) < _MAX_PROBES:
-                self._ping_peer(identity)
-            elif self._beats % 16 == 0:  # 64 unanswered: is its connection still there? (its sends are
-                self._send(identity, p.PING_FRAME)  # frozen: an unnoted PING's answer frees nothing early)
+            if peer.left <= expired:
+                self._abandon(identity)
+        for table in (self._gone, self._stale):
+            for identity, peer in list(table.items()):
+                if len(peer.probes) < _MAX_PROBES:
+                    self._ping_peer(identity)
+                elif self._beats % 16 == 0:  # 64 unanswered: is its connection still there? (its sends are
+                    self._send(identity, p.PING_FRAME)  # frozen: an unnoted PING's answer frees nothing early)
         self._probe_holders()
+
+    def _abandon(self, identity):
+        """A peer gone (or dropped) that has not shown in ``expiry`` that it drained what it was sent:
+        its bytes leave the credit budget for the stale ledger (``credit_abandoned``), which holds at
+        most ``max_credit_total`` bytes and ``max_peers`` peers; past that they stay in the budget
+        (``credit_stale_full``).  They are freed when it answers a PING or its connection goes."""
+        peer = self._gone.get(identity)
+        if peer is None:
+            return
+        inflight = peer.honoured - peer.acked
+        if self._stale_bytes + inflight > self._windows.total or len(self._stale) >= self.max_peers:
+            self.stats["credit_stale_full"] += 1
+            peer.left = _monotonic()  # (tried again an expiry later)
+            return
+        del self._gone[identity]
+        self._stale[identity] = peer
+        self._stale_bytes += inflight
+        self.stats["credit_abandoned"] += 1
+        self._served(self._windows.forget(identity))
+
+    def _unstale(self, identity):
+        """The expired peer ``identity`` (if it is one) and the bytes it held leave the stale ledger."""
+        peer = self._stale.pop(identity, None)
+        if peer is not None:
+            self._stale_bytes -= peer.honoured - peer.acked
+        return peer
+
+    def _restore(self, identity):
+        """``identity`` attaches again on the same connection: what it holds apart returns to the budget."""
+        peer = self._unstale(identity)
+        if peer is not None:
+            self._windows.charge(identity, peer.honoured - peer.acked)
+        return peer
 
     def _probe_holders(self):
         """While credit waits (at most every 50 ms): PING the holders whose drain is not known, and

@@ -51,11 +51,6 @@ def test_credit_floods_that_never_read_do_not_delay_a_reading_subscriber(journal
     assert rtts[int(len(rtts) * 0.99)] < 0.15, "a reading subscriber waited %.0f ms" % (rtts[-1] * 1000)
 
 
-@pytest.mark.xfail(strict=True, reason="open defect: never-readers that SPEND their credit (the stream has data for "
-                   "them) hold it in flight (libzmq's queue to them) until their connection goes, even once expired "
-                   "(gone_holding): the budget stays full and a reading subscriber gets nothing; revoking unspent "
-                   "credit cannot help. Needs the bytes of peers that never acknowledge bounded apart (a share of "
-                   "the budget) or freed (their queue dropped)")
 def test_never_readers_that_spend_their_credit_do_not_starve_a_reading_subscriber(journal_dir, processes):
     broker = BrokerProcess(processes, journal_dir, max_credit=8 * MiB, max_credit_total=16 * MiB, heartbeat=0.5,
                            expiry=3.0)
@@ -69,6 +64,40 @@ def test_never_readers_that_spend_their_credit_do_not_starve_a_reading_subscribe
         with Subscriber(broker.endpoint, "s", from_seq=0, window=4 * MiB) as sub:
             first = sub.get(timeout=10)
         assert first is not None and first.seq == 1, "the reader got nothing: %s" % broker.info()["credit"]
+        info = broker.info()  # their bytes were set apart, counted, within their own bound
+        assert info["counters"]["credit_abandoned"] >= 2 and info["counters"]["peers_expired"] >= 2
+        assert 0 < info["credit"]["stale"] <= 16 * MiB and info["credit"]["stale_holding"] == 2, info["credit"]
     finally:
         for peer in hostile:
             peer.close()
+    # once their connections are gone, so is what was set apart
+    assert poll(lambda: broker.info()["credit"]["stale_holding"] == 0), broker.info()["credit"]
+    assert broker.info()["credit"]["stale"] == 0
+
+
+def test_what_expired_never_readers_hold_apart_is_bounded(journal_dir, processes):
+    """Expired never-readers' bytes leave the credit budget for a ledger of the same size; once it is full,
+    the next ones stay in the budget (refused, counted): the node holds at most twice max_credit_total."""
+    broker = BrokerProcess(processes, journal_dir, max_credit=8 * MiB, max_credit_total=16 * MiB, heartbeat=0.5,
+                           expiry=2.0)
+    with Publisher(broker.endpoint, "s") as pub:
+        for _ in range(40):
+            pub.publish(b"k", bytes(1000000))
+        pub.flush()
+    hostile = []
+    try:
+        for wave in range(2):  # two waves of two: the first fills the ledger, the second the budget
+            hostile += [never_reading(broker.endpoint, b"s", 8 * MiB) for _ in range(2)]
+            assert poll(lambda: broker.info()["credit"]["held"] >= 15 * MiB), broker.info()["credit"]
+            if not wave:
+                assert poll(lambda: broker.info()["counters"].get("credit_abandoned", 0) >= 2), broker.info()
+                assert broker.info()["credit"]["stale"] >= 15 * MiB
+        assert poll(lambda: broker.info()["counters"].get("credit_stale_full", 0) >= 1), broker.info()["counters"]
+        credit = broker.info()["credit"]
+        assert credit["stale"] <= 16 * MiB and credit["held"] <= 16 * MiB, credit
+        assert credit["stale_holding"] == 2 and credit["gone_holding"] == 2, credit
+    finally:
+        for peer in hostile:
+            peer.close()
+    assert poll(lambda: broker.info()["credit"]["stale_holding"] + broker.info()["credit"]["gone_holding"] == 0)
+    assert broker.info()["credit"]["held"] == 0 and broker.info()["credit"]["stale"] == 0
