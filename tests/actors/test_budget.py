@@ -93,3 +93,16 @@ def test_parties_are_counted_once_whatever_they_do():
     b.cancel("b")
     b.release("b", 5)
     assert b.fair_share == 10 and b.holders() == []
+
+
+def test_charge_books_units_whatever_is_free_and_waiters_wait_until_it_is_back_under():
+    b = Budget(10, per_holder=8)
+    assert b.request("a", 8) == 8
+    assert b.request("w", 4) == 2  # 2 wait
+    b.charge("c", 6)               # units held elsewhere come back under this budget
+    assert b.used == 16 and b.held("c") == 6 and b.fair_share == 3
+    assert b.release("a", 4) == []  # still over the total: nothing to grant
+    assert b.release("c", 6) == [("w", 2)]
+    assert b.used == 8 and b.held("w") == 4
+    b.charge("a", 0)
+    assert b.forget("a") == [] and b.forget("w") == [] and b.used == 0 and b._parties == 0

@@ -101,3 +101,39 @@ def test_what_expired_never_readers_hold_apart_is_bounded(journal_dir, processes
             peer.close()
     assert poll(lambda: broker.info()["credit"]["stale_holding"] + broker.info()["credit"]["gone_holding"] == 0)
     assert broker.info()["credit"]["held"] == 0 and broker.info()["credit"]["stale"] == 0
+
+
+def test_a_reader_keeps_its_round_trips_under_eight_never_readers_that_spend_their_credit(journal_dir, processes):
+    """Eight never-readers on a stream with data (they spend what they are granted): a reading subscriber's
+    publish -> deliver p99 stays under 50 ms, before and after they expire."""
+    broker = BrokerProcess(processes, journal_dir, max_credit=8 * MiB, max_credit_total=32 * MiB, heartbeat=0.5,
+                           expiry=3.0)
+    with Publisher(broker.endpoint, "s") as pub, Subscriber(broker.endpoint, "s", new=True, window=1 * MiB) as sub:
+        for _ in range(40):
+            pub.publish(b"big", bytes(1000000))
+        pub.flush()
+        got = [sub.get(timeout=10) for _ in range(40)]
+        assert [m.seq for m in got] == list(range(1, 41))
+        hostile = []
+        rtts = []
+        try:
+            for i in range(400):
+                if i % 10 == 0 and len(hostile) < 8:
+                    peer = never_reading(broker.endpoint, b"s", 8 * MiB)
+                    hostile.append(peer)
+                t0 = time.monotonic()
+                pub.publish(b"k", b"%d" % i)
+                message = sub.get(timeout=10)
+                rtts.append(time.monotonic() - t0)
+                assert message is not None and message.body == b"%d" % i, (i, message)
+                gevent.sleep(0.01)
+            info = broker.info()
+        finally:
+            for peer in hostile:
+                peer.close()
+    rtts.sort()
+    p99 = rtts[int(len(rtts) * 0.99)]
+    print("publish -> deliver under 8 never-readers holding data: p50 %.1f ms, p99 %.1f ms, max %.1f ms; credit %s" % (
+        rtts[len(rtts) // 2] * 1000, p99 * 1000, rtts[-1] * 1000, info["credit"]))
+    assert info["credit"]["held"] <= 32 * MiB and info["credit"]["stale"] <= 32 * MiB
+    assert p99 < 0.05, "a reading subscriber's p99 was %.0f ms" % (p99 * 1000)
