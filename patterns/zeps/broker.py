@@ -85,8 +85,9 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   reads keeps its share whatever the others ask.  A subscriber that leaves with bytes still on their way
   (a peer that stopped reading) keeps them in the budget under its
   identity until it answers a PING or its connection is gone, for
-  ``expiry`` at most: then (or at once, if it was dropped as silent) they
-  are set apart (``credit_abandoned``) in a ledger of ``max_credit_total``
+  ``expiry`` at most: then (or at once, if it was dropped as silent, or
+  as holding credit with no PING answered for ``expiry``:
+  ``peers_stalled``) they are set apart (``credit_abandoned``) in a ledger of ``max_credit_total``
   bytes (past it they stay in the budget, ``credit_stale_full``), so the
   broker holds at most twice ``max_credit_total`` for subscribers.
 - Heartbeats: the broker PINGs a peer silent for ``heartbeat`` seconds and

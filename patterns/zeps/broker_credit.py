@@ -11,8 +11,10 @@ then first come first served; credit held unspent beyond a fair share is
 revoked and granted again in turn while others wait, so subscribers that
 grant huge credit and never read stall only themselves.  A peer gone with bytes
 on their way keeps them in the budget (``_gone``) until it answers or its
-connection is gone, or for ``expiry`` at most: a peer dropped as silent, or gone
-that long without an answer, has its bytes set apart (``_stale``, at most
+connection is gone, or for ``expiry`` at most: a peer dropped as silent, or as
+holding credit with no PING answered for ``expiry`` (``peers_stalled``: one that
+never reads never sees them, whatever it sends), or gone that long without an
+answer, has its bytes set apart (``_stale``, at most
 ``max_credit_total`` bytes more; past that they stay in the budget), so that
 never-readers that spent their credit stall the others for ``expiry`` at most.
 What they hold then sits in libzmq's queue to them (we send them nothing more)
@@ -24,7 +26,7 @@ from __future__ import annotations
 import time
 
 from . import protocol as p
-from .broker_peers import _REPLAY
+from .broker_peers import _REPLAY, log
 
 __all__: list[str] = []
 
@@ -83,6 +85,8 @@ class CreditBudget:
             self._send(identity, p.PING_FRAME)
         elif len(peer.probes) < _MAX_PROBES and self._send(identity, p.PING_FRAME):
             peer.probes.append(peer.honoured - peer.credit)  # (full: it answers nothing; see _reclaim)
+            if peer.probed is None:
+                peer.probed = _monotonic()
 
     def _ping_ok(self, identity):
         peer = self._peers.get(identity)
@@ -102,6 +106,7 @@ class CreditBudget:
         if peer is None or not peer.probes:
             return
         drained = peer.probes.popleft()
+        peer.probed = _monotonic() if peer.probes else None
         if drained > peer.acked:
             grants = self._windows.release(identity, drained - peer.acked)
             peer.acked = drained
@@ -129,6 +134,8 @@ class CreditBudget:
                 pings += 1
         for _ in range(min(pings, len(peer.probes))):  # the newest PINGs were the ones still here
             peer.probes.pop()
+        if not peer.probes:
+            peer.probed = None
         free = peer.credit + min(unsent, peer.honoured - peer.credit - peer.acked)
         grants = windows.release(identity, free)
         peer.honoured -= free
@@ -149,7 +156,9 @@ class CreditBudget:
         once their connection is gone), set apart those gone for ``expiry`` without an answer, and
         PING the holders whose drain is not known while credit waits."""
         self._beats += 1
-        expired = _monotonic() - self.expiry
+        now = _monotonic()
+        expired = now - self.expiry
+        self._stall(now, expired)
         for identity, peer in list(self._gone.items()):
             if peer.left <= expired:
                 self._abandon(identity)
@@ -160,6 +169,28 @@ class CreditBudget:
                 elif self._beats % 16 == 0:  # 64 unanswered: is its connection still there? (its sends are
                     self._send(identity, p.PING_FRAME)  # frozen: an unnoted PING's answer frees nothing early)
         self._probe_holders()
+
+    def _stall(self, now, expired):
+        """Drop the subscribers that hold credit and have answered no PING for ``expiry``
+        (``peers_stalled``), whatever else they send: one that never reads never sees our PINGs behind
+        what we sent it, and must not keep that in the budget by sending CREDITs or heartbeats."""
+        stalled = []
+        for identity in self._windows.holders():
+            peer = self._peers.get(identity)
+            if peer is None or not peer.probes:
+                continue
+            if peer.probed is None:  # (PINGs it took over from an earlier peering: from now on)
+                peer.probed = now
+            elif peer.probed <= expired:
+                stalled.append(peer)
+        for peer in stalled:
+            self.stats["peers_stalled"] += 1
+            if self.stats["peers_stalled"] % 1000 == 1:
+                log.info("%s: peer %r answered no PING for %gs while holding credit; dropped (%d so far)",
+                         self.name, peer.identity, self.expiry, self.stats["peers_stalled"])
+            self._send(peer.identity, p.DETACH_FRAME)
+            self._drop(peer)
+            self._abandon(peer.identity)
 
     def _abandon(self, identity):
         """A peer gone (or dropped) that has not shown in ``expiry`` that it drained what it was sent:

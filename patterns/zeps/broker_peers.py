@@ -26,7 +26,7 @@ _LIVE, _REPLAY = "live", "replay"
 class _Peer:
     __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
                  "key", "may_publish", "delivered", "held", "gaps", "honoured", "acked", "probes", "starved",
-                 "reading", "fetched", "since", "resume", "left")
+                 "reading", "fetched", "since", "resume", "left", "probed")
 
     def __init__(self, identity, stream, key):
         self.identity = identity
@@ -51,6 +51,7 @@ class _Peer:
         self.since = None         # SUBSCRIBE-SINCE: the time whose sequence that read looks up
         self.resume = None        # the client's EPOCH: the epoch its position is from, and that position
         self.left = None          # when it left with bytes not known drained (monotonic seconds)
+        self.probed = None        # since when a PING of it waits for its answer, with none answered since
 
 
 
