@@ -171,3 +171,27 @@ def test_never_readers_that_keep_talking_are_dropped_once_they_answer_no_ping_fo
         talking.kill()
         for peer in hostile:
             peer.close()
+
+
+def test_attaching_again_on_the_same_connection_brings_what_was_set_apart_back_into_the_budget(journal_dir,
+                                                                                              processes):
+    """A never-reader dropped for it attaches again without reading: what it still holds is counted in the budget
+    again (it buys nothing by re-attaching), and freed when its connection goes."""
+    broker = BrokerProcess(processes, journal_dir, max_credit=8 * MiB, max_credit_total=16 * MiB, heartbeat=0.5,
+                           expiry=3.0)
+    with Publisher(broker.endpoint, "s") as pub:
+        for _ in range(16):
+            pub.publish(b"k", bytes(1000000))
+        pub.flush()
+    peer = never_reading(broker.endpoint, b"s", 8 * MiB)
+    try:
+        assert poll(lambda: broker.info()["credit"]["stale"] >= 7 * MiB), broker.info()["credit"]
+        held_apart = broker.info()["credit"]["stale"]
+        assert broker.info()["credit"]["held"] == 0
+        peer.send(p.attach(b"s"))
+        assert poll(lambda: broker.info()["credit"]["stale_holding"] == 0), broker.info()["credit"]
+        assert broker.info()["credit"]["held"] == held_apart and broker.info()["credit"]["stale"] == 0
+    finally:
+        peer.close()
+    assert poll(lambda: broker.info()["credit"]["held"] == 0 and broker.info()["credit"]["gone_holding"] == 0
+                and broker.info()["credit"]["stale"] == 0), broker.info()["credit"]
