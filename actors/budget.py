@@ -15,7 +15,8 @@ that total, with an optional cap per holder::
 What a holder asks beyond what is free (or beyond ``per_holder`` held)
 waits, and is granted by a later :meth:`release` or :meth:`forget`; a
 holder never holds more than ``per_holder`` nor waits for more than that
-(the excess is dropped, counted in :attr:`dropped`).  :attr:`deferred`
+(the excess is dropped, counted in :attr:`dropped`), except what
+:meth:`charge` puts back on its books.  :attr:`deferred`
 counts requests not granted in full.
 
 Fair shares: what comes back goes first to each waiter up to its
@@ -113,6 +114,17 @@ class Budget:
         self._wanted[holder] = min(wanted + amount, self.per_holder)  # (still a party: _take keeps the count)
         self._take(holder, amount)
         return self._serve()
+
+    def charge(self, holder: Hashable, amount: int) -> None:
+        """Put ``amount`` on ``holder``'s books whatever is free (``used`` may pass ``total`` until
+        releases bring it back): for units held elsewhere that come back under this budget."""
+        if amount <= 0:
+            return
+        held = self._held.get(holder, 0)
+        if not held and holder not in self._wanted:
+            self._parties += 1
+        self._held[holder] = held + amount
+        self.used += amount
 
     def cancel(self, holder: Hashable) -> int:
         """Cancel ``holder``'s wait (it keeps what it holds); returns the units it was waiting for."""

@@ -91,7 +91,12 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   sitting on credit cannot keep the others waiting, and a subscriber that
   reads keeps its share whatever the others ask.  A subscriber that leaves with bytes still on their way
   (a peer that stopped reading) keeps them in the budget under its
-  identity until it answers a PING or its connection is gone.
+  identity until it answers a PING or its connection is gone, for
+  ``expiry`` at most: then (or at once, if it was dropped as silent, or
+  as holding credit with no PING answered for ``expiry``:
+  ``peers_stalled``) they are set apart (``credit_abandoned``) in a ledger of ``max_credit_total``
+  bytes (past it they stay in the budget, ``credit_stale_full``), so the
+  broker holds at most twice ``max_credit_total`` for subscribers.
 - Heartbeats: the broker PINGs a peer silent for ``heartbeat`` seconds and
   drops a peer silent for ``expiry`` seconds (sending it DETACH).  Memory per
   peer is bounded: at most ``max_patterns`` patterns, credit capped at
@@ -279,6 +284,8 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         self._refuse_logged = -_REFUSE_LOG_PERIOD  # when a refusal was last logged
         self._windows = Budget(self.max_credit_total, self.max_credit)  # credit honoured, not yet drained
         self._gone: dict[bytes, _Peer] = {}     # left with bytes not known drained: held in the budget
+        self._stale: dict[bytes, _Peer] = {}    # expired with bytes not known drained: held apart, bounded
+        self._stale_bytes = 0                   # what they hold (at most max_credit_total)
         self._reclaimed = 0.0
         self._beats = 0
         self.router = Router(self, self._on_message, on_unroutable=self._on_unroutable,

@@ -135,7 +135,7 @@ class Commands:
         """The ATTACH of ``identity`` to the open ``stream``: its peering, and ATTACH-OK."""
         stream.idle_since = None
         peer = self._peers[identity] = stream.peers[identity] = _Peer(identity, stream, key)
-        old = self._gone.pop(identity, None)
+        old = self._gone.pop(identity, None) or self._restore(identity)
         if old is not None:  # the same connection, attached again: what is still on its way to it stays counted
             peer.honoured, peer.acked, peer.probes = old.honoured, old.acked, old.probes
         self._alive.touch(identity)

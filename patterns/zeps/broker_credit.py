@@ -11,14 +11,22 @@ then first come first served; credit held unspent beyond a fair share is
 revoked and granted again in turn while others wait, so subscribers that
 grant huge credit and never read stall only themselves.  A peer gone with bytes
 on their way keeps them in the budget (``_gone``) until it answers or its
-connection is gone.  Runs in the broker's loop only.
+connection is gone, or for ``expiry`` at most: a peer dropped as silent, or as
+holding credit with no PING answered for ``expiry`` (``peers_stalled``: one that
+never reads never sees them, whatever it sends), or gone that long without an
+answer, has its bytes set apart (``_stale``, at most
+``max_credit_total`` bytes more; past that they stay in the budget), so that
+never-readers that spent their credit stall the others for ``expiry`` at most.
+What they hold then sits in libzmq's queue to them (we send them nothing more)
+until it drains or their connection goes: the node holds at most twice
+``max_credit_total`` for subscribers.  Runs in the broker's loop only.
 """
 from __future__ import annotations
 
 import time
 
 from . import protocol as p
-from .broker_peers import _REPLAY
+from .broker_peers import _REPLAY, log
 
 __all__: list[str] = []
 
@@ -72,20 +80,33 @@ class CreditBudget:
 
     def _ping_peer(self, identity):
         """Every PING to a peer goes here: it notes what had been sent before it, for the PING-OK."""
-        peer = self._peers.get(identity) or self._gone.get(identity)
+        peer = self._peers.get(identity) or self._gone.get(identity) or self._stale.get(identity)
         if peer is None:
             self._send(identity, p.PING_FRAME)
         elif len(peer.probes) < _MAX_PROBES and self._send(identity, p.PING_FRAME):
             peer.probes.append(peer.honoured - peer.credit)  # (full: it answers nothing; see _reclaim)
+            if peer.probed is None:
+                peer.probed = _monotonic()
 
     def _ping_ok(self, identity):
         peer = self._peers.get(identity)
         gone = peer is None
         if gone:
             peer = self._gone.get(identity)
+            if peer is None:
+                peer = self._stale.get(identity)
+                if peer is not None and peer.probes:
+                    drained = peer.probes.popleft()
+                    if drained > peer.acked:
+                        self._stale_bytes -= drained - peer.acked
+                        peer.acked = drained
+                    if drained >= peer.honoured:
+                        del self._stale[identity]
+                return
         if peer is None or not peer.probes:
             return
         drained = peer.probes.popleft()
+        peer.probed = _monotonic() if peer.probes else None
         if drained > peer.acked:
             grants = self._windows.release(identity, drained - peer.acked)
             peer.acked = drained
@@ -113,11 +134,14 @@ class CreditBudget:
                 pings += 1
         for _ in range(min(pings, len(peer.probes))):  # the newest PINGs were the ones still here
             peer.probes.pop()
+        if not peer.probes:
+            peer.probed = None
         free = peer.credit + min(unsent, peer.honoured - peer.credit - peer.acked)
         grants = windows.release(identity, free)
         peer.honoured -= free
         peer.credit = 0
         if peer.honoured > peer.acked:
+            peer.left = _monotonic()
             gone = self._gone
             gone[identity] = peer
             if len(gone) > self.max_peers:  # bounded: the oldest is forgotten
@@ -128,15 +152,78 @@ class CreditBudget:
         self._served(grants)
 
     def _reclaim(self):
-        """Every beat: PING the peers gone with bytes on their way (answered, or unroutable once their
-        connection is gone), and the holders whose drain is not known while credit waits."""
+        """Every beat: PING the peers gone or expired with bytes on their way (answered, or unroutable
+        once their connection is gone), set apart those gone for ``expiry`` without an answer, and
+        PING the holders whose drain is not known while credit waits."""
         self._beats += 1
+        now = _monotonic()
+        expired = now - self.expiry
+        self._stall(now, expired)
         for identity, peer in list(self._gone.items()):
-            if len(peer.probes) < _MAX_PROBES:
-                self._ping_peer(identity)
-            elif self._beats % 16 == 0:  # 64 unanswered: is its connection still there? (its sends are
-                self._send(identity, p.PING_FRAME)  # frozen: an unnoted PING's answer frees nothing early)
+            if peer.left <= expired:
+                self._abandon(identity)
+        for table in (self._gone, self._stale):
+            for identity, peer in list(table.items()):
+                if len(peer.probes) < _MAX_PROBES:
+                    self._ping_peer(identity)
+                elif self._beats % 16 == 0:  # 64 unanswered: is its connection still there? (its sends are
+                    self._send(identity, p.PING_FRAME)  # frozen: an unnoted PING's answer frees nothing early)
         self._probe_holders()
+
+    def _stall(self, now, expired):
+        """Drop the subscribers that hold credit and have answered no PING for ``expiry``
+        (``peers_stalled``), whatever else they send: one that never reads never sees our PINGs behind
+        what we sent it, and must not keep that in the budget by sending CREDITs or heartbeats."""
+        stalled = []
+        for identity in self._windows.holders():
+            peer = self._peers.get(identity)
+            if peer is None or not peer.probes:
+                continue
+            if peer.probed is None:  # (PINGs it took over from an earlier peering: from now on)
+                peer.probed = now
+            elif peer.probed <= expired:
+                stalled.append(peer)
+        for peer in stalled:
+            self.stats["peers_stalled"] += 1
+            if self.stats["peers_stalled"] % 1000 == 1:
+                log.info("%s: peer %r answered no PING for %gs while holding credit; dropped (%d so far)",
+                         self.name, peer.identity, self.expiry, self.stats["peers_stalled"])
+            self._send(peer.identity, p.DETACH_FRAME)
+            self._drop(peer)
+            self._abandon(peer.identity)
+
+    def _abandon(self, identity):
+        """A peer gone (or dropped) that has not shown in ``expiry`` that it drained what it was sent:
+        its bytes leave the credit budget for the stale ledger (``credit_abandoned``), which holds at
+        most ``max_credit_total`` bytes and ``max_peers`` peers; past that they stay in the budget
+        (``credit_stale_full``).  They are freed when it answers a PING or its connection goes."""
+        peer = self._gone.get(identity)
+        if peer is None:
+            return
+        inflight = peer.honoured - peer.acked
+        if self._stale_bytes + inflight > self._windows.total or len(self._stale) >= self.max_peers:
+            self.stats["credit_stale_full"] += 1
+            peer.left = _monotonic()  # (tried again an expiry later)
+            return
+        del self._gone[identity]
+        self._stale[identity] = peer
+        self._stale_bytes += inflight
+        self.stats["credit_abandoned"] += 1
+        self._served(self._windows.forget(identity))
+
+    def _unstale(self, identity):
+        """The expired peer ``identity`` (if it is one) and the bytes it held leave the stale ledger."""
+        peer = self._stale.pop(identity, None)
+        if peer is not None:
+            self._stale_bytes -= peer.honoured - peer.acked
+        return peer
+
+    def _restore(self, identity):
+        """``identity`` attaches again on the same connection: what it holds apart returns to the budget."""
+        peer = self._unstale(identity)
+        if peer is not None:
+            self._windows.charge(identity, peer.honoured - peer.acked)
+        return peer
 
     def _probe_holders(self):
         """While credit waits (at most every 50 ms): PING the holders whose drain is not known, and

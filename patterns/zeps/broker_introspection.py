@@ -65,7 +65,8 @@ class Introspection:
                                   "closing": len(self._closing),
                                   "max_open": self._max_open, "max_streams": self.max_streams},
                 "credit": {"held": windows.used, "budget": windows.total, "per_subscriber": windows.per_holder,
-                           "waiting": windows.waiting, "gone_holding": len(self._gone)}}
+                           "waiting": windows.waiting, "gone_holding": len(self._gone),
+                           "stale": self._stale_bytes, "stale_holding": len(self._stale)}}
         if may_see is None:
             info["journal"] = self.journal_dir
         if self._pair is not None:

@@ -26,7 +26,7 @@ _LIVE, _REPLAY = "live", "replay"
 class _Peer:
     __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
                  "key", "may_publish", "delivered", "held", "gaps", "honoured", "acked", "probes", "starved",
-                 "reading", "fetched", "since", "resume")
+                 "reading", "fetched", "since", "resume", "left", "probed")
 
     def __init__(self, identity, stream, key):
         self.identity = identity
@@ -50,6 +50,8 @@ class _Peer:
         self.fetched = None       # what that read brought: (its first sequence, records or the error)
         self.since = None         # SUBSCRIBE-SINCE: the time whose sequence that read looks up
         self.resume = None        # the client's EPOCH: the epoch its position is from, and that position
+        self.left = None          # when it left with bytes not known drained (monotonic seconds)
+        self.probed = None        # since when a PING of it waits for its answer, with none answered since
 
 
 
@@ -93,12 +95,13 @@ class Peers:
         if peer is not None:
             self.stats["peers_lost"] += 1
             self._drop(peer)
-        elif identity not in self._gone and frames[0] != p.DETACH_OK_FRAME:
+        elif identity not in self._gone and identity not in self._stale and frames[0] != p.DETACH_OK_FRAME:
             # (the answer to a DETACH, or a PING to a peer that left, finds its connection closed: a clean end)
             self.stats["unroutable"] += 1
         if identity in self._gone and identity not in self._peers:  # its connection is gone: so are its bytes
             del self._gone[identity]
             self._served(self._windows.forget(identity))
+        self._unstale(identity)
 
     def _on_overflow(self, identity, frames):
         self.stats["overflow"] += 1  # never for subscribers: held at transport_high, limit is twice that
@@ -138,4 +141,5 @@ class Peers:
                 log.info("%s: peer %r silent for %gs; dropped", self.name, identity, self.expiry)
                 self._send(identity, p.DETACH_FRAME)
                 self._drop(peer)
+                self._abandon(identity)  # what it did not drain: out of the credit budget
         self._arm_liveness()

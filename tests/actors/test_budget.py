@@ -104,3 +104,16 @@ def test_waiters_are_served_a_fair_share_first_then_what_is_left():
     assert b.revoke("a", 60) == [("b", 33), ("c", 27)]   # a keeps 40, over its share: b and c first
     assert b.release("a", 40) == [("c", 6), ("a", 33), ("b", 1)]   # shares first, then the rest in turn
     assert b.used == 100 and (b.held("a"), b.held("b"), b.held("c")) == (33, 34, 33)
+
+
+def test_charge_books_units_whatever_is_free_and_waiters_wait_until_it_is_back_under():
+    b = Budget(10, per_holder=8)
+    assert b.request("a", 8) == 8
+    assert b.request("w", 4) == 2  # 2 wait
+    b.charge("c", 6)               # units held elsewhere come back under this budget
+    assert b.used == 16 and b.held("c") == 6 and b.fair_share == 3
+    assert b.release("a", 4) == []  # still over the total: nothing to grant
+    assert b.release("c", 6) == [("w", 2)]
+    assert b.used == 8 and b.held("w") == 4
+    b.charge("a", 0)
+    assert b.forget("a") == [] and b.forget("w") == [] and b.used == 0 and b._parties == 0
