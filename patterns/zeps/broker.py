@@ -127,6 +127,9 @@ uses):
 - :mod:`.broker_credit`: the credit budget;
 - :mod:`.broker_streams`: streams opened, created and closed within their budgets;
 - :mod:`.broker_introspection`: INFO and QUERY's report;
+- :mod:`.broker_groups`: consumer groups (JOIN, ACK, NACK, CLAIM, redelivery, dead letters), with
+  ``group_ack_wait``, ``group_max_deliver``, ``group_dlq`` and the budgets ``max_groups`` (per
+  stream), ``max_groups_per_peer``, ``max_group_members``, ``max_group_pending``;
 - here: the options, setup and teardown.
 """
 from __future__ import annotations
@@ -146,6 +149,7 @@ from zactors.actors.router import Router
 from . import protocol as p
 from .broker_commands import _REFUSE_LOG_PERIOD, Commands
 from .broker_credit import CreditBudget
+from .broker_groups import Groups
 from .broker_hot_path import HotPath
 from .broker_introspection import Introspection
 from .broker_peers import _Peer, Peers
@@ -168,7 +172,7 @@ _PUBLISH_OVERHEAD = 8
 _MAX_COMMAND = 1024
 
 
-class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspection, Actor):
+class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspection, Groups, Actor):
     """A ZEPS broker journaling under ``journal_dir``.  See the module docstring."""
 
     #: messages waiting in the kernel outbox for one peer before it is switched to replay
@@ -187,7 +191,10 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
                  retain_seconds: float | None = None, curve: Keypair | bytes | str | None = None,
                  curve_domain: str | None = None, permissions: Permissions | None = None,
                  multicast: tuple[str, int] | None = None, multicast_interface: str | None = None,
-                 multicast_ttl: int = 1, streams: Iterable[bytes | str] = (), name: str | None = None) -> None:
+                 multicast_ttl: int = 1, streams: Iterable[bytes | str] = (), group_ack_wait: float = 30.0,
+                 group_max_deliver: int = 5, group_dlq: str = "{stream}.dlq.{group}", max_groups: int = 16384,
+                 max_groups_per_peer: int = 1024, max_group_members: int = 4096, max_group_pending: int = 100000,
+                 name: str | None = None) -> None:
         if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
             raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
         if ack not in ACK_LEVELS:
@@ -226,6 +233,16 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         self.multicast = multicast
         self.multicast_interface = multicast_interface
         self.multicast_ttl = multicast_ttl
+        if group_ack_wait <= 0 or group_max_deliver < 1 or min(max_groups, max_groups_per_peer, max_group_members,
+                                                               max_group_pending) < 1:
+            raise ValueError("group_ack_wait must be > 0, group_max_deliver and the group budgets >= 1")
+        self.group_ack_wait = group_ack_wait
+        self.group_max_deliver = group_max_deliver
+        self.group_dlq = group_dlq
+        self.max_groups = max_groups
+        self.max_groups_per_peer = max_groups_per_peer
+        self.max_group_members = max_group_members
+        self.max_group_pending = max_group_pending
         self.declared = [x.encode() if isinstance(x, str) else bytes(x) for x in streams]
         if permissions is not None and curve is None:
             raise ValueError("permissions need CURVE: they are granted to client keys")
@@ -275,6 +292,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         self._closed_streams: dict[bytes, dict[str, Any]] = {}  # on disk, not open: name -> its INFO then
         self._creators: dict[Any, int] = {}       # peer (key or identity) -> existing streams it created
         self._max_open = self.max_open_streams or _open_stream_budget(self.max_streams)
+        self._groups_setup()  # before the streams: their journals' first writes reach the groups
         for name in self.declared + self._existing():  # pre-declared streams, and journals already there
             if name in self._streams:
                 continue
@@ -300,6 +318,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         for stream in self._streams.values():
             stream.commit.stop()      # the last write (and fsync); logs what it could not write
             stream.journal.close(sync=self.fsync != "never")
+        self._groups_teardown()
 
     # -- commands from the parent ---------------------------------------------------
     @command
