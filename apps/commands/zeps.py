@@ -1,4 +1,5 @@
-"""ZEPS commands: ``zactors zeps broker|publish|subscribe|streams|dump`` and the ZEPS part of the demo."""
+"""ZEPS commands: ``zactors zeps broker|publish|subscribe|consume|groups|streams|dump`` and the ZEPS part of
+the demo (``consume`` and ``groups``: :mod:`._zeps_groups`)."""
 import argparse
 import datetime
 import logging
@@ -14,6 +15,8 @@ import zmq
 from zactors.apps import contexts, exitstatus, options
 from zactors.apps.stopping import Interrupted, serve
 from zactors.apps.terminal import lines
+
+from ._zeps_groups import register as _register_groups
 
 ORDER = 40
 log = logging.getLogger("zactors.zeps")
@@ -118,6 +121,8 @@ def register(sub):
     _connect(streams)
     streams.add_argument("--json", action="store_true", help="print the raw JSON")
     streams.set_defaults(func=run_streams)
+
+    _register_groups(cmds)
 
     dump = cmds.add_parser("dump", help="print a stream's journal offline",
                            description="Print the records of a stream (no broker needed) in aligned columns: "

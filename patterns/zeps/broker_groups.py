@@ -427,14 +427,40 @@ class Groups:
             self._log(group, ["A", group.name, [seq], True])
 
     def _pump_group(self, group, only=None):
-        """Hand what is ready, then new messages, to the members with credit (``only``: that member)."""
+        """Hand what is ready, then new messages, to the members with credit (``only``: that member).
+
+        Never re-entered: a send can drop a peer (unroutable), whose departure (or the credit it frees)
+        asks for a pump; that one runs next round."""
+        if group.pumping:
+            group.again = True
+            return
+        group.pumping = True
+        try:
+            again = self._pump_step(group, only)
+        finally:
+            group.pumping = False
+        if again or group.again:  # a bounded step: the rest next round, after the sockets
+            group.again = False
+            self.call_later(0, self._pump_group, group)
+
+    def _sent(self, group, member, members):
+        """After a send to ``member``: False (and what it held is ready again) if the send dropped it."""
+        if member.identity in group.members:
+            return True
+        if member in members:
+            members.remove(member)
+        group.release_member(member.identity)
+        group.again = True
+        return False
+
+    def _pump_step(self, group, only):
         stream = self._streams.get(group.stream)
         if stream is None or not group.members or group.reading:
-            return
+            return False
         members = [m for m in ((only,) if only is not None else group.members.values())
                    if m.credit > 0 and not m.held and m.identity in group.members]
         if not members:
-            return
+            return False
         journal, now = stream.journal, _monotonic()
         send, counted, log_flat = self._send, 0, []
         pending = group.pending
@@ -470,6 +496,7 @@ class Groups:
             log_flat += (seq, deliveries)
             heapq.heappush(self._due, (pending[seq].deadline, next(self._due_n), group, seq, deliveries))
             counted += 1
+            self._sent(group, member, members)
         reads, again = 0, False
         while members and only is None and group.cursor < stream.delivered_seq \
                 and len(pending) < self.max_group_pending:
@@ -510,6 +537,7 @@ class Groups:
                 heapq.heappush(self._due, (now + group.ack_wait, next(self._due_n), group, seq, 1))
                 self._pending_total += 1
                 counted += 1
+                self._sent(group, member, members)
             else:
                 continue
             break
@@ -519,8 +547,7 @@ class Groups:
             self._log(group, ["R", group.name, group.cursor, log_flat])
         if counted and len(self._due) > 2 * self._pending_total + 4096:
             self._rebuild_due()
-        if again:  # a bounded step: the rest next round, after the sockets
-            self.call_later(0, self._pump_group, group)
+        return again
 
     @staticmethod
     def _pick(members, turn, cost):

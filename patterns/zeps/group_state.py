@@ -46,7 +46,8 @@ class Group:
     """One consumer group of one stream.  See the module docstring."""
 
     __slots__ = ("name", "stream", "pattern", "filter", "cursor", "ack_wait", "max_deliver", "pending", "held",
-                 "ready", "members", "turn", "counters", "logged_cursor", "batch", "reading", "creator")
+                 "ready", "members", "turn", "counters", "logged_cursor", "batch", "reading", "creator", "pumping",
+                 "again")
 
     def __init__(self, name, stream, pattern, flt, cursor, ack_wait, max_deliver, counters=None):
         self.name = name                  # bytes
@@ -68,6 +69,8 @@ class Group:
         self.batch = None                 # records a cold read brought: [Record, ...]
         self.reading = False              # a cold read is under way for this group
         self.creator = None
+        self.pumping = False              # the broker is handing out messages (a send may drop a member)
+        self.again = False                # ...and something asked for another pump meanwhile
 
     # -- changes (the broker logs what each returns) ------------------------------------
     def deliver(self, seq, holder, now):

@@ -239,3 +239,29 @@ def test_join_refused_raises_from_the_constructor(journal_dir):
                 Consumer(broker.endpoint, "s", "b")
     finally:
         broker.destroy()
+
+
+def test_a_member_dropped_by_a_send_mid_delivery_duplicates_nothing(journal_dir):
+    """Regression: a send that found a member gone dropped it inside the delivery loop, whose release ran a
+    second delivery loop within the first: both handed out the same sequences (a member killed -9 under
+    load made ~100 messages be processed twice by the others)."""
+    broker = make_broker(journal_dir)
+    try:
+        publish(broker.endpoint, "s", items(1))
+        gone = RawMember(broker.endpoint)
+        gone.send(g.join(b"work", b"", g.START_LATEST, 0, 1000), p.credit(1 << 20))  # ack_wait 1 s
+        gone.expect(g.JoinOk)
+        with Consumer(broker.endpoint, "s", "work", window=64 << 10) as c:
+            gone.close()   # its connection ends: the broker learns it from a send (or after ack_wait)
+            publish(broker.endpoint, "s", items(500))
+            got = []
+            while len(got) < 500:
+                m = c.get(10)
+                assert m is not None, "lost after %d" % len(got)
+                got.append((m.seq, m.deliveries))
+                m.ack()
+            assert c.get(0.5) is None
+            assert sorted(seq for seq, _ in got) == list(range(2, 502))
+            assert broker.info()["counters"]["peers_lost"] >= 1
+    finally:
+        broker.destroy()
