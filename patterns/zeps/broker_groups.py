@@ -41,8 +41,10 @@ import os
 import time
 
 import msgpack
+from zmq import ZMQError
 
 from zactors.actors.journal import JournalError, SequenceGone
+from zactors.actors.speedups import send_message
 
 from . import groups_protocol as g
 from . import protocol as p
@@ -59,6 +61,8 @@ _monotonic = time.monotonic
 _READ = 512
 #: the cursor is logged when it moved this far over messages that did not match (else with a delivery)
 _CURSOR_LOG = 4096
+#: messages handed to one member in a row before the next member's turn (its acks make ranges)
+_RUN = 32
 #: a NACK's delay at most (ms)
 _MAX_NACK_DELAY = 24 * 3600 * 1000
 #: entries a CLAIM looks at, per entry it asks for
@@ -443,6 +447,17 @@ class Groups:
             group.again = False
             self.call_later(0, self._pump_group, group)
 
+    def _member_send(self, identity, frame):
+        """Straight to libzmq (one C call) when nothing waits for ``identity`` in the kernel outbox."""
+        if not self._outbox_pending(identity):
+            sock = self.router.socket
+            try:
+                send_message(sock, sock.handle, (identity, frame))
+                return
+            except ZMQError:
+                pass
+        self._outbox_send(identity, [frame])  # behind what waits, in order; unroutable: the peer is dropped
+
     def _sent(self, group, member, members):
         """After a send to ``member``: False (and what it held is ready again) if the send dropped it."""
         if member.identity in group.members:
@@ -462,7 +477,7 @@ class Groups:
         if not members:
             return False
         journal, now = stream.journal, _monotonic()
-        send, counted, log_flat = self._send, 0, []
+        send, counted, log_flat = self._member_send, 0, []
         pending = group.pending
         turn = group.turn
         ready = group.ready
@@ -486,6 +501,10 @@ class Groups:
                     self._pending_total -= 1
                     self._log(group, ["A", group.name, [seq], True])
                 continue
+            if len(members) > 1 and entry.last is not None:  # to another member than last time, if it can
+                i = turn[0] % len(members)
+                if members[i].identity == entry.last:
+                    turn = (i + 1, 0)
             member, turn = self._pick(members, turn, g.group_deliver_cost(record.key, record.body))
             if member is None:
                 break
@@ -551,17 +570,21 @@ class Groups:
 
     @staticmethod
     def _pick(members, turn, cost):
-        """The next member in turn whose credit covers ``cost`` (it pays); members out of credit leave
-        ``members``.  Returns (member or None, next turn)."""
+        """The member whose turn it is, if its credit covers ``cost`` (it pays), else the next one;
+        members out of credit leave ``members``.  A member gets up to ``_RUN`` messages in a row, so its
+        acknowledgements compress to ranges.  ``turn`` is (index, messages so far in its run); returns
+        (member or None, the next turn)."""
+        i, run = turn
         while members:
-            i = turn % len(members)
+            i %= len(members)
             member = members[i]
             if member.credit >= cost and not member.held:
                 member.credit -= cost
-                return member, i + 1
+                run += 1
+                return member, ((i + 1, 0) if run >= _RUN else (i, run))
             del members[i]
-            turn = i
-        return None, turn
+            run = 0
+        return None, (i, 0)
 
     def _dead_letter(self, group, record, deliveries):
         """Publish ``record`` to the group's dead-letter stream; False (it stays pending) if it cannot."""

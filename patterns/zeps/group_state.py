@@ -34,12 +34,14 @@ COUNTERS = ("delivered", "redelivered", "acked", "dead_letters", "nacked", "clai
 
 class Entry:
     """One pending sequence: who holds it (a peering identity, or None: waiting for a member), since when
-    (monotonic), how often it was delivered, and when it is delivered again (None: not timed)."""
+    (monotonic), how often it was delivered, when it is delivered again (None: not timed), and to whom
+    it was delivered last."""
 
-    __slots__ = ("holder", "since", "deliveries", "deadline")
+    __slots__ = ("holder", "since", "deliveries", "deadline", "last")
 
     def __init__(self, holder, since, deliveries, deadline):
         self.holder, self.since, self.deliveries, self.deadline = holder, since, deliveries, deadline
+        self.last = holder  # the member it was last delivered to: a redelivery goes to another if it can
 
 
 class Group:
@@ -61,7 +63,7 @@ class Group:
         self.held = {}                    # member identity -> set of the seqs it holds
         self.ready = deque()              # seqs to deliver again, first come first served
         self.members = {}                 # identity -> the broker's peer record (insertion order: turns)
-        self.turn = 0
+        self.turn = (0, 0)                # whose turn it is, and how many it had in a row (the broker's)
         self.counters = dict.fromkeys(COUNTERS, 0)
         if counters:
             self.counters.update((k, v) for k, v in counters.items() if k in self.counters)
@@ -82,6 +84,7 @@ class Group:
         else:
             self._unhold(seq, entry)
             entry.holder, entry.since, entry.deadline = holder, now, now + self.ack_wait
+            entry.last = holder
             entry.deliveries += 1
             self.counters["redelivered"] += 1
         if seq > self.cursor:

@@ -265,3 +265,22 @@ def test_a_member_dropped_by_a_send_mid_delivery_duplicates_nothing(journal_dir)
             assert broker.info()["counters"]["peers_lost"] >= 1
     finally:
         broker.destroy()
+
+
+def test_a_redelivery_goes_to_another_member_than_last_time(journal_dir):
+    """Members take runs of messages in turn (their acks make ranges); a message whose wait ran out goes
+    to another member than the one that let it time out (alive but stuck), not back to it."""
+    broker = make_broker(journal_dir)
+    try:
+        publish(broker.endpoint, "s", items(1))
+        stuck = RawMember(broker.endpoint)
+        stuck.send(g.join(b"work", b"", g.START_EARLIEST, 0, 300), p.credit(1 << 20))   # ack_wait 0.3 s
+        stuck.expect(g.JoinOk)
+        assert stuck.expect(g.GroupDeliver).sequence == 1
+        with Consumer(broker.endpoint, "s", "work") as other:
+            m = other.get(5)
+            assert (m.seq, m.deliveries) == (1, 2)
+            m.ack()
+        stuck.close()
+    finally:
+        broker.destroy()

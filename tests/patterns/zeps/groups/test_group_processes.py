@@ -6,6 +6,7 @@ import sys
 import time
 
 import gevent
+import gevent.event
 import gevent.subprocess
 import pytest
 
@@ -39,8 +40,8 @@ def members(processes):
     (before ``processes`` reaps it: its stdout has one reader at a time)."""
     made = []
 
-    def make(endpoint, ack_wait):
-        worker = Worker(processes, endpoint, ack_wait)
+    def make(endpoint, ack_wait, trigger=None):
+        worker = Worker(processes, endpoint, ack_wait, trigger)
         made.append(worker)
         return worker
 
@@ -55,11 +56,12 @@ def members(processes):
 class Worker:
     """A member process; ``lines`` collects (seq, deliveries, time) as it prints them."""
 
-    def __init__(self, start, endpoint, ack_wait):
+    def __init__(self, start, endpoint, ack_wait, trigger=None):
         self.proc = start([sys.executable, os.path.join(HERE, "_group_worker.py"), endpoint, "s", "work",
                            str(ack_wait)], stdout=gevent.subprocess.PIPE, text=True)
         assert self.proc.stdout.readline().strip() == "ready"
         self.lines = []
+        self.trigger = trigger   # (count, func): func() once this worker has printed count lines
         self.reader = gevent.spawn(self._read)
 
     def _read(self):
@@ -67,6 +69,9 @@ class Worker:
         for line in self.proc.stdout:
             seq, deliveries, at = line.split()
             append((int(seq), int(deliveries), float(at)))
+            if self.trigger is not None and len(self.lines) >= self.trigger[0]:
+                func, self.trigger = self.trigger[1], None
+                func()     # in the reader, at once: the others keep going meanwhile
 
 
 def publish(endpoint, n):
@@ -148,18 +153,26 @@ def test_sigkill_a_member_its_unacked_are_redelivered_within_ack_wait(processes,
 
 
 def test_broker_kill_9_and_restart_resumes_from_the_persisted_group(processes, members, tmp_path):
-    n = 30000
+    n = N
     journal = str(tmp_path / "j")
     broker = BrokerProcess(processes, journal, heartbeat=0.2, expiry=1.0)
     endpoint = broker.endpoint
-    workers = [members(endpoint, 2.0) for _ in range(2)]
+    killed, published = gevent.event.Event(), gevent.event.Event()
+
+    def kill():  # mid-stream: once every message is journaled, and the first member has handled 4000
+        published.wait(60)
+        broker.kill()
+        killed.set()
+
+    workers = [members(endpoint, 2.0, trigger=(4000, kill) if i == 0 else None) for i in range(2)]
     publish(endpoint, n)
-    wait_until(lambda: sum(len(w.lines) for w in workers) >= 8000, 120, "8000 processed")
-    broker.kill()
+    published.set()
+    assert killed.wait(120), "the first member never processed 4000"
     processed_before = len(counts(workers))
     broker = BrokerProcess(processes, journal, endpoint=endpoint, heartbeat=0.2, expiry=1.0)
     restored = broker.group()
     assert restored is not None and restored["cursor"] >= restored["acked"] > 0
+    assert restored["acked"] < n, "the kill came after the end: not mid-stream"
     wait_until(lambda: len(counts(workers)) >= n, 240, "every message after the restart")
     wait_until(lambda: broker.group()["pending"] == 0, 30, "every ack")
     seen = counts(workers)
