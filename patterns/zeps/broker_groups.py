@@ -33,6 +33,7 @@ Runs in the broker's loop only.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import json
@@ -59,6 +60,10 @@ log = logging.getLogger("zactors.patterns.zeps.broker")
 _monotonic = time.monotonic
 #: records read per step, and messages handed out per group per pump
 _READ = 512
+#: sequences one ACK's ranges may name and be looked up one by one (past that: only what the member holds)
+_ACK_SPAN = 65536
+#: entries a CLAIM takes at most
+_MAX_CLAIM = 1024
 #: the cursor is logged when it moved this far over messages that did not match (else with a delivery)
 _CURSOR_LOG = 4096
 #: messages handed to one member in a row before the next member's turn (its acks make ranges)
@@ -279,21 +284,25 @@ class Groups:
         self._send(peer.identity, g.group_deleted(name))
 
     def _ack(self, peer, group, ranges):
+        """Acknowledge what ``ranges`` name that this member holds (or nobody holds).  The work is bounded
+        by ``_ACK_SPAN`` sequences per ACK, or by what the member holds: a hostile ACK of 1024 huge ranges
+        costs no more than an honest one."""
         identity = peer.identity
         done, refused = [], 0
-        held = group.held.get(identity, ())
-        for first, last in ranges:
-            if last - first < 4096:
-                seqs = range(first, last + 1)
-            else:  # a huge range: only what it could hold
-                seqs = sorted(s for s in held if first <= s <= last)
+        if sum(last - first + 1 for first, last in ranges) <= _ACK_SPAN:
+            candidates = (seq for first, last in ranges for seq in range(first, last + 1))
+        else:  # only what this member holds, found in the ranges by bisection
+            starts = sorted(ranges)
+            firsts = [first for first, _ in starts]
+            candidates = sorted(seq for seq in group.held.get(identity, ())
+                                if (i := bisect.bisect_right(firsts, seq) - 1) >= 0 and seq <= starts[i][1])
+            refused += 1
+        for seq in candidates:
+            if group.may_ack(seq, identity):
+                group.remove(seq)
+                done.append(seq)
+            else:
                 refused += 1
-            for seq in seqs:
-                if group.may_ack(seq, identity):
-                    group.remove(seq)
-                    done.append(seq)
-                else:
-                    refused += 1
         if refused:
             self.stats["group_acks_refused"] += refused
         if not done:
@@ -327,8 +336,9 @@ class Groups:
         idle = message.min_idle / 1000.0
         identity = peer.identity
         taken = []
+        count = min(message.count, _MAX_CLAIM)
         for n, (seq, entry) in enumerate(group.pending.items()):
-            if len(taken) >= message.count or n >= _CLAIM_SCAN * max(1, message.count):
+            if len(taken) >= count or n >= _CLAIM_SCAN * max(1, count):
                 break
             if entry.holder != identity and now - entry.since >= idle:
                 taken.append(seq)
