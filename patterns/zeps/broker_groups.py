@@ -404,6 +404,8 @@ class Groups:
         batch = group.batch
         if batch and batch[0].seq <= seq <= batch[-1].seq and batch[seq - batch[0].seq].seq == seq:
             return batch[seq - batch[0].seq]
+        if seq < journal.first_seq:
+            raise SequenceGone(journal.first_seq)
         if journal.cached(seq):
             records = journal.read(seq, 1, None)
             return records[0] if records else None
@@ -418,12 +420,11 @@ class Groups:
 
         def done(records, error):
             group.reading = False
-            if isinstance(error, SequenceGone):
+            if isinstance(error, SequenceGone):  # retention removed them: gone for this group too
                 group.batch = None
-                for s in [s for s in group.pending if s < error.args[0]] if error.args else []:
-                    self._gone(group, s)
-                if group.cursor < journal.first_seq - 1:
-                    group.cursor = journal.first_seq - 1
+                for s in [s for s in group.pending if s < error.first_seq]:
+                    self._group_gone(group, s)
+                group.cursor = max(group.cursor, error.first_seq - 1)
             elif error is not None:
                 log.error("%s: group %s: read of sequence %d failed: %s", self.name, group.name, seq, error)
                 self.stats["group_read_errors"] += 1
@@ -434,7 +435,7 @@ class Groups:
 
         self.run_in_thread(journal.read, seq, _READ, 1 << 20, on_done=done)
 
-    def _gone(self, group, seq):
+    def _group_gone(self, group, seq):
         if group.remove(seq, dead=True):
             self._pending_total -= 1
             self.stats["group_gone"] += 1
@@ -501,7 +502,7 @@ class Groups:
                 record = self._record(group, journal, seq)
             except SequenceGone:
                 ready.popleft()
-                self._gone(group, seq)
+                self._group_gone(group, seq)
                 continue
             if record is None:
                 break

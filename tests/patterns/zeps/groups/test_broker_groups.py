@@ -313,3 +313,29 @@ def test_hostile_acks_of_huge_ranges_cost_little(journal_dir):
         peer.close()
     finally:
         broker.destroy()
+
+
+def test_pending_entries_retention_removed_are_dropped_and_counted(journal_dir):
+    """Regression: the broker named its helper for such entries ``_gone``, which its credit budget's dict
+    of departed peers (``self._gone``) shadowed: the first redelivery of a message retention had removed
+    raised TypeError in the loop and killed the broker."""
+    broker = make_broker(journal_dir, segment_bytes=16 << 10, retain_bytes=32 << 10)
+    try:
+        publish(broker.endpoint, "s", items(1))
+        holder = RawMember(broker.endpoint)
+        holder.send(g.join(b"work", b"k", g.START_EARLIEST, 0, 200), p.credit(1 << 20))  # ack_wait 0.2 s
+        holder.expect(g.JoinOk)
+        assert holder.expect(g.GroupDeliver).sequence == 1
+        holder.send(p.credit(0))
+        holder.close()       # never acks; its connection ends
+        publish(broker.endpoint, "s", [(b"other", b"x" * 1000)] * 200)   # 200 KB: many 16 KB segments
+        broker.call("RETAIN")
+        wait_for(lambda: broker.info()["streams"]["s"]["first_seq"] > 1, what="retention")
+        with Consumer(broker.endpoint, "s", "work") as c:   # the redelivery of 1 finds it gone
+            wait_for(lambda: broker.info()["counters"].get("group_gone", 0) == 1, what="the gone entry counted")
+            assert broker.info()["groups"][0]["pending"] == 0
+            publish(broker.endpoint, "s", items(1))
+            m = c.get(10)
+            assert m is not None and m.body == b"m0" and m.seq > 201
+    finally:
+        broker.destroy()
