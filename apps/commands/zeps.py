@@ -64,6 +64,13 @@ def register(sub):
                              "(default: 64M)")
     broker.add_argument("--max-streams-per-peer", type=options.positive_int, default=16, metavar="N",
                         help="streams one peer (its key, else its connection) may create (default: 16)")
+    broker.add_argument("--group-ack-wait", type=options.positive_float, default=30.0, metavar="SECONDS",
+                        help="consumer groups: redeliver what is not acknowledged within this (default: 30; a "
+                             "group created with its own keeps it)")
+    broker.add_argument("--group-max-deliver", type=options.positive_int, default=5, metavar="N",
+                        help="consumer groups: deliveries before the dead-letter stream (default: 5)")
+    broker.add_argument("--group-dlq", default="{stream}.dlq.{group}", metavar="TEMPLATE",
+                        help="consumer groups: the dead-letter stream's name (default: {stream}.dlq.{group})")
     broker.add_argument("--stream-idle", type=options.positive_float, default=60.0, metavar="SECONDS",
                         help="close a stream without peers after SECONDS, releasing its files; one that "
                              "never held a message is deleted (default: 60)")
@@ -225,6 +232,15 @@ _limit.__name__ = "retention limit"
 _permissions.__name__ = "permissions file"
 
 
+def _dlq_template(text):
+    """``--group-dlq``: a name with ``{stream}`` and ``{group}`` (UsageError for anything else)."""
+    try:
+        text.format(stream="s", group="g")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise options.UsageError("--group-dlq %r: use {stream} and {group} only (%s)" % (text, exc)) from None
+    return text
+
+
 def run_broker(args):
     from zactors.patterns.zeps.broker import Broker
 
@@ -247,7 +263,9 @@ def run_broker(args):
                         expiry=args.expiry, max_message=args.max_message, max_credit=args.max_credit,
                         max_credit_total=args.max_credit_total, max_streams_per_peer=args.max_streams_per_peer,
                         stream_idle=args.stream_idle, retain_bytes=limits.get("size"),
-                        retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions)
+                        retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions,
+                        group_ack_wait=args.group_ack_wait, group_max_deliver=args.group_max_deliver,
+                        group_dlq=_dlq_template(args.group_dlq))
     except BaseException as exc:
         if auth is not None:
             auth.destroy()

@@ -238,6 +238,10 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
             raise ValueError("group_ack_wait must be > 0, group_max_deliver and the group budgets >= 1")
         self.group_ack_wait = group_ack_wait
         self.group_max_deliver = group_max_deliver
+        try:
+            group_dlq.format(stream="s", group="g")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError("group_dlq %r: a name with {stream} and {group} only (%s)" % (group_dlq, exc)) from None
         self.group_dlq = group_dlq
         self.max_groups = max_groups
         self.max_groups_per_peer = max_groups_per_peer

@@ -339,3 +339,31 @@ def test_pending_entries_retention_removed_are_dropped_and_counted(journal_dir):
             assert m is not None and m.body == b"m0" and m.seq > 201
     finally:
         broker.destroy()
+
+
+def test_one_consumer_taken_from_by_many_greenlets(journal_dir):
+    broker = make_broker(journal_dir)
+    try:
+        publish(broker.endpoint, "s", items(1000))
+        got = []
+        with Consumer(broker.endpoint, "s", "work", window=8192) as c:
+
+            def take():
+                while True:
+                    m = c.get(1.0)
+                    if m is None:
+                        return
+                    got.append(m.seq)
+                    gevent.sleep(0)       # let the others in between
+                    m.ack()
+
+            gevent.joinall([gevent.spawn(take) for _ in range(8)], timeout=60, raise_error=True)
+        assert sorted(got) == list(range(1, 1001))
+        wait_for(lambda: broker.info()["groups"][0]["acked"] == 1000)
+    finally:
+        broker.destroy()
+
+
+def test_a_bad_dead_letter_template_is_refused_up_front(journal_dir):
+    with pytest.raises(ValueError, match="group_dlq"):
+        make_broker(journal_dir, group_dlq="{stream}.{nope}")
