@@ -97,7 +97,7 @@ class Groups:
         self._pending_total = 0
         for entry in sorted(os.listdir(self.journal_dir)):  # groups of every stream: timers, INFO, metrics
             if entry.endswith(".groups") and stream_name(entry[:-7]) is not None:
-                self._table(stream_name(entry[:-7]))
+                self._table(stream_name(entry[:-7]), None)
         self.call_every(0.01, self._groups_due)
 
     def _groups_teardown(self):
@@ -105,13 +105,22 @@ class Groups:
             table.store.close()
 
     # -- the store ------------------------------------------------------------------------
-    def _table(self, name):
-        """The groups of stream ``name``, loaded from its store the first time (blocks: disk)."""
+    def _table(self, name, identity):
+        """The groups of stream ``name``, loaded from its store the first time (blocks: disk); None, and
+        INVALID to ``identity`` (if any), when the store cannot be opened (counted, logged)."""
         table = self._tables.get(name)
         if table is not None:
             return table
         directory = os.path.join(self.journal_dir, stream_directory(name) + ".groups")
-        generation, journal, records = load(directory)
+        try:
+            generation, journal, records = load(directory)
+        except (JournalError, OSError) as exc:
+            self.stats["group_store_errors"] += 1
+            log.error("%s: stream %s: cannot open its groups' journal: %s", self.name,
+                      name.decode("ascii", "replace"), exc)
+            if identity is not None:
+                self._send(identity, p.invalid("GROUP: stream %s cannot keep groups now: %s" % (name.decode(), exc)))
+            return None
         policy = self.fsync if isinstance(self.fsync, str) else "interval"
         if self.ack == "synced":
             policy = "batch"
@@ -207,7 +216,9 @@ class Groups:
             return
         if not self._may_consume(peer):
             return
-        table = self._table(stream.name)
+        table = self._table(stream.name, identity)
+        if table is None:
+            return
         group = table.groups.get(message.group)
         if group is None:
             group = self._create_group(peer, table, message)
@@ -264,7 +275,9 @@ class Groups:
     def _group_delete(self, peer, name):
         if not self._may_consume(peer):
             return
-        table = self._table(peer.stream.name)
+        table = self._table(peer.stream.name, peer.identity)
+        if table is None:
+            return
         group = table.groups.pop(name, None)
         if group is None:
             self._group_refuse(peer.identity, "no group %s on stream %s" % (name.decode(), peer.stream.name.decode()),
@@ -643,7 +656,9 @@ class Groups:
                 if may_see is None or may_see(name) for group in table.groups.values()]
 
     def _groups_report(self, peer, name):
-        table = self._table(peer.stream.name)
+        table = self._table(peer.stream.name, peer.identity)
+        if table is None:
+            return
         now = _monotonic()
         if name:
             group = table.groups.get(name)

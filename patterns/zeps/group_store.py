@@ -150,8 +150,14 @@ class GroupStore:
             return
         old_journal, old_commit = self.journal, self.commit
         records = snapshot() + [["E"]]
-        for record in records:
-            journal.append(b"", msgpack.packb(record))
+        try:
+            for record in records:
+                journal.append(b"", msgpack.packb(record))
+        except JournalError as exc:  # (the old generation goes on: it holds everything)
+            self.compacting = False
+            self._failed(exc)
+            journal.close(sync=False)
+            return
         last = journal.last_seq
         self.generation += 1
         self.appended = len(records)

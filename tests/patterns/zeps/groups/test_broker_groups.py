@@ -1,5 +1,6 @@
 """Consumer groups on a real broker: shared delivery, acks, redelivery, dead letters, restart, hostile members."""
 import json
+import os
 import time
 
 import gevent
@@ -367,3 +368,19 @@ def test_one_consumer_taken_from_by_many_greenlets(journal_dir):
 def test_a_bad_dead_letter_template_is_refused_up_front(journal_dir):
     with pytest.raises(ValueError, match="group_dlq"):
         make_broker(journal_dir, group_dlq="{stream}.{nope}")
+
+
+def test_a_groups_journal_that_cannot_open_refuses_the_join_and_the_broker_goes_on(journal_dir):
+    broker = make_broker(journal_dir)
+    try:
+        publish(broker.endpoint, "s", items(1))
+        with open(os.path.join(journal_dir, "s.groups"), "w") as f:   # where its directory would be
+            f.write("not a directory")
+        with pytest.raises(ZepsError, match="GROUP: stream s cannot keep groups"):
+            Consumer(broker.endpoint, "s", "work")
+        assert broker.info()["counters"]["group_store_errors"] == 1
+        os.unlink(os.path.join(journal_dir, "s.groups"))
+        with Consumer(broker.endpoint, "s", "work") as c:              # once it can, it does
+            assert c.get(5).seq == 1
+    finally:
+        broker.destroy()
