@@ -42,10 +42,9 @@ import os
 import time
 
 import msgpack
-from zmq import ZMQError
 
 from zactors.actors.journal import JournalError, SequenceGone
-from zactors.actors.speedups import send_message
+from zactors.actors.speedups import send_each
 
 from . import groups_protocol as g
 from . import protocol as p
@@ -471,26 +470,22 @@ class Groups:
             group.again = False
             self.call_later(0, self._pump_group, group)
 
-    def _member_send(self, identity, frame):
-        """Straight to libzmq (one C call) when nothing waits for ``identity`` in the kernel outbox."""
-        if not self._outbox_pending(identity):
-            sock = self.router.socket
-            try:
-                send_message(sock, sock.handle, (identity, frame))
-                return
-            except ZMQError:
-                pass
-        self._outbox_send(identity, [frame])  # behind what waits, in order; unroutable: the peer is dropped
-
-    def _sent(self, group, member, members):
-        """After a send to ``member``: False (and what it held is ready again) if the send dropped it."""
-        if member.identity in group.members:
-            return True
-        if member in members:
-            members.remove(member)
-        group.release_member(member.identity)
-        group.again = True
-        return False
+    def _flush(self, group, out):
+        """Send each member its frames of this step: one C call per member when nothing waits for it in
+        the kernel outbox, else behind what waits.  A member a send finds gone is dropped (unroutable):
+        what it held, these too, is ready again for the others."""
+        sock = self.router.socket
+        handle = sock.handle
+        pending, outbox_send, peers = self._outbox_pending, self._outbox_send, self._peers
+        for identity, frames in out.items():
+            sent = 0 if pending(identity) else send_each(sock, handle, identity, frames)
+            for frame in frames[sent:]:
+                if identity not in peers:
+                    break
+                outbox_send(identity, [frame])  # in order; unroutable: the peer is dropped
+            if identity not in group.members:
+                group.release_member(identity)
+                group.again = True
 
     def _pump_step(self, group, only):
         stream = self._streams.get(group.stream)
@@ -501,7 +496,7 @@ class Groups:
         if not members:
             return False
         journal, now = stream.journal, _monotonic()
-        send, counted, log_flat = self._member_send, 0, []
+        counted, log_flat, out = 0, [], {}
         pending = group.pending
         turn = group.turn
         ready = group.ready
@@ -534,12 +529,11 @@ class Groups:
                 break
             ready.popleft()
             deliveries = group.deliver(seq, member.identity, now)
-            send(member.identity, g.group_deliver(seq, deliveries, record.key, record.body))
+            out.setdefault(member.identity, []).append(g.group_deliver(seq, deliveries, record.key, record.body))
             member.delivered += 1
             log_flat += (seq, deliveries)
             heapq.heappush(self._due, (pending[seq].deadline, next(self._due_n), group, seq, deliveries))
             counted += 1
-            self._sent(group, member, members)
         reads, again = 0, False
         while members and only is None and group.cursor < stream.delivered_seq \
                 and len(pending) < self.max_group_pending:
@@ -574,17 +568,18 @@ class Groups:
                 if member is None:
                     break
                 deliveries = group.deliver(seq, member.identity, now)
-                send(member.identity, g.group_deliver(seq, deliveries, record.key, record.body))
+                out.setdefault(member.identity, []).append(g.group_deliver(seq, deliveries, record.key, record.body))
                 member.delivered += 1
                 log_flat += (seq, 1)
                 heapq.heappush(self._due, (now + group.ack_wait, next(self._due_n), group, seq, 1))
                 self._pending_total += 1
                 counted += 1
-                self._sent(group, member, members)
             else:
                 continue
             break
         group.turn = turn
+        if out:
+            self._flush(group, out)
         if log_flat or group.cursor - group.logged_cursor >= _CURSOR_LOG:
             group.logged_cursor = group.cursor
             self._log(group, ["R", group.name, group.cursor, log_flat])
