@@ -76,10 +76,11 @@ _CLAIM_SCAN = 16
 class _Table:
     """One stream's groups and their store."""
 
-    __slots__ = ("groups", "store")
+    __slots__ = ("groups", "store", "active")
 
     def __init__(self, store):
         self.groups = {}  # name -> Group
+        self.active = {}  # name -> Group, the groups with members (new messages wake only these)
         self.store = store
 
 
@@ -228,6 +229,7 @@ class Groups:
                 message.group.decode(), len(group.members), self.max_group_members), "group_members_full")
             return
         group.members[identity] = peer
+        table.active[group.name] = group
         self._members[identity] = group
         self.stats["group_joined"] += 1
         self._send(identity, g.join_ok(group.cursor))
@@ -287,6 +289,7 @@ class Groups:
             if identity != peer.identity:
                 self._send(identity, p.invalid("GROUP: group %s was deleted" % name.decode()))
         group.members.clear()
+        table.active.pop(name, None)
         self._pending_total -= len(group.pending)
         group.pending.clear()
         if group.creator is not None and group.creator in self._group_creators:
@@ -392,8 +395,8 @@ class Groups:
         """New messages of ``stream`` are at the acknowledgement level (the hook in the hot path)."""
         table = self._tables.get(stream.name)
         if table is not None:
-            for group in table.groups.values():
-                if group.members and group.cursor < stream.delivered_seq:
+            for group in list(table.active.values()):
+                if group.cursor < stream.delivered_seq:
                     self._pump_group(group)
 
     def _group_credit(self, identity):
@@ -407,6 +410,8 @@ class Groups:
         group = self._members.pop(peer.identity, None)
         if group is not None:
             group.members.pop(peer.identity, None)
+            if not group.members:
+                self._tables[group.stream].active.pop(group.name, None)
             if group.release_member(peer.identity):
                 self._pump_group(group)
 
