@@ -19,7 +19,11 @@ Streams: the Debian ``redis-server`` this script starts on a free loopback
 port in a temporary directory (skipped, with the reason, if it cannot), with
 AOF ``appendfsync everysec`` and with persistence off; pipelined ``XADD``
 (1000 per pipeline) and a blocking ``XREAD`` consumer (``COUNT 1000``).
-Raw ceilings: plain pyzmq PUSH -> PULL, and framed appends to a file.
+NATS JetStream (:mod:`jetstream`, file storage; a publish is acknowledged
+once written, fsynced every 2 min unless ``sync_interval: always``): an
+ordered push consumer per subscriber.  Consumer groups (``--runs groups``):
+:mod:`zeps_groups`.  Raw ceilings: plain pyzmq PUSH -> PULL, and framed
+appends to a file.
 The Redis rows need ``redis-server`` on the PATH and the ``redis``/``hiredis``
 clients (``pip install '.[bench]'``).
 
@@ -40,6 +44,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import jetstream  # noqa: E402 - after the path
+import zeps_groups  # noqa: E402
 from _harness import Steps, add_deadline_option  # noqa: E402 - after the path
 
 SIZE = 100
@@ -386,26 +392,29 @@ def main():
     parser.add_argument("--replay", type=int, default=1000000, help="messages to replay (default 1000000)")
     parser.add_argument("--rate", type=int, default=20000, help="paced rate for the latency runs (default 20000/s)")
     parser.add_argument("--paced", type=float, default=3.0, help="seconds of each paced run (default 3)")
-    parser.add_argument("--stacks", default="raw,zeps,redis-aof,redis-none,ack,pair,redis-wait",
+    parser.add_argument("--stacks", default="raw,zeps,redis-aof,redis-none,jetstream,ack,pair,redis-wait",
                         help="comma-separated subset to run (ack: both acknowledgement levels beside Redis everysec "
-                        "and always, zeps_ack.py; pair, redis-wait: the replicated pair, zeps_pair.py)")
+                        "and always, zeps_ack.py; pair, redis-wait: the replicated pair, zeps_pair.py; jetstream: "
+                        "NATS JetStream, jetstream.py)")
+    parser.add_argument("--runs", default="deliver1,deliver10,replay,groups",
+                        help="comma-separated subset of deliver1,deliver10,replay,groups (default: all)")
     parser.add_argument("--quick", action="store_true", help="a short pass: 20000 messages, replay 50000, paced 0.5 s")
-    parser.add_argument("--runs", default="deliver1,deliver10,replay",
-                        help="comma-separated subset of deliver1,deliver10,replay (default: all)")
+    zeps_groups.add_options(parser)
     add_deadline_option(parser)
     args = parser.parse_args()
     if args.quick:
         args.messages, args.replay, args.paced = min(args.messages, 20000), min(args.replay, 50000), 0.5
     runs = args.runs.split(",")
-    unknown = set(runs) - {"deliver1", "deliver10", "replay"}
+    unknown = set(runs) - {"deliver1", "deliver10", "replay", "groups"}
     if unknown:
         parser.error("unknown run(s): %s" % ", ".join(sorted(unknown)))
     args.fans = [n for n in (1, 10) if "deliver%d" % n in runs]
     args.replay_run = "replay" in runs
     if args.role:
         role, *rest = args.role
-        globals()["role_" + role](*[int(x) if x.isdigit() else x for x in rest])
+        (globals().get("role_" + role) or jetstream.ROLES[role])(*[int(x) if x.isdigit() else x for x in rest])
         return 0
+    args.group_stacks = args.group_stacks.split(",")
     stacks = args.stacks.split(",")
     import zeps_pair  # the broker pair's rows (issue #23)
     args.catchup = args.replay
@@ -417,7 +426,9 @@ def main():
                                      ("redis-aof", "Redis Streams (AOF everysec)", redis_rows, True),
                                      ("redis-none", "Redis Streams (no persistence)", redis_rows, False),
                                      ("pair", zeps_pair.PAIR_STACK, zeps_pair.pair_rows),
-                                     ("redis-wait", zeps_pair.REDIS_STACK, zeps_pair.redis_wait_rows)):
+                                     ("redis-wait", zeps_pair.REDIS_STACK, zeps_pair.redis_wait_rows),
+                                     ("jetstream", "NATS JetStream (file)", jetstream.rows, spawn, fan, catch_up,
+                                      show)):
         if key in stacks:
             result = steps.run(stack, what, rows, args, *extra)
             table[stack] = "failed: %s" % steps.results[stack]["error"] if result is None else result
@@ -433,6 +444,9 @@ def main():
             continue
         for run, row in rows.items():
             show(stack, run, row)
+    if "groups" in runs:  # consumer groups: benchmarks/zeps_groups.py, same run
+        print()
+        zeps_groups.run(args, steps)
     zeps, aof = table.get("zactors ZEPS (fsync 100 ms)"), table.get("Redis Streams (AOF everysec)")
     if isinstance(zeps, dict) and isinstance(aof, dict):
         ratios = ["%s x%.2f" % (run, zeps[run]["rate"] / aof[run]["rate"]) for run in zeps if run in aof]

@@ -1,4 +1,5 @@
-"""ZEPS commands: ``zactors zeps broker|publish|subscribe|streams|dump`` and the ZEPS part of the demo."""
+"""ZEPS commands: ``zactors zeps broker|publish|subscribe|consume|groups|streams|dump`` and the ZEPS part of
+the demo (``consume`` and ``groups``: :mod:`._zeps_groups`)."""
 import argparse
 import datetime
 import logging
@@ -14,6 +15,8 @@ import zmq
 from zactors.apps import contexts, exitstatus, options
 from zactors.apps.stopping import Interrupted, serve
 from zactors.apps.terminal import lines
+
+from ._zeps_groups import register as _register_groups
 
 ORDER = 40
 log = logging.getLogger("zactors.zeps")
@@ -80,6 +83,13 @@ def register(sub):
                              "(default: 64M)")
     broker.add_argument("--max-streams-per-peer", type=options.positive_int, default=16, metavar="N",
                         help="streams one peer (its key, else its connection) may create (default: 16)")
+    broker.add_argument("--group-ack-wait", type=options.positive_float, default=30.0, metavar="SECONDS",
+                        help="consumer groups: redeliver what is not acknowledged within this (default: 30; a "
+                             "group created with its own keeps it)")
+    broker.add_argument("--group-max-deliver", type=options.positive_int, default=5, metavar="N",
+                        help="consumer groups: deliveries before the dead-letter stream (default: 5)")
+    broker.add_argument("--group-dlq", default="{stream}.dlq.{group}", metavar="TEMPLATE",
+                        help="consumer groups: the dead-letter stream's name (default: {stream}.dlq.{group})")
     broker.add_argument("--stream-idle", type=options.positive_float, default=60.0, metavar="SECONDS",
                         help="close a stream without peers after SECONDS, releasing its files; one that "
                              "never held a message is deleted (default: 60)")
@@ -138,6 +148,8 @@ def register(sub):
     _connect(streams)
     streams.add_argument("--json", action="store_true", help="print the raw JSON")
     streams.set_defaults(func=run_streams)
+
+    _register_groups(cmds)
 
     dump = cmds.add_parser("dump", help="print a stream's journal offline",
                            description="Print the records of a stream (no broker needed) in aligned columns: "
@@ -240,6 +252,15 @@ _limit.__name__ = "retention limit"
 _permissions.__name__ = "permissions file"
 
 
+def _dlq_template(text):
+    """``--group-dlq``: a name with ``{stream}`` and ``{group}`` (UsageError for anything else)."""
+    try:
+        text.format(stream="s", group="g")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise options.UsageError("--group-dlq %r: use {stream} and {group} only (%s)" % (text, exc)) from None
+    return text
+
+
 def run_broker(args):
     from zactors.patterns.zeps.broker import Broker
 
@@ -275,7 +296,8 @@ def run_broker(args):
                         max_credit_total=args.max_credit_total, max_streams_per_peer=args.max_streams_per_peer,
                         stream_idle=args.stream_idle, retain_bytes=limits.get("size"),
                         retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions,
-                        **pair)
+                        group_ack_wait=args.group_ack_wait, group_max_deliver=args.group_max_deliver,
+                        group_dlq=_dlq_template(args.group_dlq), **pair)
     except BaseException as exc:
         if auth is not None:
             auth.destroy()

@@ -136,6 +136,8 @@ class Zeps(Source):
     #: streams in a sample at most (the busiest), and subscribers per stream (the most behind)
     max_streams = 200
     max_subscribers = 100
+    #: consumer groups in a sample at most (the most behind: lag, then pending)
+    max_groups = 200
     #: rows a tail update carries at most
     tail_rows = 50
     #: seconds of quiet before a tail writes a comment: WSGI tells nobody that a page left, so a write
@@ -169,6 +171,10 @@ class Zeps(Source):
             stream["delivered"] = sum(x["delivered"] for x in subscribers)
             if len(subscribers) > self.max_subscribers:
                 stream["subscribers"] = sorted(subscribers, key=lambda x: -x["lag"])[:self.max_subscribers]
+        groups = info.get("groups", [])  # consumer groups: lag, pending, oldest pending age, redeliveries...
+        if len(groups) > self.max_groups:
+            info["groups"] = sorted(groups, key=lambda x: (-x["lag"], -x["pending"]))[:self.max_groups]
+            info["groups_not_shown"] = len(groups) - self.max_groups
         return info
 
     def totals(self, sample):
@@ -219,6 +225,17 @@ class Zeps(Source):
             last = pair.get("last_failover")
             out.append(("zeps_pair_last_change_time", "When the pair state last changed (unix time)", labels,
                         last["time"] if last else 0))
+        for x in sample.get("groups", []):
+            labels = {"stream": x["stream"], "group": x["group"]}
+            out.append(("zeps_group_lag", "Messages of the stream past the group's cursor", labels, x["lag"]))
+            out.append(("zeps_group_pending", "Messages handed out, not yet acknowledged", labels, x["pending"]))
+            out.append(("zeps_group_oldest_pending_seconds", "Age of the oldest pending delivery", labels,
+                        x["oldest_pending_age"]))
+            out.append(("zeps_group_members", "Members", labels, x["members"]))
+            out.append(("zeps_group_redelivered", "Deliveries after the first, since the group began", labels,
+                        x["redelivered"]))
+            out.append(("zeps_group_dead_letters", "Messages sent to the dead-letter stream", labels,
+                        x["dead_letters"]))
         return out
 
     def visible_to(self, key):

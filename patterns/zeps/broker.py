@@ -146,6 +146,9 @@ uses):
 - :mod:`.broker_credit`: the credit budget;
 - :mod:`.broker_streams`: streams opened, created and closed within their budgets;
 - :mod:`.broker_introspection`: INFO and QUERY's report;
+- :mod:`.broker_groups`: consumer groups (JOIN, ACK, NACK, CLAIM, redelivery, dead letters), with
+  ``group_ack_wait``, ``group_max_deliver``, ``group_dlq`` and the budgets ``max_groups`` (per
+  stream), ``max_groups_per_peer``, ``max_group_members``, ``max_group_pending``;
 - here: the options, setup and teardown.
 """
 from __future__ import annotations
@@ -165,6 +168,7 @@ from zactors.actors.router import Router, fd_budget
 from . import protocol as p
 from .broker_commands import _REFUSE_LOG_PERIOD, Commands
 from .broker_credit import CreditBudget
+from .broker_groups import Groups
 from .broker_hot_path import HotPath
 from .broker_introspection import Introspection
 from .broker_peers import _Peer, Peers
@@ -188,7 +192,7 @@ _PUBLISH_OVERHEAD = 8
 _MAX_COMMAND = 1024
 
 
-class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspection, Actor):
+class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspection, Groups, Actor):
     """A ZEPS broker journaling under ``journal_dir``.  See the module docstring."""
 
     #: messages waiting in the kernel outbox for one peer before it is switched to replay
@@ -207,10 +211,13 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
                  retain_seconds: float | None = None, curve: Keypair | bytes | str | None = None,
                  curve_domain: str | None = None, permissions: Permissions | None = None,
                  multicast: tuple[str, int] | None = None, multicast_interface: str | None = None,
-                 multicast_ttl: int = 1, streams: Iterable[bytes | str] = (), name: str | None = None,
-                 role: str | None = None, peer: str | None = None, pair_endpoint: str = "tcp://127.0.0.1:*",
-                 replica_ack: str = "written", on_passive_lost: str = "wait", passive_timeout: float = 5.0,
-                 replication_window: int = 16 << 20, peer_key: bytes | str | None = None) -> None:
+                 multicast_ttl: int = 1, streams: Iterable[bytes | str] = (), group_ack_wait: float = 30.0,
+                 group_max_deliver: int = 5, group_dlq: str = "{stream}.dlq.{group}", max_groups: int = 16384,
+                 max_groups_per_peer: int = 1024, max_group_members: int = 4096, max_group_pending: int = 100000,
+                 name: str | None = None, role: str | None = None, peer: str | None = None,
+                 pair_endpoint: str = "tcp://127.0.0.1:*", replica_ack: str = "written",
+                 on_passive_lost: str = "wait", passive_timeout: float = 5.0, replication_window: int = 16 << 20,
+                 peer_key: bytes | str | None = None) -> None:
         if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
             raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
         if ack not in ACK_LEVELS:
@@ -260,6 +267,20 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         self.multicast = multicast
         self.multicast_interface = multicast_interface
         self.multicast_ttl = multicast_ttl
+        if group_ack_wait <= 0 or group_max_deliver < 1 or min(max_groups, max_groups_per_peer, max_group_members,
+                                                               max_group_pending) < 1:
+            raise ValueError("group_ack_wait must be > 0, group_max_deliver and the group budgets >= 1")
+        self.group_ack_wait = group_ack_wait
+        self.group_max_deliver = group_max_deliver
+        try:
+            group_dlq.format(stream="s", group="g")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError("group_dlq %r: a name with {stream} and {group} only (%s)" % (group_dlq, exc)) from None
+        self.group_dlq = group_dlq
+        self.max_groups = max_groups
+        self.max_groups_per_peer = max_groups_per_peer
+        self.max_group_members = max_group_members
+        self.max_group_pending = max_group_pending
         self.declared = [x.encode() if isinstance(x, str) else bytes(x) for x in streams]
         if permissions is not None and curve is None:
             raise ValueError("permissions need CURVE: they are granted to client keys")
@@ -318,6 +339,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
             self._multicast = MulticastSender(group, port, interface=self.multicast_interface, ttl=self.multicast_ttl)
             self.call_every(self.heartbeat, self._multicast_heads)
         self._max_open = self.max_open_streams or _open_stream_budget(self.max_streams)
+        self._groups_setup()  # before the streams: their journals' first writes reach the groups
         for name in self.declared + self._existing():  # pre-declared streams, and journals already there
             if name in self._streams:
                 continue
@@ -346,6 +368,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         for stream in self._streams.values():
             stream.commit.stop()      # the last write (and fsync); logs what it could not write
             stream.journal.close(sync=self.fsync != "never")
+        self._groups_teardown()
 
     # -- commands from the parent ---------------------------------------------------
     @command

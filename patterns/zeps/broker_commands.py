@@ -16,6 +16,7 @@ import time
 from functools import partial
 
 from . import protocol as p
+from .groups_protocol import is_group_command
 from .broker_peers import _LIVE, _REPLAY, _Peer
 from .matcher import Filter, PatternError
 
@@ -37,6 +38,9 @@ class Commands:
         if self._attaching and self._hold(identity, frames):  # its ATTACH waits for the journal
             return
         frame = frames[0]
+        if is_group_command(frame):  # consumer groups: their own codec and handlers (broker_groups)
+            self._on_group_command(identity, self._peers.get(identity), frame)
+            return
         try:
             message = p.decode(frame)
         except p.ProtocolError as exc:

@@ -63,6 +63,8 @@ class CreditBudget:
         if peer.mode is _REPLAY and peer.identity not in self._replaying:
             self._replaying[peer.identity] = peer
             self._pump()
+        elif peer.identity in self._members:  # a consumer-group member: its group delivers (broker_groups)
+            self._group_credit(peer.identity)
 
     def _served(self, grants):
         """Credit that waited for the budget, granted now."""

@@ -123,6 +123,8 @@ class HotPath:
             fresh, stream.fresh = fresh[:n], fresh[n:]
         stream.publishes += len(fresh)
         stream.delivered_seq = fresh[-1][0]
+        if stream.name in self._tables:  # consumer groups of this stream (broker_groups)
+            self._groups_written(stream)
         if self._multicast is not None:
             multicast, name = self._multicast.send, stream.name
             for seq, _, key, body in fresh:

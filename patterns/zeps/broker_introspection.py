@@ -67,6 +67,7 @@ class Introspection:
                 "credit": {"held": windows.used, "budget": windows.total, "per_subscriber": windows.per_holder,
                            "waiting": windows.waiting, "gone_holding": len(self._gone),
                            "stale": self._stale_bytes, "stale_holding": len(self._stale)}}
+        info["groups"] = self._groups_info(may_see)  # consumer groups (broker_groups)
         if may_see is None:
             info["journal"] = self.journal_dir
         if self._pair is not None:

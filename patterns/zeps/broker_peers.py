@@ -88,6 +88,8 @@ class Peers:
         self._replaying.pop(identity, None)
         self._cold_waiting.pop(identity, None)
         self._alive.forget(identity)
+        if identity in self._members:  # a consumer-group member: what it held goes to the others
+            self._group_left(peer)
         self._release(peer, self.router.drop(identity))
 
     def _on_unroutable(self, identity, frames):

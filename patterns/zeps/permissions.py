@@ -11,8 +11,9 @@ after a space starts a comment (z85 keys may contain ``#``)::
 ``KEY`` is a client's public key (40 z85 characters), a certificate file
 (``.key`` or ``.key_secret``, relative to the permissions file), or ``*``
 for any client the broker's authenticator accepted.  ``ACTIONS`` is
-``publish``, ``subscribe`` and ``create`` (a new stream by ATTACH: without it
-a key uses only the streams that exist), comma-separated.  ``STREAMS`` is a shell
+``publish``, ``subscribe``, ``create`` (a new stream by ATTACH: without it
+a key uses only the streams that exist) and ``consume`` (join, create and
+delete consumer groups), comma-separated.  ``STREAMS`` is a shell
 glob of stream names.  Grants add up; what no line grants is refused (the
 broker answers INVALID and counts ``refused``).
 
@@ -35,7 +36,7 @@ __all__ = ["Permissions", "PermissionsError", "ACTIONS"]
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("publish", "subscribe", "create")
+ACTIONS = ("publish", "subscribe", "create", "consume")
 _COMMENT = re.compile(r"(^|\s)#.*")
 _Z85 = re.compile(r"[0-9a-zA-Z.\-:+=^!/*?&<>()\[\]{}@%$#]{40}\Z")
 
@@ -64,7 +65,7 @@ class Permissions:
             actions = [a.strip() for a in actions.split(",") if a.strip()]
         bad = [a for a in actions if a not in ACTIONS]
         if bad or not actions:
-            raise PermissionsError("actions must be publish, subscribe and/or create, got %r" % (actions,))
+            raise PermissionsError("actions must be publish, consume, subscribe and/or create, got %r" % (actions,))
         if isinstance(streams, str):
             streams = streams.encode()
         regex = re.compile(fnmatch.translate(streams.decode("latin-1")).encode("latin-1"), re.DOTALL)

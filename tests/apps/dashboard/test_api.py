@@ -341,3 +341,28 @@ def test_a_thousand_pages_connect_and_leave_and_the_brokers_go_on(processes, tmp
     wait_for(lambda: clients() == ["zactors_dashboard_sse_clients 0.0"], 30, "every page gone")
     proc.terminate()
     assert proc.wait(timeout=30) == 0
+
+
+def test_consumer_groups_show_in_the_api_and_metrics(node):
+    from zactors.patterns.zeps.consumer import Consumer
+
+    pub = Publisher(node.zeps.endpoint, "orders")
+    for n in range(3):
+        pub.publish(b"k", b"%d" % n)
+    pub.flush()
+    pub.close()
+    with Consumer(node.zeps.endpoint, "orders", "billing", window=20) as c:  # credit for one (20 B), two left
+        wait_for(lambda: c.pending == 1, 10, "one message held")
+
+        def group():
+            groups = get_json(node.url + "api/zeps")["data"].get("groups", [])
+            return groups[0] if groups and groups[0]["pending"] == 1 else None
+
+        wait_for(group, 10, "the group in the API")
+        g = group()
+        assert (g["stream"], g["group"], g["lag"], g["members"]) == ("orders", "billing", 2, 1)
+        wait_for(lambda: 'zactors_zeps_group_pending{group="billing",stream="orders"} 1.0'
+                 in request(node.url + "metrics")[2].decode(), 10, "the group in /metrics")
+        body = request(node.url + "metrics")[2].decode()
+        for name in ("lag", "oldest_pending_seconds", "members", "redelivered", "dead_letters"):
+            assert "zactors_zeps_group_%s{" % name in body, name

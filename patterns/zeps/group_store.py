@@ -1,0 +1,182 @@
+"""The journal of one stream's consumer groups: their records (:mod:`.group_state`) on disk, compacted.
+
+Layout: ``<journal_dir>/<stream directory>.groups/<generation>/``, each
+generation a :class:`~zactors.actors.journal.Journal` (CRC'd records, crash
+recovery) written by a :class:`~zactors.actors.group_commit.GroupCommit`
+with the broker's fsync policy.  The stream directory never holds a ``.``
+(:mod:`.names` escapes it), so the broker never takes it for a stream.
+
+A generation starts with a snapshot (one ``S`` record per group) closed by
+``["E"]``; records follow.  :meth:`GroupStore.compact` starts the next
+generation from a fresh snapshot once the log is much longer than the state
+it holds; the old one is deleted only once the new one's snapshot is at the
+store's level (written; synced unless ``fsync="never"``).  Opening takes the
+newest generation whose snapshot is complete and deletes the others, so a
+crash at any point leaves a consistent state.
+
+Blocking: :func:`load` reads and deletes files (broker setup, or a thread);
+:meth:`GroupStore.log` never blocks (GroupCommit writes off the loop's
+critical path and fsyncs on the threadpool); :meth:`GroupStore.compact` opens
+the new journal on the threadpool.  The store belongs to the broker's loop.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+import msgpack
+
+from zactors.actors.group_commit import GroupCommit
+from zactors.actors.journal import Journal, JournalError
+
+__all__ = ["GroupStore", "load"]
+
+log = logging.getLogger("zactors.patterns.zeps.broker")
+#: journal segment size of a group store
+_SEGMENT = 8 << 20
+#: compact once the log holds this many records more than the snapshot's state, and 4x that state
+_MIN_COMPACT = 100000
+
+
+def _journal(path):
+    return Journal(path, segment_bytes=_SEGMENT, tail_cache_bytes=1 << 20)
+
+
+def _records(journal):
+    seq, out = journal.first_seq, []
+    while True:
+        batch = journal.read(seq, 4096, 4 << 20)
+        if not batch:
+            return out
+        for record in batch:
+            out.append(msgpack.unpackb(record.body, raw=False, strict_map_key=False,
+                                       use_list=True, max_array_len=1 << 24))
+        seq = batch[-1].seq + 1
+
+
+def _generations(directory):
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted((int(n) for n in names if n.isdigit()), reverse=True)
+
+
+def load(directory):
+    """``(generation, journal, records)`` of the newest complete generation under ``directory`` (created
+    empty when there is none); older or incomplete generations are deleted.  Blocks (disk)."""
+    chosen = None
+    for gen in _generations(directory):
+        path = os.path.join(directory, "%016d" % gen)
+        if chosen is not None:
+            shutil.rmtree(path, ignore_errors=True)
+            continue
+        try:
+            journal = _journal(path)
+            records = _records(journal)
+        except (JournalError, OSError, ValueError, msgpack.UnpackException) as exc:
+            log.error("group store %s: generation %d unreadable (%s); trying the previous one", directory, gen, exc)
+            shutil.rmtree(path, ignore_errors=True)
+            continue
+        if ["E"] not in records:  # its snapshot never reached the disk: the previous generation holds all
+            journal.close(sync=False)
+            shutil.rmtree(path, ignore_errors=True)
+            continue
+        chosen = gen, journal, records
+    if chosen is None:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        journal = _journal(os.path.join(directory, "%016d" % 1))
+        journal.append(b"", msgpack.packb(["E"]))
+        journal.write()
+        journal.sync()
+        chosen = 1, journal, [["E"]]
+    return chosen
+
+
+class GroupStore:
+    """The log of one stream's groups.  ``snapshot()`` (given to :meth:`compact`) returns the records of
+    the current state; see the module docstring."""
+
+    def __init__(self, actor, directory, generation, journal, fsync, interval, records):
+        self.actor = actor
+        self.directory = directory
+        self.generation = generation
+        self.fsync = fsync
+        self.interval = interval
+        self.appended = len(records)   # records in this generation
+        self.compacting = False
+        self.errors = 0
+        self._open(journal)
+
+    def _open(self, journal):
+        self.journal = journal
+        self.commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval, retry=0.1,
+                                  on_error=self._failed)
+        self.commit.start()
+
+    def _failed(self, exc):
+        self.errors += 1
+        log.error("group store %s: %s", self.directory, exc)
+
+    def log(self, record):
+        """Append ``record`` (a list); written this round, fsynced by the policy.  False if refused."""
+        try:
+            self.journal.append(b"", msgpack.packb(record))
+        except JournalError as exc:
+            self._failed(exc)
+            return False
+        self.appended += 1
+        self.commit.kick()
+        return True
+
+    def should_compact(self, live):
+        """True when the log is much longer than ``live`` (the records a snapshot would hold)."""
+        return not self.compacting and self.appended > max(_MIN_COMPACT, 4 * live)
+
+    def compact(self, snapshot):
+        """Start the next generation from ``snapshot()`` (called in the loop once its journal is open)."""
+        self.compacting = True
+        path = os.path.join(self.directory, "%016d" % (self.generation + 1))
+        self.actor.run_in_thread(_journal, path, on_done=lambda journal, error: self._compact(journal, error, snapshot))
+
+    def _compact(self, journal, error, snapshot):
+        if error is not None or self.journal.closed:
+            self.compacting = False
+            if error is not None:
+                self._failed(error)
+            if journal is not None:
+                journal.close(sync=False)
+            return
+        old_journal, old_commit = self.journal, self.commit
+        records = snapshot() + [["E"]]
+        try:
+            for record in records:
+                journal.append(b"", msgpack.packb(record))
+        except JournalError as exc:  # (the old generation goes on: it holds everything)
+            self.compacting = False
+            self._failed(exc)
+            journal.close(sync=False)
+            return
+        last = journal.last_seq
+        self.generation += 1
+        self.appended = len(records)
+        self._open(journal)
+        old_path = old_journal.directory
+
+        def kept(_):  # the new snapshot is at the level: the old generation may go
+            old_commit.stop(sync=False)
+            old_journal.close(sync=False)
+            self.compacting = False
+            self.actor.run_in_thread(shutil.rmtree, old_path, True, on_done=lambda *_: None)
+
+        if self.fsync == "never":
+            self.commit.when_written(kept, last)
+        else:
+            self.commit.when_synced(kept, last)
+        self.commit.kick()
+
+    def close(self):
+        """Write (and fsync) what is left, close.  Blocks: teardown."""
+        self.commit.stop(sync=self.fsync != "never")
+        self.journal.close(sync=self.fsync != "never")
