@@ -614,11 +614,13 @@ class Groups:
         """Publish ``record`` to the group's dead-letter stream; False (it stays pending) if it cannot."""
         name = self.group_dlq.format(stream=group.stream.decode("latin-1"),
                                      group=group.name.decode("latin-1")).encode("latin-1")
-        stream = self._streams.get(name) or (self._open(None, name) if len(name) <= self.max_stream_name else None)
-        if stream is None:
-            self.stats["group_dlq_errors"] += 1
+        stream = self._open_soon(name) if len(name) <= self.max_stream_name else None
+        if stream is None:  # opening off the loop (tried again in a moment), or refused (after ack_wait)
+            opening = name in self._opening
+            if not opening:
+                self.stats["group_dlq_errors"] += 1
             entry = group.pending[record.seq]
-            entry.deadline = _monotonic() + group.ack_wait
+            entry.deadline = _monotonic() + (min(0.05, group.ack_wait) if opening else group.ack_wait)
             self._push_due(group, record.seq, entry)
             return False
         body = msgpack.packb({"stream": group.stream, "group": group.name, "seq": record.seq,

@@ -169,6 +169,21 @@ class Streams:
         opening.waiters[identity] = key
         self._attaching[identity] = _Held()
 
+    def _open_soon(self, name):
+        """Stream ``name`` for the broker's own use (a dead-letter stream): the stream if it is open, else
+        None, its journal then opening on the threadpool when the budgets allow (ask again later: no
+        waiter is told).  Runs in the loop; never blocks."""
+        stream = self._streams.get(name)
+        if stream is not None or name in self._opening:
+            return stream
+        if len(self._opening) + len(self._closing) >= _MAX_PENDING or (
+                len(self._streams) + len(self._opening) >= self._max_open and not self._close_idlest()):
+            return None
+        opening = self._opening[name] = _Opening(name, None, name not in self._closed_streams)
+        if name not in self._closing:  # (else it opens once that close is done)
+            self._open_job(opening)
+        return None
+
     def _admit(self, identity, name, key):
         """The budgets for opening ``name``: the peer to count it against (None: not new), or False (refused)."""
         owner = None
