@@ -26,7 +26,7 @@ _LIVE, _REPLAY = "live", "replay"
 class _Peer:
     __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
                  "key", "may_publish", "delivered", "held", "gaps", "honoured", "acked", "probes", "starved",
-                 "reading", "fetched", "since", "resume")
+                 "reading", "fetched", "since", "resume", "producer", "journaled", "ids")
 
     def __init__(self, identity, stream, key):
         self.identity = identity
@@ -50,6 +50,9 @@ class _Peer:
         self.fetched = None       # what that read brought: (its first sequence, records or the error)
         self.since = None         # SUBSCRIBE-SINCE: the time whose sequence that read looks up
         self.resume = None        # the client's EPOCH: the epoch its position is from, and that position
+        self.producer = None      # PUBLISH-ID: the producer id it publishes as (a refusal tells it "journaled")
+        self.journaled = 0        # that producer's last sequence known at the acknowledgement level
+        self.ids = deque()        # (journal seq, producer seq) of its PUBLISH-IDs appended, not yet at the level
 
 
 

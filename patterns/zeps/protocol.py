@@ -82,6 +82,19 @@ The table (``max_producers`` per stream, least recently used evicted) is
 kept in the stream's journal with each message, so it survives a broker
 restart: what the journal kept is dropped, what it lost is journaled anew.
 
+zactors extension, the **JOURNALED field**: when the broker refuses a
+message of a peering that publishes with PUBLISH-ID because its journal
+refuses appends (disk full, quota, an I/O error), or answers its PING with
+INVALID ``PING:`` for that reason, the reason starts (after ``PING: ``) with
+``[journaled=N] `` or ``[journaled=N held=H] ``: ``N`` is that producer's
+last sequence at the broker's acknowledgement level (its messages up to
+``N`` are kept, ``written`` or ``synced``), ``H`` the last one appended but
+not yet there (held in the broker's memory: written if the journal can
+write again before the broker stops; those after ``H`` were refused).  A
+client that sends PUBLISH-ID reads it (``Publisher.journaled``); a
+spec-only client never sends PUBLISH-ID, so it never sees the field (and
+would read it as part of the printable reason).
+
 Errors every client gets, as INVALID with a reason prefix (like ``PING:``):
 
 * ``REPLAY:`` the journal cannot give a replaying subscriber a message

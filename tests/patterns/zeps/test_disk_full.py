@@ -52,3 +52,57 @@ def _flushed(pub):
         return True
     except ZepsError:
         return False
+
+
+# -- the JOURNALED field: a refused producer is told exactly what was kept --------------------------
+@pytest.mark.parametrize("ack", ["written", "synced"])
+def test_an_idempotent_publisher_is_told_exactly_what_was_journaled(small_disk, ack):  # noqa: F811
+    from zactors.patterns.zeps.broker import Broker
+    (small_disk / "filler").write_bytes(b"\0" * (96 << 10))
+    broker = Broker(str(small_disk / "journal"), segment_bytes=1 << 20, ack=ack)
+    pub = Publisher(broker.endpoint, "s", idempotent=True)
+    try:
+        for i in range(4000):
+            pub.publish(b"k", b"%0200d" % i)
+        with pytest.raises(ZepsError):
+            pub.flush(timeout=20)
+        stream = broker.call("INFO")["streams"]["s"]
+        level = stream["written_seq"] if ack == "written" else broker.call("INFO")["streams"]["s"]["synced_seq"]
+        assert 0 < level < 4000
+        assert pub.journaled == level == pub.confirmed       # exact: one producer, sequences from 1
+        assert pub.held == (stream["last_seq"] if stream["last_seq"] > level else 0)
+        assert "ENOSPC" in pub.refusal and "[journaled" not in pub.refusal, pub.refusal
+    finally:
+        pub.close()
+        broker.destroy()
+
+
+def test_a_spec_only_client_never_sees_the_journaled_field(small_disk, raw):  # noqa: F811
+    from zactors.patterns.zeps import protocol as p
+    from zactors.patterns.zeps.broker import Broker
+    (small_disk / "filler").write_bytes(b"\0" * (96 << 10))
+    broker = Broker(str(small_disk / "journal"), segment_bytes=1 << 20)
+    try:
+        peer = raw(broker.endpoint)
+        peer.send(p.attach(b"s"))
+        peer.expect(p.AttachOk)
+        reasons = []
+        for batch in range(40):           # plain PUBLISH, then PING: as the spec has them
+            for i in range(50):
+                peer.send(p.publish(b"k", bytes(1000)))
+            peer.send(p.PING_FRAME)
+            while True:
+                message = peer.recv(timeout=20)   # decodes as a spec INVALID / PING-OK
+                if type(message) is p.PingOk:
+                    break
+                assert type(message) is p.Invalid, message
+                reasons.append(message.reason)
+                if message.reason.startswith("PING:"):
+                    break
+            if reasons:
+                break
+        assert reasons and any("ENOSPC" in r for r in reasons), reasons
+        assert not any("journaled" in r for r in reasons), reasons
+        assert broker.alive
+    finally:
+        broker.destroy()
