@@ -320,6 +320,9 @@ def run_publish(args):
             if pub.stats["resent"]:
                 parts.append("%d sent again after the broker lost the peering (each journaled once)"
                              % pub.stats["resent"])
+            if pub.stats["resent_refused"]:
+                parts.append("%d sent again after the broker refused them (each journaled once)"
+                             % pub.stats["resent_refused"])
         elif pub.journaled is not None and failure:  # the broker refused, and said what it journaled
             parts = _journaled_parts(pub, count, what)   # its reason once, in there
         elif confirmed < count:   # what we sent is not what the broker kept: say "sent", and which are unsure

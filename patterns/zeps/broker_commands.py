@@ -228,6 +228,10 @@ class Commands:
             self._send(identity, p.DETACH_FRAME)
             return
         stream = peer.stream
+        if peer.fence is not None:  # its producer's messages from there were refused: not a PING-OK
+            self._invalid(identity, "PING: %sstream %s could not write its journal: %s"
+                          % (self._journaled(peer), stream.name.decode(), peer.fence[1]))
+            return
 
         def written(_):
             self._send(identity, p.PING_OK_FRAME)

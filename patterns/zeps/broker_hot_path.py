@@ -91,6 +91,13 @@ class HotPath:
                 peer.ids.clear()
                 if seen is not None and seen[1] <= self._level(journal):
                     peer.journaled = seen[0]
+            if peer.fence is not None:
+                if sequence > peer.fence[0]:  # after one the journal refused: refused too, so that what
+                    self.stats["journal_refused"] += 1   # a producer has journaled is always its first N
+                    self._invalid(peer.identity, "%sstream %s refused the message (it refused sequence %d "
+                                  "before): %s" % (self._journaled(peer), stream.name.decode(), *peer.fence))
+                    return
+                peer.fence = None             # it sends again from the refused one: try
             if seen is not None and sequence <= seen[0]:  # journaled already (a resend): its PING waits
                 self.stats["duplicates_dropped"] += 1    # for that one
                 peer.published = max(peer.published, seen[1])
@@ -101,6 +108,8 @@ class HotPath:
             record = journal.append_record(key, body, None, producer)
         except JournalError as exc:
             self.stats["journal_refused"] += 1
+            if producer is not None:
+                peer.fence = (sequence, str(journal.error or exc))   # the cause, without the path again
             self._invalid(peer.identity, "%sstream %s refused the message: %s"
                           % (self._journaled(peer), stream.name.decode(), exc))
             return

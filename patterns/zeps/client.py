@@ -279,7 +279,11 @@ class Publisher:
     acknowledgement level (also counted in :attr:`confirmed`), :attr:`held`
     the last one it holds unwritten in memory (written only if its journal
     can write again before it stops; 0: none), :attr:`refusal` why; the ones
-    after were refused.  All three are ``None``/0 until such a refusal.
+    after were refused (the broker refuses every one after the first it
+    refused, so what it keeps is always the first N).  All three are
+    ``None``/0 until such a refusal.  The next :meth:`flush` sends the
+    unconfirmed again, in order (``stats["resent_refused"]``), and raises
+    :class:`ZepsError` with the reason, once, while the broker still refuses.
     """
 
     def __init__(self, endpoint: str, stream: bytes | str, *, curve: Curve | None = None, heartbeat: float = 1.0,
@@ -297,7 +301,8 @@ class Publisher:
         self.curve = curve
         self.heartbeat = heartbeat
         self.expiry = expiry
-        self.stats = dict.fromkeys(("published", "flushes", "reattached", "invalid", "lost", "resent"), 0)
+        self.stats = dict.fromkeys(("published", "flushes", "reattached", "invalid", "lost", "resent",
+                                    "resent_refused"), 0)
         self._errors: list[str] = []
         self._lock = Semaphore()  # held by whoever reads the socket (flush, heartbeats)
         self._closed = False
@@ -323,6 +328,7 @@ class Publisher:
         self.journaled: int | None = None  # idempotent: what the broker's last refusal said it journaled
         self.held = 0             # and the last publish number it held unwritten then (0: none)
         self.refusal: str | None = None  # and why (the answer to a PING when one came)
+        self._resend = False      # the broker refused some: flush sends the unconfirmed again first
         self._attaching = False   # an ATTACH was sent again: the old peering's DETACHes are stale
         self._keepalive = gevent.spawn(self._keep_alive)
 
@@ -414,6 +420,11 @@ class Publisher:
         with self._lock:
             deadline = _monotonic() + timeout
             self._service()
+            if self._resend:  # the broker refused some (the JOURNALED field): again, in order, from there
+                self._resend = False
+                self.stats["resent_refused"] += len(self._unconfirmed)
+                for _, frame in self._unconfirmed:
+                    self._sock.send(frame)
             while True:
                 reattached = self.stats["reattached"]
                 self._ping()
@@ -487,7 +498,8 @@ class Publisher:
                 ping = reason.startswith("PING:")
                 if ping:
                     reason = reason[5:].strip()
-                if self.idempotent and reason.startswith("[journaled="):
+                field = self.idempotent and reason.startswith("[journaled=")
+                if field:
                     reason = self._journaled(reason, ping)
                 if ping:  # the broker's answer to a PING: not written
                     self._answers += 1
@@ -495,8 +507,9 @@ class Publisher:
                         self._marks.popleft()
                     self._refused.append((self._answers, reason))
                     del self._refused[:-10]
-                elif reason.endswith("(no peering: attach first)"):
-                    pass  # sent on a lost peering: the DETACH behind it counts it in what may be lost
+                elif reason.endswith("(no peering: attach first)") or field:
+                    pass  # sent on a lost peering: the DETACH behind it counts it in what may be lost;
+                    # or refused with the JOURNALED field: kept, sent again by flush, whose PING says
                 elif len(self._errors) < 100:
                     self._errors.append(reason)
             elif kind is p.Detach:
@@ -514,6 +527,7 @@ class Publisher:
             return reason
         if ping or self.refusal is None:
             self.refusal = reason[match.end():]
+        self._resend = True
         journaled = min(int(match.group(1)), self.stats["published"])
         self.held = int(match.group(2) or 0)
         if journaled > self._confirmed:

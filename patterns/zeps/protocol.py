@@ -90,10 +90,15 @@ INVALID ``PING:`` for that reason, the reason starts (after ``PING: ``) with
 last sequence at the broker's acknowledgement level (its messages up to
 ``N`` are kept, ``written`` or ``synced``), ``H`` the last one appended but
 not yet there (held in the broker's memory: written if the journal can
-write again before the broker stops; those after ``H`` were refused).  A
-client that sends PUBLISH-ID reads it (``Publisher.journaled``); a
-spec-only client never sends PUBLISH-ID, so it never sees the field (and
-would read it as part of the printable reason).
+write again before the broker stops; those after ``H`` were refused).  So
+that what a producer has journaled on a peering is always its first
+messages, once the journal refused one (sequence ``F``) the broker refuses
+the producer's later ones on that peering too, and answers its PINGs with
+INVALID ``PING:``, until it sends ``F`` or an earlier one again (it resends
+what is not confirmed, in order: those already held are dropped as
+duplicates).  A client that sends PUBLISH-ID reads the field
+(``Publisher.journaled``); a spec-only client never sends PUBLISH-ID, so
+it never sees the field or the refusals after ``F``.
 
 Errors every client gets, as INVALID with a reason prefix (like ``PING:``):
 
