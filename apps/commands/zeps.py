@@ -78,8 +78,10 @@ def register(sub):
                                           "confirmed is sent again if the peering is lost (a broker killed and "
                                           "restarted), and the broker journals each line once.  Returns once "
                                           "the broker has written all (exit status 0), 1 if it refused any or "
-                                          "did not confirm some in time (the lines not confirmed are named), "
-                                          "3 if no broker answers.")
+                                          "did not confirm some in time (the lines not confirmed are named; "
+                                          "when its journal refuses them, a full disk, it says exactly how "
+                                          "many it journaled: 'N of M journaled (lines 1-N); lines N+1-M "
+                                          "refused: REASON'), 3 if no broker answers.")
     publish.add_argument("stream", help="stream name")
     publish.add_argument("key", help="routing key")
     publish.add_argument("body", nargs="?", help="message body (default: each line of stdin, until end of input "
