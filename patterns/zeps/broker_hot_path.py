@@ -92,11 +92,9 @@ class HotPath:
                 if seen is not None and seen[1] <= self._level(journal):
                     peer.journaled = seen[0]
             if peer.fence is not None:
-                if sequence > peer.fence[0]:  # after one the journal refused: refused too, so that what
-                    self.stats["journal_refused"] += 1   # a producer has journaled is always its first N
-                    self._invalid(peer.identity, "%sstream %s refused the message (it refused sequence %d "
-                                  "before): %s" % (self._journaled(peer), stream.name.decode(), *peer.fence))
-                    return
+                if sequence > peer.fence[0]:  # after one the journal refused: refused too (counted; its PING
+                    self.stats["journal_refused"] += 1   # says so), so that what a producer has journaled
+                    return                               # is always its first N
                 peer.fence = None             # it sends again from the refused one: try
             if seen is not None and sequence <= seen[0]:  # journaled already (a resend): its PING waits
                 self.stats["duplicates_dropped"] += 1    # for that one

@@ -93,10 +93,10 @@ not yet there (held in the broker's memory: written if the journal can
 write again before the broker stops; those after ``H`` were refused).  So
 that what a producer has journaled on a peering is always its first
 messages, once the journal refused one (sequence ``F``) the broker refuses
-the producer's later ones on that peering too, and answers its PINGs with
-INVALID ``PING:``, until it sends ``F`` or an earlier one again (it resends
-what is not confirmed, in order: those already held are dropped as
-duplicates).  A client that sends PUBLISH-ID reads the field
+the producer's later ones on that peering too (counted, without an INVALID
+each) and answers its PINGs with INVALID ``PING:`` and the field, until it
+sends ``F`` or an earlier one again (it resends what is not confirmed, in
+order: those already held are dropped as duplicates).  A client that sends PUBLISH-ID reads the field
 (``Publisher.journaled``); a spec-only client never sends PUBLISH-ID, so
 it never sees the field or the refusals after ``F``.
 
