@@ -107,8 +107,10 @@ def register(sub):
                                           "confirmed is sent again if the peering is lost (a broker killed and "
                                           "restarted), and the broker journals each line once.  Returns once "
                                           "the broker has written all (exit status 0), 1 if it refused any or "
-                                          "did not confirm some in time (the lines not confirmed are named), "
-                                          "3 if no broker answers.")
+                                          "did not confirm some in time (the lines not confirmed are named; "
+                                          "when its journal refuses them, a full disk, it says exactly how "
+                                          "many it journaled: 'N of M journaled (lines 1-N); lines N+1-M "
+                                          "refused: REASON'), 3 if no broker answers.")
     publish.add_argument("stream", help="stream name")
     publish.add_argument("key", help="routing key")
     publish.add_argument("body", nargs="?", help="message body (default: each line of stdin, until end of input "
@@ -376,16 +378,38 @@ def run_publish(args):
             if pub.stats["resent"]:
                 parts.append("%d sent again after the broker lost the peering (each journaled once)"
                              % pub.stats["resent"])
+            if pub.stats["resent_refused"]:
+                parts.append("%d sent again after the broker refused them (each journaled once)"
+                             % pub.stats["resent_refused"])
+        elif pub.journaled is not None and failure:  # the broker refused, and said what it journaled
+            parts = _journaled_parts(pub, count, what)   # its reason once, in there
         elif confirmed < count:   # what we sent is not what the broker kept: say "sent", and which are unsure
             parts[0] = "sent %d message(s) to %s" % (count, args.stream)
             parts.append("%ss %d-%d not confirmed written" % (what, confirmed + 1, count) if confirmed + 1 < count
                          else "%s %d not confirmed written" % (what, count))
-        if failure:
+        if failure and (pub.journaled is None or pub.refusal not in failure):  # (not said in there)
             parts.append(failure)
         print("; ".join(parts), file=sys.stderr)
     if lost or failure:
         return exitstatus.FAILED
     return exitstatus.OK
+
+
+def _journaled_parts(pub, count, what):
+    """An idempotent publish the broker refused: "N of M journaled (lines 1-N); lines N+1-M refused:
+    REASON", from the JOURNALED field of its refusals (the lines it holds unwritten said apart)."""
+    done = min(pub.confirmed, count)
+    held = min(max(pub.held, done), count)
+    lines = lambda a, b: "%s %s" % (what + "s" if b > a else what, _ranges([(a, b)]))  # noqa: E731
+    parts = ["%d of %d journaled%s" % (done, count, " (%s)" % lines(1, done) if done else "")]
+    if held > done:
+        parts.append("%s held unwritten by the broker (written if it gets room before it stops)"
+                     % lines(done + 1, held))
+    if count > held:
+        parts.append("%s refused: %s" % (lines(held + 1, count), pub.refusal))
+    elif pub.refusal:
+        parts[-1] += ": " + pub.refusal
+    return parts
 
 
 def _ranges(ranges):

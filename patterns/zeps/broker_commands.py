@@ -233,6 +233,10 @@ class Commands:
             self._send(identity, p.DETACH_FRAME)
             return
         stream = peer.stream
+        if peer.fence is not None:  # its producer's messages from there were refused: not a PING-OK
+            self._invalid(identity, "PING: %sstream %s could not write its journal: %s"
+                          % (self._journaled(peer), stream.name.decode(), peer.fence[1]))
+            return
         published = peer.published
 
         def ok():
@@ -251,7 +255,8 @@ class Commands:
         def failed(exc):
             # No PING-OK: what it published is not written.  The reason starts with "PING:" so that a
             # client waiting for the PING-OK knows this INVALID is the answer (the write is retried).
-            self._invalid(identity, "PING: stream %s cannot write its journal: %s" % (stream.name.decode(), exc))
+            self._invalid(identity, "PING: %sstream %s cannot write its journal: %s"
+                          % (self._journaled(peer), stream.name.decode(), exc))
 
         if self.level == "written":
             stream.commit.when_written(written, peer.published, failed)
@@ -263,7 +268,11 @@ class Commands:
             if stream.pings.pop(token, None) is not None:  # else answered already by _write_failed
                 answer()
 
-        stream.commit.when_synced(synced, peer.published)
+        def not_synced(exc):  # a PING that came while the writes were already failing: answered too
+            if stream.pings.pop(token, None) is not None:
+                failed(exc)
+
+        stream.commit.when_synced(synced, peer.published, not_synced)
 
     def _allowed(self, peer, action):
         if self.permissions is None:

@@ -86,22 +86,71 @@ class HotPath:
         if producer is not None:  # PUBLISH-ID: the journal's producer table is the one that decides
             producer = (producer.to_bytes(8, "little"), sequence)
             seen = journal.producer(producer[0])
+            if peer.producer != producer[0]:  # its first on this peering: what it had at the level before
+                peer.producer, peer.journaled = producer[0], 0
+                peer.ids.clear()
+                if seen is not None and seen[1] <= self._level(journal):
+                    peer.journaled = seen[0]
+            if peer.fence is not None:
+                if sequence > peer.fence[0]:  # after one the journal refused: refused too (counted; its PING
+                    self.stats["journal_refused"] += 1   # says so), so that what a producer has journaled
+                    return                               # is always its first N
+                peer.fence = None             # it sends again from the refused one: try
             if seen is not None and sequence <= seen[0]:  # journaled already (a resend): its PING waits
                 self.stats["duplicates_dropped"] += 1    # for that one
                 peer.published = max(peer.published, seen[1])
+                self._appended(peer, seen[1], seen[0])
                 return
             evicted = journal.producers_evicted
         try:  # the producer goes into the journal with the message, so dedup survives a restart
             record = journal.append_record(key, body, None, producer)
         except JournalError as exc:
             self.stats["journal_refused"] += 1
-            self._invalid(peer.identity, "stream %s refused the message: %s" % (stream.name.decode(), exc))
+            if producer is not None:
+                peer.fence = (sequence, str(journal.error or exc))   # the cause, without the path again
+            self._invalid(peer.identity, "%sstream %s refused the message: %s"
+                          % (self._journaled(peer), stream.name.decode(), exc))
             return
-        if producer is not None and journal.producers_evicted > evicted:  # its budget: max_producers
-            self.stats["producers_evicted"] += journal.producers_evicted - evicted
+        if producer is not None:
+            if journal.producers_evicted > evicted:  # its budget: max_producers
+                self.stats["producers_evicted"] += journal.producers_evicted - evicted
+            self._appended(peer, record[0], sequence)
         peer.published = record[0]
         stream.fresh.append(record)
         stream.commit.kick()
+
+    def _level(self, journal):
+        """``journal``'s last sequence at the acknowledgement level."""
+        return journal.written_seq if self.ack == "written" else journal.synced_seq
+
+    def _appended(self, peer, seq, pseq):
+        """``peer``'s producer has its sequence ``pseq`` at journal sequence ``seq`` (appended now, or
+        before: a dropped resend).  ``peer.ids`` keeps what is not yet at the acknowledgement level
+        (pruned every 64: bounded by what the journal holds unwritten)."""
+        ids = peer.ids
+        if not ids or seq > ids[-1][0]:
+            ids.append((seq, pseq))
+            if len(ids) & 63 == 0:
+                self._settle(peer)
+
+    def _settle(self, peer):
+        """Move ``peer.journaled`` up to what its producer has at the acknowledgement level."""
+        level = self._level(peer.stream.journal)
+        ids = peer.ids
+        while ids and ids[0][0] <= level:
+            peer.journaled = ids.popleft()[1]
+
+    def _journaled(self, peer):
+        """The JOURNALED field for a refusal sent to ``peer`` ("" unless it publishes with PUBLISH-ID):
+        ``[journaled=N held=H] ``, its producer's last sequence at the acknowledgement level, and (when
+        more are appended but not yet there) the last appended."""
+        if peer.producer is None:
+            return ""
+        self._settle(peer)
+        ids = peer.ids
+        if ids:
+            return "[journaled=%d held=%d] " % (peer.journaled, ids[-1][1])
+        return "[journaled=%d] " % peer.journaled
 
     def _written(self, stream, seq):
         """``stream``'s GroupCommit wrote (``ack="written"``) or fsynced (``"synced"``) its journal up

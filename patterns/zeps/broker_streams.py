@@ -436,7 +436,9 @@ class Streams:
         if stream.pings:
             pings, stream.pings = stream.pings, {}
             for identity in pings.values():
-                self._invalid(identity, "PING: stream %s cannot write its journal: %s" % (stream.name.decode(), exc))
+                peer = self._peers.get(identity)
+                self._invalid(identity, "PING: %sstream %s cannot write its journal: %s"
+                              % (self._journaled(peer) if peer is not None else "", stream.name.decode(), exc))
         if stream.journal.broken:  # a failed fsync: final, the journal refuses until reopened
             self.stats["journal_sync_errors"] += 1
             log.error("%s: stream %s: fsync failed: %s", self.name, stream.name.decode("ascii", "replace"), exc)

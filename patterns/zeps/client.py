@@ -172,6 +172,8 @@ class MessagesLost(ZepsError):
 
 #: the largest frame a publisher takes from the broker (its answers are short: INVALID, PING-OK, DETACH)
 _MAX_ANSWER = 4096
+#: the JOURNALED field a broker puts first in a refusal sent to a PUBLISH-ID producer (protocol.py)
+_JOURNALED = re.compile(r"\[journaled=(\d+)(?: held=(\d+))?\] ")
 #: the largest QUERY-OK report :func:`query` takes
 _MAX_REPORT = 64 << 20
 
@@ -298,6 +300,17 @@ class Publisher:
     journaled exactly once, in order, also across a broker restart or kill
     (the broker keeps its table of producers in the stream's journal).  Publishes
     from several greenlets are serialised while one of them is parked.
+    When the broker's journal refuses them (disk full), its refusals say
+    exactly what it kept (the JOURNALED field, :mod:`.protocol`):
+    :attr:`journaled` is the last publish number it has at its
+    acknowledgement level (also counted in :attr:`confirmed`), :attr:`held`
+    the last one it holds unwritten in memory (written only if its journal
+    can write again before it stops; 0: none), :attr:`refusal` why; the ones
+    after were refused (the broker refuses every one after the first it
+    refused, so what it keeps is always the first N).  All three are
+    ``None``/0 until such a refusal.  The next :meth:`flush` sends the
+    unconfirmed again, in order (``stats["resent_refused"]``), and raises
+    :class:`ZepsError` with the reason, once, while the broker still refuses.
     """
 
     def __init__(self, endpoint: str, stream: bytes | str, *, curve: Curve | None = None, heartbeat: float = 1.0,
@@ -316,7 +329,8 @@ class Publisher:
         self.curve = curve
         self.heartbeat = heartbeat
         self.expiry = expiry
-        self.stats = dict.fromkeys(("published", "flushes", "reattached", "invalid", "lost", "resent"), 0)
+        self.stats = dict.fromkeys(("published", "flushes", "reattached", "invalid", "lost", "resent",
+                                    "resent_refused"), 0)
         self._errors: list[str] = []
         self._lock = Semaphore()  # held by whoever reads the socket (flush, heartbeats)
         self._closed = False
@@ -356,6 +370,10 @@ class Publisher:
         self._marks: deque[int] = deque()  # per PING not yet answered: the publish count when it was sent
         self._confirmed = 0       # publish count the broker has confirmed (or that was given up as lost)
         self._lost: list[tuple[int, int]] = []  # publish numbers unconfirmed when a peering was lost
+        self.journaled: int | None = None  # idempotent: what the broker's last refusal said it journaled
+        self.held = 0             # and the last publish number it held unwritten then (0: none)
+        self.refusal: str | None = None  # and why (the answer to a PING when one came)
+        self._resend = False      # the broker refused some: flush sends the unconfirmed again first
         self._attaching = False   # an ATTACH was sent again: the old peering's DETACHes are stale
         self._keepalive = gevent.spawn(self._keep_alive)
 
@@ -451,6 +469,11 @@ class Publisher:
         with self._lock:
             deadline = _monotonic() + timeout
             self._service()
+            if self._resend:  # the broker refused some (the JOURNALED field): again, in order, from there
+                self._resend = False
+                self.stats["resent_refused"] += len(self._unconfirmed)
+                for _, frame in self._unconfirmed:
+                    self._sock.send(frame)
             while True:
                 reattached = self.stats["reattached"]
                 self._ping()
@@ -520,23 +543,51 @@ class Publisher:
                 sock.send(p.PING_OK_FRAME)
             elif kind is p.Invalid:
                 self.stats["invalid"] += 1
-                if message.reason.startswith("PING:"):  # the broker's answer to a PING: not written
+                reason = message.reason
+                ping = reason.startswith("PING:")
+                if ping:
+                    reason = reason[5:].strip()
+                field = self.idempotent and reason.startswith("[journaled=")
+                if field:
+                    reason = self._journaled(reason, ping)
+                if ping:  # the broker's answer to a PING: not written
                     self._answers += 1
                     if self._marks:
                         self._marks.popleft()
-                    self._refused.append((self._answers, message.reason[5:].strip()))
+                    self._refused.append((self._answers, reason))
                     del self._refused[:-10]
-                elif message.reason.endswith("(no peering: attach first)"):
-                    pass  # sent on a lost peering: the DETACH behind it counts it in what may be lost
-                elif _passive(message.reason):
+                elif reason.endswith("(no peering: attach first)") or field:
+                    pass  # sent on a lost peering: the DETACH behind it counts it in what may be lost;
+                    # or refused with the JOURNALED field: kept, sent again by flush, whose PING says
+                elif _passive(reason):
                     self._passive = True  # our ATTACH went to a passive: the keep-alive tries the other one
                 elif len(self._errors) < 100:
-                    self._errors.append(message.reason)
+                    self._errors.append(reason)
             elif kind is p.Detach:
                 if self._attaching:
                     continue  # the lost peering's answers to what we sent before attaching again
                 lost = True
                 self._reattach()
+
+    def _journaled(self, reason, ping):
+        """A refusal's JOURNALED field (protocol.py): the broker has written this publisher's messages up
+        to publish number N (so they are confirmed), and holds the ones up to H unwritten.  Returns the
+        reason without it."""
+        match = _JOURNALED.match(reason)
+        if match is None:
+            return reason
+        if ping or self.refusal is None:
+            self.refusal = reason[match.end():]
+        self._resend = True
+        journaled = min(int(match.group(1)), self.stats["published"])
+        self.held = int(match.group(2) or 0)
+        if journaled > self._confirmed:
+            self._confirmed = journaled
+            kept = self._unconfirmed
+            while kept and kept[0][0] <= journaled:
+                self._unconfirmed_bytes -= len(kept.popleft()[1])
+        self.journaled = self._confirmed   # (a PING-OK may have confirmed more than this peering's field)
+        return reason[match.end():]
 
     def _reattach(self, new_socket=False):
         """Attach again (the lock held); what the broker had not confirmed counts as maybe lost."""

@@ -82,6 +82,24 @@ The table (``max_producers`` per stream, least recently used evicted) is
 kept in the stream's journal with each message, so it survives a broker
 restart: what the journal kept is dropped, what it lost is journaled anew.
 
+zactors extension, the **JOURNALED field**: when the broker refuses a
+message of a peering that publishes with PUBLISH-ID because its journal
+refuses appends (disk full, quota, an I/O error), or answers its PING with
+INVALID ``PING:`` for that reason, the reason starts (after ``PING: ``) with
+``[journaled=N] `` or ``[journaled=N held=H] ``: ``N`` is that producer's
+last sequence at the broker's acknowledgement level (its messages up to
+``N`` are kept, ``written`` or ``synced``), ``H`` the last one appended but
+not yet there (held in the broker's memory: written if the journal can
+write again before the broker stops; those after ``H`` were refused).  So
+that what a producer has journaled on a peering is always its first
+messages, once the journal refused one (sequence ``F``) the broker refuses
+the producer's later ones on that peering too (counted, without an INVALID
+each) and answers its PINGs with INVALID ``PING:`` and the field, until it
+sends ``F`` or an earlier one again (it resends what is not confirmed, in
+order: those already held are dropped as duplicates).  A client that sends PUBLISH-ID reads the field
+(``Publisher.journaled``); a spec-only client never sends PUBLISH-ID, so
+it never sees the field or the refusals after ``F``.
+
 Errors every client gets, as INVALID with a reason prefix (like ``PING:``):
 
 * ``REPLAY:`` the journal cannot give a replaying subscriber a message

@@ -175,18 +175,27 @@ def test_publish_from_a_terminal_says_it_reads_until_ctrl_d(processes, tmp_path)
 
 
 # -- zeps publish on a full disk ---------------------------------------------------------
-def test_publish_to_a_full_disk_says_sent_not_published(small_disk, capsys, monkeypatch):  # noqa: F811
+def test_publish_to_a_full_disk_says_exactly_what_was_journaled(small_disk, capsys, monkeypatch):  # noqa: F811
     import io
+    import re
     import sys
     (small_disk / "filler").write_bytes(b"\0" * (96 << 10))
     with ZepsBroker(str(small_disk / "journal"), "tcp://127.0.0.1:*", segment_bytes=1 << 20) as broker:
         lines = b"".join(b"%0100d\n" % i for i in range(12000))
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines)))
         status, out, err = run(capsys, "zeps", "publish", "s", "k", "--connect", broker.endpoint, "--timeout", "5")
-        written = broker.call("INFO")["streams"]["s"]["written_seq"]
+        stream = broker.call("INFO")["streams"]["s"]
+    written, last = stream["written_seq"], stream["last_seq"]
     assert status == 1 and out == "", (status, out)
     assert 0 < written < 12000
-    [summary] = err.splitlines()   # one line: what was sent, what is unconfirmed, and why
-    # it said "published 12000" while a part was written: it sent them, and says which were not confirmed
-    assert summary.startswith("sent 12000 message(s) to s; lines "), summary
-    assert " not confirmed written; " in summary and "ENOSPC" in summary, summary
+    [summary] = err.splitlines()   # one line: what was journaled, what the broker holds, what it refused, why
+    # it said "published 12000" while 5,120 were written, then "sent 12000; lines 1-12000 not confirmed":
+    # now the count it says is the journal's, from the broker's refusals (the JOURNALED field)
+    held = "" if last == written else \
+        "lines %d-%d held unwritten by the broker \\(written if it gets room before it stops\\); " % (written + 1, last)
+    said = re.match(r"(\d+) of 12000 journaled \(lines 1-(\d+)\); %slines (\d+)-12000 refused: (.*)$" % held, summary)
+    assert said, (summary, written, last)
+    assert int(said.group(1)) == int(said.group(2)) == written and int(said.group(3)) == last + 1, (summary, written)
+    reason = said.group(4)
+    assert reason.startswith("stream s c") and " write its journal: " in reason and "ENOSPC" in reason, summary
+    assert summary.count("ENOSPC") == 1 and summary.count(str(small_disk)) == 1, summary   # the reason once
