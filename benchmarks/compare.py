@@ -7,13 +7,16 @@ temporary directory put first on ``PYTHONPATH`` (this interpreter's dependencies
 ``benchmarks/clone.py`` of *that* commit run against it, NEW right after BASE for each benchmark so
 that both see the same machine load.  Every line they print is shown as it comes; then one table
 of each figure at both commits and the change (throughput: higher is better; latency and seconds:
-lower is better), marking changes worse than 5%.  ``--quick`` runs short passes (seconds, noisy);
-the default sizes are the benchmarks' own.  Figures of one run only compare with each other.
+lower is better), marking changes worse than 5%.  ``--rounds N`` runs the pair N times, interleaved,
+and compares the medians (the load average is printed before each run).  ``--quick`` runs short passes
+(seconds, noisy); the default sizes are the benchmarks' own.  Figures of one run only compare with each
+other.  BASE 03f311a is main before issue #19's work (the acknowledgement levels).
 """
 import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,7 +58,8 @@ def run(ref, src, site, script, args, deadline):
     with open(path, encoding="utf-8") as f:
         knows_deadline = "--deadline" in f.read()   # (older benchmarks had no such option)
     argv = [sys.executable, path] + (["--deadline", str(deadline)] if knows_deadline else []) + args
-    print("== %s at %s: %s" % (script, ref, " ".join(argv[2:])), flush=True)
+    print("== %s at %s: %s (load average %s)" % (script, ref, " ".join(argv[2:]),
+                                                 " ".join("%.2f" % x for x in os.getloadavg())), flush=True)
     proc = subprocess.Popen(argv, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     figures = {}
     for line in proc.stdout:
@@ -94,11 +98,18 @@ def flatten(figures, prefix=""):
     return {k: v for k, v in out.items() if v is not None}
 
 
+def median(runs):
+    """One figures dict from several runs' (flattened): each figure's median over the runs that have it."""
+    flat = [flatten(r) for r in runs]
+    names = set().union(*flat) if flat else set()
+    return {name: statistics.median(f[name] for f in flat if name in f) for name in names}
+
+
 def table(results, base, new):
     print("\n%-48s %14s %14s %9s" % ("figure", base, new, "change"))
     worse = []
     for script in sorted(results[base]):
-        old, now = flatten(results[base][script]), flatten(results[new].get(script, {}))
+        old, now = median(results[base][script]), median(results[new].get(script, []))
         for name in sorted(old):
             if name not in now:
                 continue
@@ -120,7 +131,9 @@ def main(argv=None):
     parser.add_argument("base", nargs="?", default=BASE, help="the commit before (default %s)" % BASE)
     parser.add_argument("new", nargs="?", default="main", help="the commit after (default main)")
     parser.add_argument("--quick", action="store_true", help="short passes (seconds each; noisy)")
-    parser.add_argument("--deadline", type=float, default=900, help="seconds a benchmark step may take")
+    parser.add_argument("--deadline", type=float, default=900, metavar="SECONDS",
+                        help="seconds a benchmark step may take (default: %(default)g)")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each commit, interleaved (medians)")
     parser.add_argument("--only", default="zeps,clone", help="comma-separated subset: zeps, clone")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
@@ -128,9 +141,11 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="zactors-compare-") as tmp:
         trees = {ref: install(ref, os.path.join(tmp, "r%d" % i)) for i, ref in enumerate((args.base, args.new))}
         for script in [name + ".py" for name in args.only.split(",")]:
-            for ref in (args.base, args.new):
-                src, site = trees[ref]
-                results[ref][script] = run(ref, src, site, script, sizes[script], args.deadline)
+            for _ in range(args.rounds):
+                for ref in (args.base, args.new):
+                    src, site = trees[ref]
+                    results[ref].setdefault(script, []).append(run(ref, src, site, script, sizes[script],
+                                                                   args.deadline))
     table(results, args.base, args.new)
 
 

@@ -44,7 +44,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import jetstream  # noqa: E402 - after the path
+import _jetstream as jetstream  # noqa: E402 - after the path
 import zeps_groups  # noqa: E402
 from _harness import Steps, add_deadline_option  # noqa: E402 - after the path
 
@@ -394,8 +394,8 @@ def main():
     parser.add_argument("--paced", type=float, default=3.0, help="seconds of each paced run (default 3)")
     parser.add_argument("--stacks", default="raw,zeps,redis-aof,redis-none,jetstream,ack,pair,redis-wait",
                         help="comma-separated subset to run (ack: both acknowledgement levels beside Redis everysec "
-                        "and always, zeps_ack.py; pair, redis-wait: the replicated pair, zeps_pair.py; jetstream: "
-                        "NATS JetStream, jetstream.py)")
+                        "and always, _zeps_ack.py; pair, redis-wait: the replicated pair, zeps_pair.py; jetstream: "
+                        "NATS JetStream, _jetstream.py)")
     parser.add_argument("--runs", default="deliver1,deliver10,replay,groups",
                         help="comma-separated subset of deliver1,deliver10,replay,groups (default: all)")
     parser.add_argument("--quick", action="store_true", help="a short pass: 20000 messages, replay 50000, paced 0.5 s")
@@ -433,7 +433,7 @@ def main():
             result = steps.run(stack, what, rows, args, *extra)
             table[stack] = "failed: %s" % steps.results[stack]["error"] if result is None else result
     if "ack" in stacks:
-        import zeps_ack
+        import _zeps_ack as zeps_ack
         table.update(zeps_ack.run(args, steps))
     print("\n%d messages of %d bytes per delivery run; latency at %d msg/s paced; replay of %d"
           % (args.messages, SIZE, args.rate, args.replay))

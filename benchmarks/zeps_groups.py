@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-import jetstream  # noqa: E402 - after the path
+import _jetstream as jetstream  # noqa: E402 - after the path
 from _harness import Steps, add_deadline_option  # noqa: E402
 
 STREAM = "bench"

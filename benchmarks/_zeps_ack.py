@@ -1,9 +1,8 @@
 """ZEPS acknowledgement levels beside Redis Streams' fsync policies, in one run (issue #19).
 
-Run through ``benchmarks/zeps.py`` (the ``ack`` stack, in its default run;
-``--stacks ack`` for these rows alone; ``--quick`` for a short pass), or as
-``python benchmarks/zeps_ack.py --baseline REV`` for the +-5% check of
-``written`` mode against an older commit (see :func:`baseline`).
+Rows for ``benchmarks/zeps.py`` (the ``ack`` stack, in its default run; ``--stacks ack`` for these
+rows alone; ``--quick`` for a short pass).  The +-5% check of ``written`` mode against an older commit
+is ``python benchmarks/compare.py 03f311a``.
 
 Rows, each publish -> journal -> deliver with ``zeps.py``'s publisher and
 subscriber processes (messages/s unpaced, p50/p99 at the paced ``--rate``):
@@ -129,76 +128,14 @@ def run(args, steps):
     return table
 
 
-# -- the +-5% check against an older commit -------------------------------------------
-def baseline(rev, zeps_args, rounds=3):
-    """Run ``zeps.py --stacks zeps`` (ack ``written``, the only level before #19) on the commit ``rev``
-    and on this tree, interleaved ``rounds`` times, printing every run; then per row the median of each
-    side and their ratio (this tree / then), for the rule that no figure gets worse by more than 5%.
-
-    The old tree is exported with ``git archive`` and installed (no dependencies: this venv has them)
-    into a temporary directory that goes first on its PYTHONPATH.
-    """
-    work = tempfile.mkdtemp(prefix="zeps-baseline-")
-    tree, target = os.path.join(work, "tree"), os.path.join(work, "site")
-    try:
-        os.makedirs(tree)
-        archive = subprocess.run(["git", "-C", ROOT, "archive", rev], check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                        "--target", target, tree], check=True)
-        sides = (("%s (then)" % rev, os.path.join(tree, "benchmarks", "zeps.py"), dict(os.environ, PYTHONPATH=target)),
-                 ("this tree", os.path.join(HERE, "zeps.py"), dict(os.environ)))
-        figures = {name: [] for name, _, _ in sides}
-        for name, _, env in sides:
-            probe = subprocess.run([sys.executable, "-c", _PROBE], env=env, cwd=work, capture_output=True, text=True,
-                                   check=True).stdout.strip()
-            print("== %s: zactors from %s" % (name, probe), flush=True)
-        for round_ in range(1, rounds + 1):
-            for name, script, env in sides:
-                print("== round %d of %d: %s (load average %s)" % (round_, rounds, name, os.getloadavg()), flush=True)
-                out = subprocess.run([sys.executable, script, "--stacks", "zeps", *zeps_args], env=env, cwd=work,
-                                     stdout=subprocess.PIPE, text=True, check=True).stdout
-                print(out, flush=True)
-                figures[name].append(_rows(out))
-        then, now = figures.values()
-        for run_name in then[0]:
-            if all(run_name in r for r in then + now):
-                rate0, rate1 = (statistics.median(r[run_name][0] for r in side) for side in (then, now))
-                p50_0, p50_1 = ([r[run_name][1] for r in side] for side in (then, now))
-                print("written mode, %s: median msg/s %.0f then, %.0f now: x%.3f; p50 ms then %s, now %s "
-                      "(rule: no figure worse by more than 5%%)" % (run_name, rate0, rate1, rate1 / rate0,
-                                                                     ", ".join(p50_0), ", ".join(p50_1)), flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-_PROBE = "import zactors.patterns.zeps.broker as b; print(b.__file__)"
-
-
-def _rows(out):
-    """{run: (msg/s, p50 ms text)} from the table at the end of a zeps.py run (its last row of each run)."""
-    rows = {}
-    for line in out.splitlines():
-        if line.startswith("zactors ZEPS"):
-            parts = line[32:].split()
-            if len(parts) >= 4 and parts[-4].replace(".", "").isdigit():
-                rows[" ".join(parts[:-4])] = (float(parts[-4]), parts[-3])
-    return rows
-
-
 def main():
-    if sys.argv[1:2] == ["--role"]:
-        role, *rest = sys.argv[2:]
-        globals()["role_" + role](*rest)
-        return 0
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", metavar="REV", required=True,
-                        help="compare zeps.py --stacks zeps (ack written) on commit REV with this tree")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved runs of each side (default 3)")
-    args, rest = parser.parse_known_args()
-    started = time.monotonic()
-    baseline(args.baseline, rest, args.rounds)
-    print("baseline comparison took %.0fs" % (time.monotonic() - started))
+    """Only the roles this module's rows start as processes (``--role NAME ARGS...``)."""
+    if sys.argv[1:2] != ["--role"]:
+        print("_zeps_ack.py is a part of benchmarks/zeps.py: run python benchmarks/zeps.py --stacks ack "
+              "(the +-5%% check: benchmarks/compare.py)", file=sys.stderr)
+        return 2
+    role, *rest = sys.argv[2:]
+    globals()["role_" + role](*rest)
     return 0
 
 
