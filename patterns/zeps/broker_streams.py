@@ -277,14 +277,24 @@ class Streams:
         size = sum(len(frame) for frame in frames)
         if held.size + size > max(_MAX_HELD_BYTES, 2 * self.max_message) or \
                 self._held_bytes + size > _MAX_HELD_TOTAL:
+            # Not this one command alone: a PING-OK later would then confirm a PUBLISH dropped here.  The
+            # whole ATTACH is refused (nothing it held was answered); its later commands find no peering.
             self.stats["held_refused"] += 1
-            self._invalid(identity, "busy: command refused while the stream's journal opens (%d bytes held)"
-                          % held.size)
+            self._cancel_attach(identity)
+            self._invalid(identity, "busy: ATTACH refused: over %d bytes of commands came while the stream's "
+                          "journal opened; attach again" % held.size)
             return True
         held.append(frames)
         held.size += size
         self._held_bytes += size
         return True
+
+    def _cancel_attach(self, identity):
+        """Forget ``identity``'s ATTACH that waits for a journal, and what it held."""
+        held = self._attaching.pop(identity, None)
+        self._held_bytes -= getattr(held, "size", 0)
+        for opening in self._opening.values():
+            opening.waiters.pop(identity, None)
 
     def _serve_held(self, identity):
         """The commands held while ``identity``'s ATTACH waited, in order (a held ATTACH that waits

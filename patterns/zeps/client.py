@@ -234,6 +234,11 @@ def _passive(reason):
     return reason.startswith("PASSIVE:")
 
 
+def _busy(reason):
+    """An INVALID refusing an ATTACH for now (the broker opens or closes many journals): attach again."""
+    return reason.startswith("busy: ")
+
+
 #: seconds between two ATTACHes while the brokers of a pair say they are passive (a failover under way)
 _PASSIVE_RETRY = 0.1
 
@@ -339,6 +344,7 @@ class Publisher:
         self._sndhwm = 0 if idempotent else None
         self._parked = False      # idempotent: a publish is parked in a send; the others queue behind it
         self._passive = False     # the broker said it is a passive: attach to the next endpoint
+        self._busy = False        # the broker refused our ATTACH for now: attach again
         deadline = _monotonic() + timeout
         refusal = None
         while True:
@@ -485,6 +491,7 @@ class Publisher:
                     # Short waits: another greenlet's send may take the socket's FD edge.
                     self._sock.wait(POLLIN, min(remaining, 0.01))
                     self._service()  # a lost peering answers our PING by giving it up (and counts the lost)
+                    self._peering_lost()  # a broker killed under our PING would never answer it
                 if not self.idempotent or self.stats["reattached"] == reattached:
                     break
                 # idempotent: the peering was replaced while we waited and the unconfirmed were sent
@@ -561,6 +568,8 @@ class Publisher:
                     # or refused with the JOURNALED field: kept, sent again by flush, whose PING says
                 elif _passive(reason):
                     self._passive = True  # our ATTACH went to a passive: the keep-alive tries the other one
+                elif _busy(reason) and self._attaching:
+                    self._busy = True     # our ATTACH was refused for now: the keep-alive attaches again
                 elif len(self._errors) < 100:
                     self._errors.append(reason)
             elif kind is p.Detach:
@@ -621,13 +630,19 @@ class Publisher:
                 return
             with self._lock:
                 self._service()
-                quiet = _monotonic() - self._heard
-                if self._passive or quiet > self.expiry:
-                    self._passive = False
-                    self._next_endpoint()
-                    self._reattach(new_socket=True)
-                elif quiet > self.heartbeat:
+                if not self._peering_lost() and _monotonic() - self._heard > self.heartbeat:
                     self._ping()
+
+    def _peering_lost(self):
+        """Attach again (the lock held) when the broker said so (a passive; busy) or went silent for
+        ``expiry``; True if it did.  The keep-alive checks, and a flush while it waits (it holds the lock)."""
+        if not (self._passive or self._busy or _monotonic() - self._heard > self.expiry):
+            return False
+        if not self._busy:
+            self._next_endpoint()
+        self._passive = self._busy = False
+        self._reattach(new_socket=True)
+        return True
 
     def close(self) -> None:
         """Detach and close (unflushed messages still queued are dropped: flush first)."""

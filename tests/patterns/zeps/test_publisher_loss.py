@@ -88,3 +88,33 @@ def test_flush_raises_when_the_loss_is_found_during_its_wait(broker_process, jou
         pub.flush(timeout=30)
     finally:
         pub.close()
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_a_flush_waiting_on_a_broker_that_dies_notices_within_expiry(broker_process, journal_dir, idempotent):
+    """The broker dies with flush's PING (the Spark writers' case): nobody will answer it, and the restarted
+    broker hears nothing from us to DETACH.  flush holds the publisher's lock, so the keep-alive cannot
+    notice: flush itself gives the silent peering up after ``expiry``, attaches again, and then confirms
+    everything (idempotent: resent, deduplicated) or says what may be lost, long before its timeout."""
+    proc, endpoint = broker_process()
+    pub = Publisher(endpoint, "s", heartbeat=0.2, expiry=1.0, idempotent=idempotent)
+    try:
+        for i in range(20000):
+            pub.publish(b"k", b"%d" % i)
+        proc.send_signal(signal.SIGSTOP)      # it hears our PING but cannot answer it...
+        waiting = gevent.spawn(pub.flush, 60)
+        wait_for(lambda: pub._pings > pub._answers, timeout=10, what="flush's PING to be sent")
+        proc.send_signal(signal.SIGKILL)      # ...and dies with it
+        proc.wait()
+        proc, _ = broker_process(endpoint)
+        started = gevent.get_hub().loop.now()
+        if idempotent:
+            waiting.get(timeout=60)
+            assert _journaled(journal_dir) == 20000
+        else:
+            with pytest.raises(MessagesLost):
+                waiting.get(timeout=60)
+        assert gevent.get_hub().loop.now() - started < 15, "flush waited for its timeout"
+    finally:
+        pub.close()
+

@@ -10,7 +10,9 @@ import gevent
 import pytest
 
 from zactors.patterns.zeps import protocol as p
+from zactors.patterns.zeps.broker import Broker
 
+from ...conftest import wait_for
 from .conftest import Raw
 from .test_budgets import BrokerProcess, poll
 
@@ -147,4 +149,34 @@ def test_a_stream_attached_while_its_journal_closes_opens_after_the_close(journa
     finally:
         for raw in peers:
             raw.close()
+        broker.destroy()
+
+
+def test_commands_past_the_hold_bound_refuse_the_attach_and_no_ping_ok_covers_a_dropped_publish(tmp_path, raw):
+    """A peer pipelines ATTACH (of a new stream: its journal opens off the loop) and more PUBLISHes than
+    the broker holds meanwhile (4 MiB), then a PING once the journal is open.  Refusing only the
+    PUBLISHes past the bound (as before) let that PING-OK confirm messages never journaled; now the
+    whole ATTACH is refused ("busy:"), so nothing past it is confirmed, and the peer attaches again."""
+    broker = Broker(str(tmp_path / "j"), "tcp://127.0.0.1:*")
+    try:
+        peer = raw(broker.endpoint)
+        body = b"x" * 1000
+        peer.send(p.attach(b"piped"))
+        for i in range(6000):                       # ~6 MB behind the ATTACH
+            peer.send(p.publish_id(7, i + 1, b"k", body))
+        said = []
+        wait_for(lambda: "piped" in broker.call("INFO")["streams"], timeout=30, what="the journal to open")
+        peer.send(p.PING_FRAME)
+        while True:                                  # what the broker answered, up to its PING answer
+            message = peer.recv(timeout=30)
+            said.append(message)
+            if type(message) in (p.PingOk, p.Detach):
+                break
+        journaled = broker.call("INFO")["streams"]["piped"]["written_seq"]
+        if type(said[-1]) is p.PingOk:               # acknowledged means kept
+            assert journaled == 6000, "a PING-OK confirmed 6000 publishes, %d journaled" % journaled
+        else:
+            assert any(type(m) is p.Invalid and m.reason.startswith("busy: ATTACH refused") for m in said), said
+        assert broker.call("$STATS")["held_refused"] >= 1
+    finally:
         broker.destroy()
