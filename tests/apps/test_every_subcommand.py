@@ -55,6 +55,8 @@ RUNNING = {
     "zeps publish": (["s", "k", "body", "--connect", SILENT, "--timeout", "60"], None, 130),
     "zeps subscribe": (["s", "--connect", SILENT, "--timeout", "60"], None, 130),
     "zeps streams": (["--connect", SILENT, "--timeout", "60"], None, 130),
+    "zeps consume": (["s", "g", "--connect", SILENT, "--timeout", "60"], None, 130),
+    "zeps groups": (["--connect", SILENT, "--timeout", "60"], None, 130),
     "spark pipeline": (["--workdir", TMP, "--duration", "600"], "stderr:aggregates appear", 130),
 }
 
@@ -68,7 +70,8 @@ def test_every_client_command_takes_a_context():
     options = {" ".join(path): {o for a in parser._actions for o in a.option_strings} for path, parser in _commands()}
     clients = sorted(c for c in LEAVES if options[c] & {"--connect", "--url"})
     assert clients == ["clone del", "clone dump", "clone get", "clone set", "clone watch", "mdp mmi", "mdp request",
-                       "mdp worker", "status", "zeps publish", "zeps streams", "zeps subscribe"]
+                       "mdp worker", "status", "zeps consume", "zeps groups", "zeps publish", "zeps streams",
+                       "zeps subscribe"]
     assert [c for c in clients if "--context" not in options[c]] == []
 
 
