@@ -68,7 +68,7 @@ def count_disconnects(actor: Actor, sock: zmq.Socket, counter: str = "disconnect
             open_[0] = max(0, open_[0] - 1)
         elif event == _ACCEPTED:
             open_[0] += 1
-            if open_[0] > max_connections and _shut_down(value, frames[1]):  # type: ignore[operator]
+            if open_[0] > max_connections and _shut_down(value, frames[1]):
                 stats["connections_refused"] += 1
 
     actor.add_reader(events, on_event)

@@ -179,7 +179,7 @@ class Client:
                     continue
                 while self._wait(sock, wait):  # a reply is there (no recv-EAGAIN round first)
                     connected = True
-                    frames = sock.recv_frames()  # type: ignore[assignment]  # the reply's (the request's are in message)
+                    frames = sock.recv_frames()  # the reply's (the request's are in message)
                     try:
                         reply = decode(frames)
                     except ProtocolError as exc:
