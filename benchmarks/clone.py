@@ -1,6 +1,7 @@
 """Clone benchmark: snapshot, update throughput and failover, beside raw pyzmq ceilings.
 
     python benchmarks/clone.py [--keys 100000] [--updates 200000] [--rate 1000] [--failover-seconds 4]
+                               [--only snapshot,updates,failover]
 
 In one run, servers as separate processes (``zactors clone server``):
 
@@ -345,32 +346,16 @@ def bench_failover(rate, seconds):
     return {"rate": rate, "failover_s": round(switched, 3), "written": len(written), "lost": lost}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keys", type=int, default=100000)
-    parser.add_argument("--updates", type=int, default=200000)
-    parser.add_argument("--rate", type=int, default=1000)
-    parser.add_argument("--failover-seconds", type=float, default=4.0)
-    add_deadline_option(parser)
-    parser.add_argument("--role", choices=("subscribers", "relay", "rawsend"), help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--clients", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.role == "subscribers":
-        return subscribers_role(args)
-    if args.role == "relay":
-        return relay_role(args)
-    if args.role == "rawsend":
-        return rawsend_role(args)
-    steps = Steps(args.deadline)
-    run = steps.run
+def snapshot_part(run, args):
     s = run("snapshot", "a new client to receive %d keys from a server process" % args.keys,
             bench_snapshot, args.keys)
     raw = run("snapshot_raw_pyzmq", "a plain DEALER to receive %d messages" % args.keys, raw_snapshot, args.keys)
     if s and raw:
         print("snapshot       %d keys: %d received in %.3f s (raw pyzmq ROUTER->DEALER %.3f s)"
               % (s["keys"], s["received"], s["seconds"], raw["seconds"]), flush=True)
+
+
+def updates_part(run, args):
     for name, clients in (("updates_1_client", 1), ("updates_10_clients", 10)):
         u = run(name, "%d client(s) in another process to see %d updates" % (clients, args.updates),
                 bench_updates, args.updates, clients)
@@ -385,11 +370,43 @@ def main():
             raw_updates, args.updates, zactors=True)
     if r:
         print("KVSET->KVPUB   the server alone, to a plain pyzmq SUB: %d updates/s" % r["updates_per_s"], flush=True)
-    f = run("failover", "a client to follow the backup after the primary is killed", bench_failover, args.rate,
-            args.failover_seconds)
-    if f:
-        print("failover       at %d updates/s: %.3f s, %d of %d updates lost"
-              % (f["rate"], f["failover_s"], f["lost"], f["written"]), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=100000)
+    parser.add_argument("--updates", type=int, default=200000)
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--failover-seconds", type=float, default=4.0)
+    parser.add_argument("--only", default="snapshot,updates,failover",
+                        help="comma-separated parts to run: snapshot, updates, failover (default: all)")
+    add_deadline_option(parser)
+    parser.add_argument("--role", choices=("subscribers", "relay", "rawsend"), help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--clients", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role == "subscribers":
+        return subscribers_role(args)
+    if args.role == "relay":
+        return relay_role(args)
+    if args.role == "rawsend":
+        return rawsend_role(args)
+    only = set(args.only.split(","))
+    if only - {"snapshot", "updates", "failover"}:
+        parser.error("--only takes snapshot, updates, failover; got %r" % args.only)
+    steps = Steps(args.deadline)
+    run = steps.run
+    if "snapshot" in only:
+        snapshot_part(run, args)
+    if "updates" in only:
+        updates_part(run, args)
+    if "failover" in only:
+        f = run("failover", "a client to follow the backup after the primary is killed", bench_failover, args.rate,
+                args.failover_seconds)
+        if f:
+            print("failover       at %d updates/s: %.3f s, %d of %d updates lost"
+                  % (f["rate"], f["failover_s"], f["lost"], f["written"]), flush=True)
     print(json.dumps(steps.results), flush=True)
     return 0 if all("error" not in (r or {}) for r in steps.results.values()) else 1
 

@@ -17,9 +17,11 @@ first.  Given the snapshot endpoint only, the client asks that server first
 for an empty snapshot (subtree :data:`DISCOVERY`) whose KTHXBAI advertises
 the other two endpoints (a zactors server's extension; a wildcard host
 becomes the host we reached it by); a server that advertises nothing (the
-Guide's, a spec-only one) is taken to use the spec's P+1 and P+2.  (A
-backup given this way is learnt only when the client fails over to it;
-updates it misses meanwhile are resent, see below.)
+Guide's, a spec-only one) is taken to use the spec's P+1 and P+2.  Every
+server given this way is asked at once, and again every ``timeout``
+seconds until it answers: a zactors server answers in any Binary Star
+state and counts it as no vote, so a passive backup's collector gets our
+updates from the start and holds them for a takeover.
 
 Reading (``get``, ``[]``, ``in``, ``len``, iteration, ``items``) never
 blocks and never leaves this process: the map lives in the client actor,
@@ -87,13 +89,10 @@ from zactors.actors.errors import ActorTimeout
 from zactors.actors.sockets import limit_size
 from zactors.actors.values import to_bytes
 
-from .protocol import (HUGZ, KTHXBAI, KVERR, MAX_REQUEST, MAX_VALUE, ProtocolError, advertised, check_subtree,
-                       decode_kvmsg, encode_icanhaz, encode_properties, frame_limit, pack_sequence)
+from .protocol import (DISCOVERY, HUGZ, KTHXBAI, KVERR, MAX_REQUEST, MAX_VALUE, ProtocolError, advertised,
+                       check_subtree, decode_kvmsg, encode_icanhaz, encode_properties, frame_limit, pack_sequence)
 
 __all__ = ["Clone", "DISCOVERY", "UpdateRefused", "server_endpoints"]
-
-#: the subtree of the snapshot a client asks to learn a server's endpoints (normally empty: cheap)
-DISCOVERY = b"/zactors.endpoints/"
 
 
 class UpdateRefused(Exception):
@@ -276,7 +275,10 @@ class Clone(Actor):
         self._collectors: dict[int, Any] = {}   # server index -> our XPUB to its collector
         self._up: set[int] = set()              # servers whose collector subscribed to us
         self._snapshot_in = False               # the current server's snapshot is applied
-        self._discovering = False
+        self._discovering = False               # the current server's endpoints are being asked for
+        self._discover_vote = False             # ... and then we vote (a failover)
+        self._probes: dict[int, Any] = {}       # server index -> DEALER asking for its endpoints
+        self._undiscovered: set[int] = set()    # servers that advertise nothing usable (logged once)
         for index, (_snapshot, _publisher, collector) in enumerate(self.servers):
             if collector is not None:
                 self._open_collector(index)
@@ -285,6 +287,11 @@ class Clone(Actor):
         self._building = None
         self._buffer: list[Any] = []
         self._connect(0)
+        for index in range(1, len(self.servers)):
+            if self.servers[index][1] is None:
+                self._discover(index)
+        if self._probes:
+            self.call_every(self.timeout, self._discover_all)
         self.call_every(max(self.timeout / 5, 0.01), self._check_silence)
         if self.resend:
             self.call_every(self.resend, self._resend)
@@ -350,7 +357,10 @@ class Clone(Actor):
         self.current = index
         self._snapshot_in = False
         snapshot, publisher, _collector = self.servers[index]
-        if publisher is None:
+        if publisher is None:  # asked for its endpoints first (see _discovered)
+            self._discovering, self._discover_vote = True, vote
+            self._building, self._buffer = None, []
+            self._heard = _monotonic()
             self._discover(index)
             return
         self._discovering = False
@@ -380,23 +390,38 @@ class Clone(Actor):
         else:
             self._ask_timer = self.call_later(self.sub_wait, self._ask)
 
+    def _discover_all(self):
+        """Ask every server whose endpoints we do not know yet for them (again: no answer within
+        ``timeout``), so that every collector gets our updates before any failover."""
+        for index, (_snapshot, publisher, _collector) in enumerate(self.servers):
+            if publisher is None and index not in self._undiscovered:
+                self._discover(index)
+
     def _discover(self, index):
-        """Ask server ``index`` (known by its snapshot endpoint only) for a :data:`DISCOVERY` snapshot:
-        its KTHXBAI names the publisher and collector (see :meth:`_discovered`)."""
-        self._discovering = True
-        self.snapshot = self._secure(self.socket(zmq.DEALER, rcvhwm=0))
-        limit_size(self.snapshot, frame_limit(self.max_value))
-        self.snapshot.connect(self.servers[index][0])
-        self._live = self._unproven = False
-        self._asked = True
-        self._building, self._buffer = {}, []
-        self._heard = _monotonic()
-        self.add_reader(self.snapshot, self._on_snapshot)
-        self.snapshot.send_multipart(encode_icanhaz(DISCOVERY))
+        """Ask server ``index`` (known by its snapshot endpoint only) for its endpoints with a
+        :data:`DISCOVERY` request, from a fresh DEALER (a request to a server that is down waits in
+        one socket, never in many); its KTHXBAI names them (see :meth:`_discovered`)."""
+        old = self._probes.pop(index, None)
+        if old is not None:
+            self.close_socket(old)
+        sock = self._probes[index] = self._secure(self.socket(zmq.DEALER, rcvhwm=0))
+        limit_size(sock, frame_limit(self.max_value))
+        sock.connect(self.servers[index][0])
+        self.add_reader(sock, lambda frames, index=index: self._discovered(index, frames))
+        sock.send_multipart(encode_icanhaz(DISCOVERY))
         self.stats["discoveries"] += 1
 
-    def _discovered(self, properties):
-        index = self.current
+    def _discovered(self, index, frames):
+        if frames[0] != KTHXBAI or self.servers[index][1] is not None:
+            return  # a server that sent entries too (an older zactors one): only its KTHXBAI counts
+        try:
+            properties = decode_kvmsg(frames).properties
+        except ProtocolError:
+            self.stats["malformed"] += 1
+            return
+        self.close_socket(self._probes.pop(index))
+        if index == self.current:
+            self._received += 1
         snapshot = self.servers[index][0]
         found = advertised(properties)
         if found is None:
@@ -405,14 +430,15 @@ class Clone(Actor):
                 log.error("%s: %s advertises no publisher and collector, and is not tcp://HOST:P with the spec's "
                           "P+1, P+2: give (snapshot, publisher, collector)", self.name, snapshot)
                 self.stats["undiscovered"] += 1
-                self._building = None
+                self._undiscovered.add(index)
                 return
             log.info("%s: %s advertises no endpoints: using the spec's %s, %s", self.name, snapshot, *found)
         publisher, collector = (_reachable(e, snapshot) for e in found)
         self.servers[index] = (snapshot, publisher, collector)
         if index not in self._collectors:
             self._open_collector(index)
-        self._connect(index)
+        if index == self.current and self._discovering:
+            self._connect(index, self._discover_vote)
 
     def _ask(self, buffered=()):
         """Send ICANHAZ? (a Binary Star vote too).  Updates published meanwhile are buffered."""
@@ -474,9 +500,6 @@ class Clone(Actor):
                 building[key] = value
             return
         msg = decode_kvmsg(frames)
-        if self._discovering:
-            self._discovered(msg.properties)
-            return
         built, buffered = self._building, self._buffer
         self._building, self._buffer = None, []
         if msg.sequence < self.sequence:

@@ -17,6 +17,11 @@ needs only the snapshot endpoint (:func:`advertised`)::
 
     "KTHXBAI" | sequence | empty | "publisher=ENDPOINT\ncollector=ENDPOINT\n" | subtree
 
+A client asks for them with ``ICANHAZ? | DISCOVERY`` (:data:`DISCOVERY`): a
+zactors server answers it in every Binary Star state, passive included, with
+that KTHXBAI alone (no entries), and counts it as no vote, so a client learns
+a backup's collector (and sends it every update) before any failover.
+
 A server of a Binary Star pair re-syncs from its peer with a third frame,
 ``ICANHAZ? | "" | "peer"`` (:func:`encode_peer_icanhaz`): the snapshot then
 carries each entry's sequence, UUID and properties, with ttl as the seconds
@@ -64,7 +69,7 @@ __all__ = [
     "ICANHAZ", "KTHXBAI", "HUGZ", "KVERR", "MAX_REASON", "RESERVED_KEYS", "MAX_KEY", "MAX_PROPERTIES", "MAX_PROPERTY",
     "KVMsg", "Dialect", "SPEC", "GUIDE", "dialect",
     "ProtocolError", "BadFrames", "BadKey", "BadSequence", "BadUUID", "BadProperties", "BadSubtree", "BadCommand",
-    "MAX_REQUEST", "MAX_VALUE", "frame_limit", "advertised",
+    "DISCOVERY", "MAX_REQUEST", "MAX_VALUE", "frame_limit", "advertised",
     "PEER_SYNC", "encode_peer_icanhaz", "is_peer_icanhaz",
     "encode_icanhaz", "encode_kvmsg", "encode_kthxbai", "encode_kverr", "encode_properties",
     "decode_icanhaz", "decode_kvmsg", "decode_kvset", "parse_kvset", "decode_properties", "check_subtree", "parse_ttl",
@@ -74,6 +79,8 @@ ICANHAZ = b"ICANHAZ?"
 KTHXBAI = b"KTHXBAI"
 HUGZ = b"HUGZ"
 KVERR = b"KVERR"
+#: the subtree of the request that asks a server for its endpoints only (see the module docstring)
+DISCOVERY = b"/zactors.endpoints/"
 #: keys a client may not set: they are command names on the same sockets
 RESERVED_KEYS = frozenset((ICANHAZ, KTHXBAI, HUGZ, KVERR))
 #: third frame of a server's ICANHAZ? to its Binary Star peer

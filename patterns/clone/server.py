@@ -43,7 +43,8 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   value.  Split brain: the primary wins; the backup yields, logs and
   re-syncs.  A passive that has not completed a sync (just started, or
   re-syncing) refuses the client vote, so it never takes over with a
-  partial map.
+  partial map.  A request for the endpoints only (``ICANHAZ?``
+  :data:`.protocol.DISCOVERY`) is answered in every state and is no vote.
 - Malformed messages on any socket are dropped and counted (``malformed``).
 - Size caps (``ZMQ_MAXMSGSIZE``) on every network socket: a frame over
   ``max_value`` bytes on the collector or the pair's feed, over
@@ -106,7 +107,7 @@ from zactors.actors.speedups import send_message
 
 from .hashmap import Entry, Hashmap, RecentIds
 from .persist import MapJournal
-from .protocol import (Dialect, MAX_REASON, MAX_REQUEST, MAX_VALUE, SPEC, ProtocolError, decode_icanhaz,
+from .protocol import (DISCOVERY, Dialect, MAX_REASON, MAX_REQUEST, MAX_VALUE, SPEC, ProtocolError, decode_icanhaz,
                        dialect as _dialect, encode_kverr, encode_properties, frame_limit, is_peer_icanhaz,
                        pack_sequence, parse_kvset)
 from .resync import PairSync
@@ -507,6 +508,9 @@ class CloneServer(Actor):
         except ProtocolError as exc:
             self.stats["malformed"] += 1
             log.debug("%s: bad snapshot request dropped: %s", self.name, exc)
+            return
+        if subtree == DISCOVERY:  # endpoints only, in any state: no vote (a client learns a backup early)
+            self.snapshots.endpoints(identity)
             return
         if self.fsm is not None and not self.fsm.handle(bstar.CLIENT_REQUEST, _monotonic()):
             self.stats["requests_refused"] += 1

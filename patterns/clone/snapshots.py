@@ -39,7 +39,7 @@ from zactors.actors.budget import Budget
 from zactors.actors.router import Router, fd_budget
 from zactors.actors.sockets import KEEPALIVE
 
-from .protocol import encode_kthxbai, encode_properties, decode_properties, pack_sequence
+from .protocol import DISCOVERY, encode_kthxbai, encode_properties, decode_properties, pack_sequence
 
 __all__ = ["Snapshots"]
 
@@ -167,6 +167,11 @@ class Snapshots:
             self.budget.forget(cut)
             if self._newest is cut:
                 self._newest = None
+
+    def endpoints(self, identity):
+        """Answer a :data:`.protocol.DISCOVERY` request: the KTHXBAI alone, which names our endpoints."""
+        self.router.send(identity, encode_kthxbai(self.server.map.sequence, DISCOVERY, self.advertised))
+        self.stats["discoveries"] += 1
 
     # -- sending --------------------------------------------------------------
     def _send(self, identity, subtree, peer, cut):
