@@ -41,8 +41,8 @@ def test_a_snapshot_and_connection_flood_under_ulimit_1024(processes, make, tmp_
     endpoint = "tcp://127.0.0.1:%d" % base
     good = make(Clone, [endpoint], name="good", timeout=30)
     assert good.wait_synced(20)
-    for i in range(200):
-        good.set("k%03d" % i, "x" * 4096)
+    for i in range(2000):   # 8 MB: more than a cut's pipe takes, so flooders' cuts stay active and others queue
+        good.set("k%04d" % i, "x" * 4096)
     good.set("loaded", "1", wait=20)
     flood = []
     try:

@@ -73,7 +73,7 @@ def test_an_idempotent_publisher_is_told_exactly_what_was_journaled(small_disk, 
             assert pub.journaled == level == pub.confirmed       # exact: one producer, sequences from 1
             assert pub.held == (stream["last_seq"] if stream["last_seq"] > level else 0)
         else:  # an fsync under way when the refusal left may cover more since: what was said was then true
-            assert 0 < pub.journaled == pub.confirmed <= level <= max(pub.held, pub.journaled)
+            assert pub.journaled == pub.confirmed <= level <= max(pub.held, pub.journaled)   # (0: no fsync yet)
             assert pub.held in (0, stream["last_seq"])
         assert "ENOSPC" in pub.refusal and "[journaled" not in pub.refusal, pub.refusal
     finally:

@@ -160,9 +160,9 @@ def test_commands_past_the_hold_bound_refuse_the_attach_and_no_ping_ok_covers_a_
     broker = Broker(str(tmp_path / "j"), "tcp://127.0.0.1:*")
     try:
         peer = raw(broker.endpoint)
-        body = b"x" * 1000
+        body = b"x" * (64 << 10)
         peer.send(p.attach(b"piped"))
-        for i in range(6000):                       # ~6 MB behind the ATTACH
+        for i in range(96):                         # 6 MiB behind the ATTACH: read long before the journal opens
             peer.send(p.publish_id(7, i + 1, b"k", body))
         said = []
         wait_for(lambda: "piped" in broker.call("INFO")["streams"], timeout=30, what="the journal to open")
@@ -174,9 +174,9 @@ def test_commands_past_the_hold_bound_refuse_the_attach_and_no_ping_ok_covers_a_
                 break
         journaled = broker.call("INFO")["streams"]["piped"]["written_seq"]
         if type(said[-1]) is p.PingOk:               # acknowledged means kept
-            assert journaled == 6000, "a PING-OK confirmed 6000 publishes, %d journaled" % journaled
+            assert journaled == 96, "a PING-OK confirmed 96 publishes, %d journaled" % journaled
         else:
             assert any(type(m) is p.Invalid and m.reason.startswith("busy: ATTACH refused") for m in said), said
-        assert broker.call("$STATS")["held_refused"] >= 1
+        assert broker.call("$STATS").get("held_refused", 0) >= 1     # (the bound was passed: the case tested)
     finally:
         broker.destroy()
