@@ -119,3 +119,29 @@ def test_subscribe_since_looks_its_time_up_off_the_hub(journal_dir, monkeypatch)
         stats = broker.call("$STATS")
     assert lookups and hub not in lookups, "%d of %d time lookups ran on the hub" % (lookups.count(hub), len(lookups))
     assert stats["replay_cold_reads"] >= 1
+
+
+def test_a_cold_replay_reads_many_batches_per_trip_off_the_hub(journal_dir):
+    """A read off the hub brings up to ``replay_fetch`` records, served a batch per step: one thread round
+    trip per 256 records (a batch) halved the replay rate of small messages (issue 19/20's 5% rule)."""
+    from zactors.patterns.zeps.broker import Broker
+    n = 20000
+    with Broker(journal_dir) as broker:
+        with Publisher(broker.endpoint, "s") as pub:
+            for i in range(n):
+                pub.publish(b"k.%d" % (i % 3), b"%06d" % i)
+            pub.flush()
+    with Broker(journal_dir) as broker:  # a new run: nothing of the journal in its tail cache
+        with Subscriber(broker.endpoint, "s", from_seq=1, window=16 << 20) as sub:
+            got = []
+            while len(got) < n:
+                batch = sub.get_many(timeout=30)
+                assert batch, "replay stalled after %d messages" % len(got)
+                got.extend(batch)
+        stats = broker.call("$STATS")
+        fetch, step = broker.replay_fetch, broker.replay_batch
+    assert [m.seq for m in got] == list(range(1, n + 1))
+    assert all(int(m.body) == m.seq - 1 for m in got)
+    assert fetch >= 16 * step
+    print("cold reads for %d records: %d" % (n, stats["replay_cold_reads"]))
+    assert 1 <= stats["replay_cold_reads"] <= -(-n // fetch) + 1, stats["replay_cold_reads"]
