@@ -8,7 +8,8 @@ one that would read the disk asks the hub's threadpool for them and goes on
 with the others, and that subscriber's replay continues when they arrive
 (``replay_reads`` such reads at most in flight; counted ``replay_cold_reads``).
 A read off the hub brings up to ``replay_fetch`` records (no more bytes than
-the peer's credit, 4 MiB at most), which the peer keeps and is served from a
+the peer's credit, 4 MiB at most, and no more records than that credit over
+160 bytes, a batch at least), which the peer keeps and is served from a
 batch per step: a thread round trip per 256 records halved the replay rate.
 So does the lookup of a SUBSCRIBE-SINCE's time when the tail cache does not
 hold the whole journal.
@@ -32,6 +33,7 @@ __all__: list[str] = []
 
 log = logging.getLogger("zactors.patterns.zeps.broker")  # one logger for the whole broker
 _unpack_u64 = struct.Struct(">Q").unpack_from
+_RECORD_BYTES = 160  # about what a Record's Python objects hold besides its key and body
 
 
 class Replay:
@@ -210,9 +212,11 @@ class Replay:
             if peer.since is not None:
                 self.run_in_thread(stream.journal.seq_at_time, peer.since, on_done=partial(self._since_found, peer))
                 continue
-            # at most what its credit can take (the credit is budgeted: so is what reads bring)
+            # at most what its credit can take (the credit is budgeted: so is what reads bring), and
+            # records whose Python objects hold no more than that again (a batch at least)
             budget = max(1, min(4 << 20, peer.credit))
-            self.run_in_thread(self._read, stream.journal, peer.next, budget, self.replay_fetch,
+            count = min(self.replay_fetch, max(self.replay_batch, budget // _RECORD_BYTES))
+            self.run_in_thread(self._read, stream.journal, peer.next, budget, count,
                                on_done=partial(self._cold_read_done, peer, peer.next))
 
     def _cold_read_done(self, peer, seq, records, error):

@@ -145,3 +145,37 @@ def test_a_cold_replay_reads_many_batches_per_trip_off_the_hub(journal_dir):
     assert fetch >= 16 * step
     print("cold reads for %d records: %d" % (n, stats["replay_cold_reads"]))
     assert 1 <= stats["replay_cold_reads"] <= -(-n // fetch) + 1, stats["replay_cold_reads"]
+
+
+def test_what_a_cold_read_brings_is_bounded_by_the_credit_in_records_too(journal_dir, monkeypatch):
+    """Tiny messages: a read off the hub for a 64 KiB window brings no more records than that window
+    over 160 bytes (their Python objects), a batch at least, so a peer holds about its credit again."""
+    from zactors.patterns.zeps.broker import Broker
+    n, window = 20000, 64 << 10
+    with Broker(journal_dir) as broker:
+        with Publisher(broker.endpoint, "s") as pub:
+            for i in range(n):
+                pub.publish(b"k", b"%d" % i)
+            pub.flush()
+    brought = []
+    real = Journal.read
+
+    def read(self, from_seq, *args, **kwargs):
+        records = real(self, from_seq, *args, **kwargs)
+        if threading.get_ident() != hub:
+            brought.append(len(records))
+        return records
+
+    monkeypatch.setattr(Journal, "read", read)
+    hub = threading.get_ident()
+    with Broker(journal_dir) as broker:  # a new run: nothing of the journal in its tail cache
+        with Subscriber(broker.endpoint, "s", from_seq=1, window=window) as sub:
+            got = []
+            while len(got) < n:
+                batch = sub.get_many(timeout=30)
+                assert batch, "replay stalled after %d messages" % len(got)
+                got.extend(m.seq for m in batch)
+        bound = max(broker.replay_batch, window // 160)
+    assert got == list(range(1, n + 1))
+    assert brought and max(brought) <= bound, (max(brought), bound)
+    assert max(brought) > broker.replay_batch  # more than a batch a trip all the same
