@@ -48,7 +48,7 @@ class _Peer:
         self.probes = deque()     # per unanswered PING: the bytes sent before it
         self.starved = False      # its credit waits for the budget (and it was told)
         self.reading = False      # a replay read off the hub is queued or under way for it
-        self.fetched = None       # what that read brought: (its first sequence, records or the error)
+        self.fetched = None       # what that read brought: (its first sequence, records or the error), served a batch per step
         self.since = None         # SUBSCRIBE-SINCE: the time whose sequence that read looks up
         self.resume = None        # the client's EPOCH: the epoch its position is from, and that position
         self.left = None          # when it left with bytes not known drained (monotonic seconds)

@@ -7,6 +7,10 @@ step whose records are in the journal's tail cache reads them in the loop;
 one that would read the disk asks the hub's threadpool for them and goes on
 with the others, and that subscriber's replay continues when they arrive
 (``replay_reads`` such reads at most in flight; counted ``replay_cold_reads``).
+A read off the hub brings up to ``replay_fetch`` records (no more bytes than
+the peer's credit, 4 MiB at most, and no more records than that credit over
+160 bytes, a batch at least), which the peer keeps and is served from a
+batch per step: a thread round trip per 256 records halved the replay rate.
 So does the lookup of a SUBSCRIBE-SINCE's time when the tail cache does not
 hold the whole journal.
 Runs in the broker's loop only (the cold reads: ``Journal.read``, safe from a
@@ -29,6 +33,7 @@ __all__: list[str] = []
 
 log = logging.getLogger("zactors.patterns.zeps.broker")  # one logger for the whole broker
 _unpack_u64 = struct.Struct(">Q").unpack_from
+_RECORD_BYTES = 160  # about what a Record's Python objects hold besides its key and body
 
 
 class Replay:
@@ -40,6 +45,8 @@ class Replay:
     replay_batch = 256
     #: replay reads of the disk under way on the threadpool at most (the pool also writes and fsyncs)
     replay_reads = 2
+    #: records one read off the hub brings at most (kept by the peer, served a batch per step)
+    replay_fetch = 8192
 
     def _pump(self):
         if not self._pumping and self._replaying:
@@ -95,8 +102,10 @@ class Replay:
             return False
         if records is None:  # being read off the hub: this peer's replay goes on when they arrive
             return False
+        records, start = records
         # the whole batch matched and encoded in one call, and sent in one while libzmq takes it
-        frames, credit, consumed, short = _frames(records, 0, limit, peer.credit, matcher_of(peer.filter))
+        frames, credit, consumed, short = _frames(records, start, min(limit, records[start][0] + self.replay_batch - 1)
+                                                  if records else limit, peer.credit, matcher_of(peer.filter))
         identity = peer.identity
         sock = self.router.socket
         sent = 0 if self._outbox_pending(identity) else send_each(sock, sock.handle, identity, frames)
@@ -111,13 +120,13 @@ class Replay:
                 if peer.held:  # the transport is full: sent, but go no further now
                     stopped = True
                     break
-        more = not short
+        more = not short  # (a batch of what a read off the hub brought ends short of it: more)
         if stopped:
             credit += sum(map(len, frames[sent:]))  # not sent: not spent
             if sent:
                 peer.next = _unpack_u64(frames[sent - 1], 3)[0] + 1
             more = False
-        elif consumed:
+        elif consumed > start:
             peer.next = records[consumed - 1][0] + 1
         peer.credit = credit
         peer.delivered += sent
@@ -133,19 +142,25 @@ class Replay:
         return True
 
     def _records(self, peer):
-        """The next batch for ``peer`` (from ``peer.next``) when it is in memory: in the journal's tail
-        cache, or brought by a read off the hub.  Else None, and that read is started (or queued)."""
+        """The next records for ``peer`` (from ``peer.next``) when they are in memory, as (records, the
+        index of ``peer.next`` in them): kept from a read off the hub, or in the journal's tail cache.
+        Else None, and that read is started (or queued)."""
         seq = peer.next
         fetched = peer.fetched
         if fetched is not None:
-            peer.fetched = None
-            if fetched[0] == seq:
-                if isinstance(fetched[1], BaseException):
-                    raise fetched[1]
-                return fetched[1]
+            first, records = fetched
+            if isinstance(records, BaseException):
+                peer.fetched = None
+                if first == seq:
+                    raise records
+            else:
+                i = seq - records[0][0] if records else -1
+                if 0 <= i < len(records) and records[i][0] == seq:  # (journal sequences are consecutive)
+                    return records, i
+                peer.fetched = None
         journal = peer.stream.journal
-        if journal.cached(seq):
-            return self._read(journal, seq)
+        if journal.cached(seq):  # no byte bound: a batch in memory, and _frames stops at the credit
+            return self._read(journal, seq, None), 0
         peer.reading = True
         self._cold_waiting[peer.identity] = peer
         self._start_cold_reads()
@@ -197,9 +212,11 @@ class Replay:
             if peer.since is not None:
                 self.run_in_thread(stream.journal.seq_at_time, peer.since, on_done=partial(self._since_found, peer))
                 continue
-            # at most what its credit can take (the credit is budgeted: so is what reads bring)
+            # at most what its credit can take (the credit is budgeted: so is what reads bring), and
+            # records whose Python objects hold no more than that again (a batch at least)
             budget = max(1, min(4 << 20, peer.credit))
-            self.run_in_thread(self._read, stream.journal, peer.next, budget,
+            count = min(self.replay_fetch, max(self.replay_batch, budget // _RECORD_BYTES))
+            self.run_in_thread(self._read, stream.journal, peer.next, budget, count,
                                on_done=partial(self._cold_read_done, peer, peer.next))
 
     def _cold_read_done(self, peer, seq, records, error):
@@ -214,11 +231,11 @@ class Replay:
                 self._pump()
         self._start_cold_reads()
 
-    def _read(self, journal, seq, max_bytes=4 << 20):
-        """Up to a batch of records from ``seq``.  A batch that cannot be read is tried in halves, so
-        that the records before a corrupt one are still delivered and the error names its sequence.
-        Blocks on the disk unless ``journal.cached(seq)``: safe in a thread."""
-        batch = self.replay_batch
+    def _read(self, journal, seq, max_bytes=4 << 20, batch=None):
+        """Up to ``batch`` records from ``seq`` (default ``replay_batch``).  A batch that cannot be read is
+        tried in halves, so that the records before a corrupt one are still delivered and the error names
+        its sequence.  Blocks on the disk unless ``journal.cached(seq)``: safe in a thread."""
+        batch = batch or self.replay_batch
         while True:
             try:
                 return journal.read(seq, max_records=batch, max_bytes=max_bytes)
@@ -244,5 +261,6 @@ class Replay:
 
     def _go_live(self, peer):
         peer.mode = _LIVE
+        peer.fetched = None
         peer.floor = peer.next
         peer.stream.matcher.add(peer.filter)

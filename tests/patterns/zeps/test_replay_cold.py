@@ -119,3 +119,63 @@ def test_subscribe_since_looks_its_time_up_off_the_hub(journal_dir, monkeypatch)
         stats = broker.call("$STATS")
     assert lookups and hub not in lookups, "%d of %d time lookups ran on the hub" % (lookups.count(hub), len(lookups))
     assert stats["replay_cold_reads"] >= 1
+
+
+def test_a_cold_replay_reads_many_batches_per_trip_off_the_hub(journal_dir):
+    """A read off the hub brings up to ``replay_fetch`` records, served a batch per step: one thread round
+    trip per 256 records (a batch) halved the replay rate of small messages (issue 19/20's 5% rule)."""
+    from zactors.patterns.zeps.broker import Broker
+    n = 20000
+    with Broker(journal_dir) as broker:
+        with Publisher(broker.endpoint, "s") as pub:
+            for i in range(n):
+                pub.publish(b"k.%d" % (i % 3), b"%06d" % i)
+            pub.flush()
+    with Broker(journal_dir) as broker:  # a new run: nothing of the journal in its tail cache
+        with Subscriber(broker.endpoint, "s", from_seq=1, window=16 << 20) as sub:
+            got = []
+            while len(got) < n:
+                batch = sub.get_many(timeout=30)
+                assert batch, "replay stalled after %d messages" % len(got)
+                got.extend(batch)
+        stats = broker.call("$STATS")
+        fetch, step = broker.replay_fetch, broker.replay_batch
+    assert [m.seq for m in got] == list(range(1, n + 1))
+    assert all(int(m.body) == m.seq - 1 for m in got)
+    assert fetch >= 16 * step
+    print("cold reads for %d records: %d" % (n, stats["replay_cold_reads"]))
+    assert 1 <= stats["replay_cold_reads"] <= -(-n // fetch) + 1, stats["replay_cold_reads"]
+
+
+def test_what_a_cold_read_brings_is_bounded_by_the_credit_in_records_too(journal_dir, monkeypatch):
+    """Tiny messages: a read off the hub for a 64 KiB window brings no more records than that window
+    over 160 bytes (their Python objects), a batch at least, so a peer holds about its credit again."""
+    from zactors.patterns.zeps.broker import Broker
+    n, window = 20000, 64 << 10
+    with Broker(journal_dir) as broker:
+        with Publisher(broker.endpoint, "s") as pub:
+            for i in range(n):
+                pub.publish(b"k", b"%d" % i)
+            pub.flush()
+    brought = []
+    real = Journal.read
+
+    def read(self, from_seq, *args, **kwargs):
+        records = real(self, from_seq, *args, **kwargs)
+        if threading.get_ident() != hub:
+            brought.append(len(records))
+        return records
+
+    monkeypatch.setattr(Journal, "read", read)
+    hub = threading.get_ident()
+    with Broker(journal_dir) as broker:  # a new run: nothing of the journal in its tail cache
+        with Subscriber(broker.endpoint, "s", from_seq=1, window=window) as sub:
+            got = []
+            while len(got) < n:
+                batch = sub.get_many(timeout=30)
+                assert batch, "replay stalled after %d messages" % len(got)
+                got.extend(m.seq for m in batch)
+        bound = max(broker.replay_batch, window // 160)
+    assert got == list(range(1, n + 1))
+    assert brought and max(brought) <= bound, (max(brought), bound)
+    assert max(brought) > broker.replay_batch  # more than a batch a trip all the same
