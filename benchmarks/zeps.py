@@ -198,18 +198,26 @@ def spawn(*args):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
-def fan(pub_args, sub_args, subscribers, n):
-    """Start ``subscribers`` subscriber processes, then the publisher; per-message figures."""
-    subs = [spawn(*sub_args) for _ in range(subscribers)]
-    for proc in subs:
+def go(readers, start_publisher, timeout=30):
+    """Once every reader process says "ready", start the publisher (``start_publisher()``
+    returns its process) and tell it to go; returns (the publisher's JSON line, each
+    reader's JSON line) once all have ended (``timeout`` s each)."""
+    for proc in readers:
         assert proc.stdout.readline().strip() == "ready"
-    pub = spawn(*pub_args)
-    pub.stdin.write("go\n")
-    pub.stdin.flush()
-    sent = json.loads(pub.stdout.readline())
-    results = [json.loads(proc.stdout.readline()) for proc in subs]
-    for proc in subs + [pub]:
-        proc.wait(30)
+    publisher = start_publisher()
+    publisher.stdin.write("go\n")
+    publisher.stdin.flush()
+    sent = json.loads(publisher.stdout.readline())
+    results = [json.loads(proc.stdout.readline()) for proc in readers]
+    for proc in readers + [publisher]:
+        proc.wait(timeout)
+    return sent, results
+
+
+def fan(pub_args, sub_args, subscribers, n, pub_spawn=None):
+    """Start ``subscribers`` subscriber processes, then the publisher (by ``pub_spawn``,
+    default :func:`spawn`: another script may bring its own); per-message figures."""
+    sent, results = go([spawn(*sub_args) for _ in range(subscribers)], lambda: (pub_spawn or spawn)(*pub_args))
     last = max(r["last"] for r in results)
     return {"rate": n / (last - sent["start"]), "lost": sum(n - r["received"] for r in results),
             "p50": max(r["p50"] or 0 for r in results), "p99": max(r["p99"] or 0 for r in results)}

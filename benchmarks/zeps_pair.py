@@ -248,10 +248,12 @@ def redis_wait_rows(args):
         for subs in args.fans:
             run = "deliver %d sub" % subs
             redis.Redis(port=port).delete(base.STREAM)
-            row = rows[run] = _fan(port, args.messages, 0, subs)
+            row = rows[run] = base.fan(("redis_wait_pub", port, args.messages, 0),  # this module's WAIT publisher
+                                       ("redis_sub", port, args.messages, 0), subs, args.messages, pub_spawn=spawn)
             redis.Redis(port=port).delete(base.STREAM)
             paced_n = int(args.rate * args.paced)
-            paced = _fan(port, paced_n, args.rate, subs)
+            paced = base.fan(("redis_wait_pub", port, paced_n, args.rate), ("redis_sub", port, paced_n, 0), subs,
+                             paced_n, pub_spawn=spawn)
             row.update(p50=paced["p50"], p99=paced["p99"], lost=row["lost"] + paced["lost"])
             base.show(REDIS_STACK, run, row)
     finally:
@@ -260,23 +262,6 @@ def redis_wait_rows(args):
             p.wait(10)
             shutil.rmtree(d, ignore_errors=True)
     return rows
-
-
-def _fan(port, n, rate, subscribers):
-    """base.fan, with this module's WAIT publisher."""
-    subs = [base.spawn("redis_sub", port, n, 0) for _ in range(subscribers)]
-    for proc in subs:
-        assert proc.stdout.readline().strip() == "ready"
-    pub = spawn("redis_wait_pub", port, n, rate)
-    pub.stdin.write("go\n")
-    pub.stdin.flush()
-    sent = json.loads(pub.stdout.readline())
-    results = [json.loads(proc.stdout.readline()) for proc in subs]
-    for proc in subs + [pub]:
-        proc.wait(30)
-    last = max(r["last"] for r in results)
-    return {"rate": n / (last - sent["start"]), "lost": sum(n - r["received"] for r in results),
-            "p50": max(r["p50"] or 0 for r in results), "p99": max(r["p99"] or 0 for r in results)}
 
 
 def ratios(table):
