@@ -223,6 +223,19 @@ def fan(pub_args, sub_args, subscribers, n, pub_spawn=None):
             "p50": max(r["p50"] or 0 for r in results), "p99": max(r["p99"] or 0 for r in results)}
 
 
+def deliver(pub_role, sub_role, target, args, subs, fresh=None, pub_spawn=None):
+    """One delivery row: the unpaced rate, then p50/p99 of a paced run (lost: both runs').
+    ``fresh()``, if given, runs before each run (to empty the stream); ``pub_spawn`` as for :func:`fan`."""
+    runs = []
+    for n, rate in ((args.messages, 0), (int(args.rate * args.paced), args.rate)):
+        if fresh is not None:
+            fresh()
+        runs.append(fan((pub_role, target, n, rate), (sub_role, target, n, 0), subs, n, pub_spawn))
+    row, paced = runs
+    row.update(p50=paced["p50"], p99=paced["p99"], lost=row["lost"] + paced["lost"])
+    return row
+
+
 def catch_up(sub_args, n):
     proc = spawn(*sub_args)
     assert proc.stdout.readline().strip() == "ready"
@@ -251,12 +264,7 @@ def zeps_rows(args):
     endpoint = broker.stdout.readline().strip()
     try:
         for subs in args.fans:
-            rows["deliver %d sub" % subs] = fan(("zeps_pub", endpoint, args.messages, 0),
-                                                ("zeps_sub", endpoint, args.messages, 0), subs, args.messages)
-            paced_n = int(args.rate * args.paced)
-            paced = fan(("zeps_pub", endpoint, paced_n, args.rate), ("zeps_sub", endpoint, paced_n, 0), subs, paced_n)
-            rows["deliver %d sub" % subs].update(p50=paced["p50"], p99=paced["p99"], lost=rows["deliver %d sub" % subs]
-                                                 ["lost"] + paced["lost"])
+            rows["deliver %d sub" % subs] = deliver("zeps_pub", "zeps_sub", endpoint, args, subs)
             show(stack, "deliver %d sub" % subs, rows["deliver %d sub" % subs])
     finally:
         broker.kill()
@@ -333,13 +341,8 @@ def redis_rows(args, persistence):
     rows = {}
     try:
         for subs in args.fans:
-            redis.Redis(port=port).delete(STREAM)
-            row = rows["deliver %d sub" % subs] = fan(("redis_pub", port, args.messages, 0),
-                                                      ("redis_sub", port, args.messages, 0), subs, args.messages)
-            redis.Redis(port=port).delete(STREAM)
-            paced_n = int(args.rate * args.paced)
-            paced = fan(("redis_pub", port, paced_n, args.rate), ("redis_sub", port, paced_n, 0), subs, paced_n)
-            row.update(p50=paced["p50"], p99=paced["p99"], lost=row["lost"] + paced["lost"])
+            row = rows["deliver %d sub" % subs] = deliver("redis_pub", "redis_sub", port, args, subs,
+                                                          fresh=lambda: redis.Redis(port=port).delete(STREAM))
             show(stack, "deliver %d sub" % subs, row)
         if not args.replay_run:
             return rows

@@ -120,12 +120,7 @@ def pair_rows(args):
             wait_until(lambda: pair.ready("backup"), 30, "the backup to follow the primary")
             for subs in args.fans:
                 run = "deliver %d sub" % subs
-                row = rows[run] = base.fan(("zeps_pub", pair.endpoint, args.messages, 0),
-                                           ("zeps_sub", pair.endpoint, args.messages, 0), subs, args.messages)
-                paced_n = int(args.rate * args.paced)
-                paced = base.fan(("zeps_pub", pair.endpoint, paced_n, args.rate),
-                                 ("zeps_sub", pair.endpoint, paced_n, 0), subs, paced_n)
-                row.update(p50=paced["p50"], p99=paced["p99"], lost=row["lost"] + paced["lost"])
+                row = rows[run] = base.deliver("zeps_pub", "zeps_sub", pair.endpoint, args, subs)
                 base.show(PAIR_STACK, run, row)
         finally:
             pair.close()
@@ -247,14 +242,8 @@ def redis_wait_rows(args):
     try:
         for subs in args.fans:
             run = "deliver %d sub" % subs
-            redis.Redis(port=port).delete(base.STREAM)
-            row = rows[run] = base.fan(("redis_wait_pub", port, args.messages, 0),  # this module's WAIT publisher
-                                       ("redis_sub", port, args.messages, 0), subs, args.messages, pub_spawn=spawn)
-            redis.Redis(port=port).delete(base.STREAM)
-            paced_n = int(args.rate * args.paced)
-            paced = base.fan(("redis_wait_pub", port, paced_n, args.rate), ("redis_sub", port, paced_n, 0), subs,
-                             paced_n, pub_spawn=spawn)
-            row.update(p50=paced["p50"], p99=paced["p99"], lost=row["lost"] + paced["lost"])
+            row = rows[run] = base.deliver("redis_wait_pub", "redis_sub", port, args, subs,  # this module's WAIT pub
+                                           fresh=lambda: redis.Redis(port=port).delete(base.STREAM), pub_spawn=spawn)
             base.show(REDIS_STACK, run, row)
     finally:
         for p, d in ((replica[0], replica[2]), (proc, directory)):
