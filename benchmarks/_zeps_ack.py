@@ -72,7 +72,7 @@ def redis_fsync_rows(args, appendfsync):
     started = zeps.start_redis(appendfsync)
     if isinstance(started, str):
         return started
-    proc, port, directory = started
+    port = started[1]
     import redis
     rows = {}
     try:
@@ -81,9 +81,7 @@ def redis_fsync_rows(args, appendfsync):
             rows["deliver %d sub" % subs] = row = zeps.deliver("redis_pub", "redis_sub", port, args, subs)
             zeps.show(REDIS_ALWAYS if appendfsync == "always" else REDIS_EVERYSEC, "deliver %d sub" % subs, row)
     finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(directory, ignore_errors=True)
+        zeps.stop_redis(started)
     return rows
 
 

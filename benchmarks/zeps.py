@@ -331,11 +331,19 @@ def start_redis(persistence):
     return "redis-server did not start on port %d" % port
 
 
+def stop_redis(started):
+    """Stop the server of ``started`` (what :func:`start_redis` returned) and remove its directory."""
+    proc, _, directory = started
+    proc.terminate()
+    proc.wait(10)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def redis_rows(args, persistence):
     started = start_redis(persistence)
     if isinstance(started, str):
         return started
-    proc, port, directory = started
+    port = started[1]
     import redis
     stack = "Redis Streams (%s)" % ("AOF everysec" if persistence else "no persistence")
     rows = {}
@@ -355,9 +363,7 @@ def redis_rows(args, persistence):
         rows["replay"] = catch_up(("redis_sub", port, args.replay, 1), args.replay)
         show(stack, "replay", rows["replay"])
     finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(directory, ignore_errors=True)
+        stop_redis(started)
     return rows
 
 
