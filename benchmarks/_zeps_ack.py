@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [HERE, ROOT]
 
-import zeps  # noqa: E402 - after the path: the roles, fan() and start_redis are zeps.py's
+import zeps  # noqa: E402 - after the path: the roles, deliver() and start_redis are zeps.py's
 
 WRITTEN = "zactors ZEPS (ack written)"
 SYNCED = "zactors ZEPS (ack synced)"
@@ -53,22 +53,13 @@ def _spawn_broker(journal, ack):
     return proc, proc.stdout.readline().strip()
 
 
-def _deliver(pub_role, sub_role, target, args, subs):
-    """One delivery row: the unpaced rate, then p50/p99 of a paced run."""
-    row = zeps.fan((pub_role, target, args.messages, 0), (sub_role, target, args.messages, 0), subs, args.messages)
-    paced_n = int(args.rate * args.paced)
-    paced = zeps.fan((pub_role, target, paced_n, args.rate), (sub_role, target, paced_n, 0), subs, paced_n)
-    row.update(p50=paced["p50"], p99=paced["p99"], lost=row["lost"] + paced["lost"])
-    return row
-
-
 def zeps_ack_rows(args, ack):
     rows = {}
     for subs in args.fans:
         journal = tempfile.mkdtemp(prefix="zeps-bench-ack-")  # a fresh journal per row: same start for both
         broker, endpoint = _spawn_broker(journal, ack)
         try:
-            rows["deliver %d sub" % subs] = row = _deliver("zeps_pub", "zeps_sub", endpoint, args, subs)
+            rows["deliver %d sub" % subs] = row = zeps.deliver("zeps_pub", "zeps_sub", endpoint, args, subs)
             zeps.show(WRITTEN if ack == "written" else SYNCED, "deliver %d sub" % subs, row)
         finally:
             broker.kill()
@@ -81,18 +72,16 @@ def redis_fsync_rows(args, appendfsync):
     started = zeps.start_redis(appendfsync)
     if isinstance(started, str):
         return started
-    proc, port, directory = started
+    port = started[1]
     import redis
     rows = {}
     try:
         for subs in args.fans:
             redis.Redis(port=port).delete(zeps.STREAM)
-            rows["deliver %d sub" % subs] = row = _deliver("redis_pub", "redis_sub", port, args, subs)
+            rows["deliver %d sub" % subs] = row = zeps.deliver("redis_pub", "redis_sub", port, args, subs)
             zeps.show(REDIS_ALWAYS if appendfsync == "always" else REDIS_EVERYSEC, "deliver %d sub" % subs, row)
     finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(directory, ignore_errors=True)
+        zeps.stop_redis(started)
     return rows
 
 

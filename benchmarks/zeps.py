@@ -198,21 +198,42 @@ def spawn(*args):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
-def fan(pub_args, sub_args, subscribers, n):
-    """Start ``subscribers`` subscriber processes, then the publisher; per-message figures."""
-    subs = [spawn(*sub_args) for _ in range(subscribers)]
-    for proc in subs:
+def go(readers, start_publisher, timeout=30):
+    """Once every reader process says "ready", start the publisher (``start_publisher()``
+    returns its process) and tell it to go; returns (the publisher's JSON line, each
+    reader's JSON line) once all have ended (``timeout`` s each)."""
+    for proc in readers:
         assert proc.stdout.readline().strip() == "ready"
-    pub = spawn(*pub_args)
-    pub.stdin.write("go\n")
-    pub.stdin.flush()
-    sent = json.loads(pub.stdout.readline())
-    results = [json.loads(proc.stdout.readline()) for proc in subs]
-    for proc in subs + [pub]:
-        proc.wait(30)
+    publisher = start_publisher()
+    publisher.stdin.write("go\n")
+    publisher.stdin.flush()
+    sent = json.loads(publisher.stdout.readline())
+    results = [json.loads(proc.stdout.readline()) for proc in readers]
+    for proc in readers + [publisher]:
+        proc.wait(timeout)
+    return sent, results
+
+
+def fan(pub_args, sub_args, subscribers, n, pub_spawn=None):
+    """Start ``subscribers`` subscriber processes, then the publisher (by ``pub_spawn``,
+    default :func:`spawn`: another script may bring its own); per-message figures."""
+    sent, results = go([spawn(*sub_args) for _ in range(subscribers)], lambda: (pub_spawn or spawn)(*pub_args))
     last = max(r["last"] for r in results)
     return {"rate": n / (last - sent["start"]), "lost": sum(n - r["received"] for r in results),
             "p50": max(r["p50"] or 0 for r in results), "p99": max(r["p99"] or 0 for r in results)}
+
+
+def deliver(pub_role, sub_role, target, args, subs, fresh=None, pub_spawn=None):
+    """One delivery row: the unpaced rate, then p50/p99 of a paced run (lost: both runs').
+    ``fresh()``, if given, runs before each run (to empty the stream); ``pub_spawn`` as for :func:`fan`."""
+    runs = []
+    for n, rate in ((args.messages, 0), (int(args.rate * args.paced), args.rate)):
+        if fresh is not None:
+            fresh()
+        runs.append(fan((pub_role, target, n, rate), (sub_role, target, n, 0), subs, n, pub_spawn))
+    row, paced = runs
+    row.update(p50=paced["p50"], p99=paced["p99"], lost=row["lost"] + paced["lost"])
+    return row
 
 
 def catch_up(sub_args, n):
@@ -243,12 +264,7 @@ def zeps_rows(args):
     endpoint = broker.stdout.readline().strip()
     try:
         for subs in args.fans:
-            rows["deliver %d sub" % subs] = fan(("zeps_pub", endpoint, args.messages, 0),
-                                                ("zeps_sub", endpoint, args.messages, 0), subs, args.messages)
-            paced_n = int(args.rate * args.paced)
-            paced = fan(("zeps_pub", endpoint, paced_n, args.rate), ("zeps_sub", endpoint, paced_n, 0), subs, paced_n)
-            rows["deliver %d sub" % subs].update(p50=paced["p50"], p99=paced["p99"], lost=rows["deliver %d sub" % subs]
-                                                 ["lost"] + paced["lost"])
+            rows["deliver %d sub" % subs] = deliver("zeps_pub", "zeps_sub", endpoint, args, subs)
             show(stack, "deliver %d sub" % subs, rows["deliver %d sub" % subs])
     finally:
         broker.kill()
@@ -315,23 +331,26 @@ def start_redis(persistence):
     return "redis-server did not start on port %d" % port
 
 
+def stop_redis(started):
+    """Stop the server of ``started`` (what :func:`start_redis` returned) and remove its directory."""
+    proc, _, directory = started
+    proc.terminate()
+    proc.wait(10)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def redis_rows(args, persistence):
     started = start_redis(persistence)
     if isinstance(started, str):
         return started
-    proc, port, directory = started
+    port = started[1]
     import redis
     stack = "Redis Streams (%s)" % ("AOF everysec" if persistence else "no persistence")
     rows = {}
     try:
         for subs in args.fans:
-            redis.Redis(port=port).delete(STREAM)
-            row = rows["deliver %d sub" % subs] = fan(("redis_pub", port, args.messages, 0),
-                                                      ("redis_sub", port, args.messages, 0), subs, args.messages)
-            redis.Redis(port=port).delete(STREAM)
-            paced_n = int(args.rate * args.paced)
-            paced = fan(("redis_pub", port, paced_n, args.rate), ("redis_sub", port, paced_n, 0), subs, paced_n)
-            row.update(p50=paced["p50"], p99=paced["p99"], lost=row["lost"] + paced["lost"])
+            row = rows["deliver %d sub" % subs] = deliver("redis_pub", "redis_sub", port, args, subs,
+                                                          fresh=lambda: redis.Redis(port=port).delete(STREAM))
             show(stack, "deliver %d sub" % subs, row)
         if not args.replay_run:
             return rows
@@ -344,9 +363,7 @@ def redis_rows(args, persistence):
         rows["replay"] = catch_up(("redis_sub", port, args.replay, 1), args.replay)
         show(stack, "replay", rows["replay"])
     finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(directory, ignore_errors=True)
+        stop_redis(started)
     return rows
 
 

@@ -125,14 +125,9 @@ def _base(*args):
 
 def share(members, publisher, n):
     """Members ready, then the publisher: the group row."""
-    for proc in members:
-        assert proc.stdout.readline().strip() == "ready"
-    publisher.stdin.write("go\n")
-    publisher.stdin.flush()
-    sent = json.loads(publisher.stdout.readline())
-    results = [json.loads(proc.stdout.readline()) for proc in members]
-    for proc in members + [publisher]:
-        proc.wait(60)
+    import zeps as base
+
+    sent, results = base.go(members, lambda: publisher, 60)
     handled = sum(r["received"] for r in results)
     last = max(r["last"] or 0 for r in results)
     return {"rate": handled / (last - sent["start"]) if handled else 0.0, "lost": n - handled,

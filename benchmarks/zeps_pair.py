@@ -120,12 +120,7 @@ def pair_rows(args):
             wait_until(lambda: pair.ready("backup"), 30, "the backup to follow the primary")
             for subs in args.fans:
                 run = "deliver %d sub" % subs
-                row = rows[run] = base.fan(("zeps_pub", pair.endpoint, args.messages, 0),
-                                           ("zeps_sub", pair.endpoint, args.messages, 0), subs, args.messages)
-                paced_n = int(args.rate * args.paced)
-                paced = base.fan(("zeps_pub", pair.endpoint, paced_n, args.rate),
-                                 ("zeps_sub", pair.endpoint, paced_n, 0), subs, paced_n)
-                row.update(p50=paced["p50"], p99=paced["p99"], lost=row["lost"] + paced["lost"])
+                row = rows[run] = base.deliver("zeps_pub", "zeps_sub", pair.endpoint, args, subs)
                 base.show(PAIR_STACK, run, row)
         finally:
             pair.close()
@@ -247,12 +242,8 @@ def redis_wait_rows(args):
     try:
         for subs in args.fans:
             run = "deliver %d sub" % subs
-            redis.Redis(port=port).delete(base.STREAM)
-            row = rows[run] = _fan(port, args.messages, 0, subs)
-            redis.Redis(port=port).delete(base.STREAM)
-            paced_n = int(args.rate * args.paced)
-            paced = _fan(port, paced_n, args.rate, subs)
-            row.update(p50=paced["p50"], p99=paced["p99"], lost=row["lost"] + paced["lost"])
+            row = rows[run] = base.deliver("redis_wait_pub", "redis_sub", port, args, subs,  # this module's WAIT pub
+                                           fresh=lambda: redis.Redis(port=port).delete(base.STREAM), pub_spawn=spawn)
             base.show(REDIS_STACK, run, row)
     finally:
         for p, d in ((replica[0], replica[2]), (proc, directory)):
@@ -260,23 +251,6 @@ def redis_wait_rows(args):
             p.wait(10)
             shutil.rmtree(d, ignore_errors=True)
     return rows
-
-
-def _fan(port, n, rate, subscribers):
-    """base.fan, with this module's WAIT publisher."""
-    subs = [base.spawn("redis_sub", port, n, 0) for _ in range(subscribers)]
-    for proc in subs:
-        assert proc.stdout.readline().strip() == "ready"
-    pub = spawn("redis_wait_pub", port, n, rate)
-    pub.stdin.write("go\n")
-    pub.stdin.flush()
-    sent = json.loads(pub.stdout.readline())
-    results = [json.loads(proc.stdout.readline()) for proc in subs]
-    for proc in subs + [pub]:
-        proc.wait(30)
-    last = max(r["last"] for r in results)
-    return {"rate": n / (last - sent["start"]), "lost": sum(n - r["received"] for r in results),
-            "p50": max(r["p50"] or 0 for r in results), "p99": max(r["p99"] or 0 for r in results)}
 
 
 def ratios(table):

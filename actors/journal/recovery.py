@@ -28,6 +28,19 @@ def format_epochs(epochs):
     return (_EPOCHS_HEAD + "".join("%d %d\n" % pair for pair in epochs)).encode("ascii")
 
 
+def resume_point(epochs, last_seq, epoch, seq):
+    """What :meth:`Journal.check_resume` answers for a journal with ``epochs`` ending at ``last_seq``:
+    None when a copy that holds ``seq`` of ``epoch`` agrees with it, else the last sequence it agrees up to."""
+    if epoch == epochs[-1][0]:
+        last = last_seq
+    else:
+        later = [start for e, start in epochs if e > epoch]
+        if not later or not any(e == epoch for e, _ in epochs):
+            return 0
+        last = min(later) - 1
+    return None if seq <= last else last
+
+
 def read_epochs(path):
     """[(epoch, start_seq)] from the epochs file; None when there is none."""
     try:

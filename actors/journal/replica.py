@@ -27,26 +27,13 @@ from .format import (
 )
 from .producers import PRODUCERS_SUFFIX
 from .reader import JournalReader
-from .recovery import format_epochs, read_epochs
+from .recovery import format_epochs, read_epochs, resume_point
 from .writer import Journal
 
 __all__ = ["create_at", "set_epochs", "new_epoch", "new_epoch_closed", "position", "resume_point", "agreed", "epoch_of", "truncate_after", "write_epochs",
            "epochs_of"]
 
 Epochs = list[tuple[int, int]]
-
-
-def resume_point(epochs: Epochs, last_seq: int, epoch: int, seq: int) -> int | None:
-    """As :meth:`Journal.check_resume` for a journal with ``epochs`` ending at ``last_seq``:
-    None when a copy that holds ``seq`` of ``epoch`` agrees with it, else the last sequence it agrees up to."""
-    if epoch == epochs[-1][0]:
-        last = last_seq
-    else:
-        later = [start for e, start in epochs if e > epoch]
-        if not later or not any(e == epoch for e, _ in epochs):
-            return 0
-        last = min(later) - 1
-    return None if seq <= last else last
 
 
 def agreed(epochs: Epochs, last_seq: int, their_epochs: Epochs, their_last: int) -> int:

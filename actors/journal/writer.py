@@ -23,7 +23,7 @@ from .format import (
     segment_header, segment_name,
 )
 from .producers import PRODUCERS_SUFFIX, ProducerTable, check_producer, load_snapshot, snapshot_bytes, snapshot_path
-from .recovery import open_epochs, recover_active
+from .recovery import open_epochs, recover_active, resume_point
 from .segment import FdCache, Segment, time_to_seq
 
 __all__ = ["Journal"]
@@ -267,15 +267,7 @@ class Journal:
         went, or will go, to other records): it must drop what it holds past
         that sequence and resume after it.  0 for an epoch this journal never had.
         """
-        epochs = self._epochs
-        if epoch == epochs[-1][0]:
-            last = self._next_seq - 1
-        else:
-            later = [start for e, start in epochs if e > epoch]
-            if not later or not any(e == epoch for e, _ in epochs):
-                return 0
-            last = min(later) - 1
-        return None if seq <= last else last
+        return resume_point(self._epochs, self._next_seq - 1, epoch, seq)
 
     @property
     def error(self) -> JournalError | None:

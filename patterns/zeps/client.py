@@ -221,6 +221,24 @@ def _dealer(endpoint, curve, limit, sndhwm=None, watch=False):
     return (sock, monitor) if watch else sock
 
 
+def _actor_dealer(actor, old, endpoint, curve, limit, watch=False):
+    """``actor``'s new DEALER to the broker, replacing ``old`` (closed); ``(sock, monitor)``.
+
+    No receive HWM: the credit window bounds what comes in, and a frame over ``limit``
+    bytes drops the connection.  ``monitor`` watches the handshake (for :func:`_wait`)
+    with ``watch``, else is None.  Runs in the actor's greenlet.
+    """
+    if old is not None:
+        actor.close_socket(old)
+    sock = actor.socket(zmq.DEALER, rcvhwm=0)
+    limit_size(sock, limit)
+    if curve:
+        curve_client(sock, curve[1], curve[0])
+    monitor = Monitor(sock, HANDSHAKE) if watch else None  # before connect: no event missed
+    sock.connect(endpoint)
+    return sock, monitor
+
+
 def _endpoints(endpoint):
     """The endpoints of ``"tcp://a:5570,tcp://b:5570"`` (a pair), or of one."""
     found = [e.strip() for e in endpoint.split(",") if e.strip()]
@@ -861,14 +879,9 @@ class Subscriber(Actor):
         and then nothing else is sent.  With ``wait`` the ATTACH cannot be refused for a missing stream:
         all goes at once.
         """
-        if self._sock is not None:
-            self.close_socket(self._sock)
-        sock = self._sock = self.socket(zmq.DEALER, rcvhwm=0)  # the credit window bounds what comes in
-        limit_size(sock, max(self.window, _MAX_ANSWER))  # a DELIVER costs credit: none is larger than the window
-        if self.curve:
-            curve_client(sock, self.curve[1], self.curve[0])
-        monitor = Monitor(sock, HANDSHAKE) if watch else None
-        sock.connect(self.endpoint)
+        # a DELIVER costs credit: none is larger than the window
+        sock, monitor = _actor_dealer(self, self._sock, self.endpoint, self.curve, max(self.window, _MAX_ANSWER), watch)
+        self._sock = sock
         self._attached = False
         self._subscribed = 0
         self._credit_given = 0

@@ -51,14 +51,11 @@ import zmq
 from gevent.event import Event
 
 from zactors.actors.actor import Actor, command
-from zactors.actors.auth import curve_client
-from zactors.actors.monitor import HANDSHAKE, Monitor
-from zactors.actors.sockets import limit_size
 from zactors.actors.values import to_bytes
 
 from . import groups_protocol as g
 from . import protocol as p
-from .client import Curve, ZepsError, _wait
+from .client import Curve, ZepsError, _actor_dealer, _wait
 
 __all__ = ["Consumer", "GroupMessage", "START"]
 
@@ -213,14 +210,8 @@ class Consumer(Actor):
         self._ready.set()
 
     def _connect(self, watch=False):
-        if self._sock is not None:
-            self.close_socket(self._sock)
-        sock = self._sock = self.socket(zmq.DEALER, rcvhwm=0)  # credit bounds what comes in
-        limit_size(sock, max(self.window, 4096))
-        if self.curve:
-            curve_client(sock, self.curve[1], self.curve[0])
-        monitor = Monitor(sock, HANDSHAKE) if watch else None
-        sock.connect(self.endpoint)
+        sock, monitor = _actor_dealer(self, self._sock, self.endpoint, self.curve, max(self.window, 4096), watch)
+        self._sock = sock
         self._joined = False
         sock.send(p.attach(self.stream))
         sock.send(self._join)

@@ -24,6 +24,8 @@ def broker(journal_dir):
 class Raw:
     """A DEALER speaking ZEPS frame by frame, for protocol-level tests."""
 
+    decode = staticmethod(p.decode)
+
     def __init__(self, endpoint):
         self.sock = context().socket(zmq.DEALER, socket_class=Socket)
         self.sock.linger = 0
@@ -35,7 +37,7 @@ class Raw:
     def recv(self, timeout=5.0, skip_pings=True):
         while True:
             frames = self.sock.recv_multipart(timeout=timeout)
-            message = p.decode(frames[0])
+            message = self.decode(frames[0])
             if skip_pings and type(message) is p.Ping:
                 self.sock.send(p.PING_OK_FRAME)
                 continue

@@ -1,11 +1,10 @@
 """Consumer-group test helpers: a broker with short group timers, a publisher, a raw group peer."""
 import gevent
 import pytest
-import zmq
 
-from zactors.actors.sockets import Socket, context
 from zactors.patterns.zeps import groups_protocol as g
 from zactors.patterns.zeps import protocol as p
+from tests.patterns.zeps.conftest import Raw
 
 
 def make_broker(journal_dir, **options):
@@ -42,13 +41,12 @@ def wait_for(condition, timeout=20.0, what="condition"):
         gevent.sleep(0.005)
 
 
-class RawMember:
-    """A DEALER speaking the group commands frame by frame."""
+class RawMember(Raw):
+    """A raw ZEPS peer (:class:`Raw`) attached to ``stream`` that also speaks the group commands,
+    each frame sent as its own message."""
 
     def __init__(self, endpoint, stream=b"s"):
-        self.sock = context().socket(zmq.DEALER, socket_class=Socket)
-        self.sock.linger = 0
-        self.sock.connect(endpoint)
+        super().__init__(endpoint)
         self.send(p.attach(stream))
         assert type(self.recv()) is p.AttachOk
 
@@ -56,19 +54,6 @@ class RawMember:
         for frame in frames:
             self.sock.send(frame)
 
-    def recv(self, timeout=5.0):
-        while True:
-            frame = self.sock.recv_multipart(timeout=timeout)[0]
-            message = g.decode(frame) if g.is_group_command(frame) else p.decode(frame)
-            if type(message) is p.Ping:
-                self.sock.send(p.PING_OK_FRAME)
-                continue
-            return message
-
-    def expect(self, kind, timeout=5.0):
-        message = self.recv(timeout)
-        assert type(message) is kind, message
-        return message
-
-    def close(self):
-        self.sock.close(0)
+    @staticmethod
+    def decode(frame):
+        return g.decode(frame) if g.is_group_command(frame) else p.decode(frame)
