@@ -168,7 +168,9 @@ def test_a_restarted_harmony_part_keeps_its_identity_and_its_peers_see_it_come_b
     from zactors.patterns.harmony.node import Node
     node = start(tmp_path, harmony={"name": "up-node"}, majordomo={"enabled": False}, zeps={"enabled": False},
                  clone={"enabled": False})
-    visitor = Node("visitor", beacon=False, host="127.0.0.1", endpoints=[node.harmony.endpoint]).start()
+    # a short expiry: the visitor sees the restarted peer come back whether by its HELLO or by expiring the old
+    visitor = Node("visitor", beacon=False, host="127.0.0.1", endpoints=[node.harmony.endpoint], evasive=1.0,
+                   expired=3.0).start()
     try:
         first = node.harmony
         seen = []
@@ -183,7 +185,7 @@ def test_a_restarted_harmony_part_keeps_its_identity_and_its_peers_see_it_come_b
         wait_for(lambda: node.harmony is not first and node.tree.child("harmony") is node.harmony.actor, 5,
                  "a new Harmony node")
         assert node.harmony.id == first.id and node.harmony.endpoint == first.endpoint
-        wait_for(lambda: entered(2), 15, "the visitor seeing the same peer come back")
+        wait_for(lambda: entered(2), 30, "the visitor seeing the same peer come back")
         assert ("EXIT", first.id) in seen[seen.index(("ENTER", first.id)):], seen
         assert visitor.peers() == [first.id], "one peer, the same one"
         wait_for(lambda: visitor.id in node.harmony.peers(), 10, "the new incarnation knowing the visitor")
