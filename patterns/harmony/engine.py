@@ -14,6 +14,17 @@ Discovery
     goodbye when they stop.  Gossip travels as WHISPERs to such peers only:
     Zyre and pyre never see it.
 
+    A known endpoint is kept: whenever the connection of its DEALER drops
+    (its node stopped, died, or was restarted there, perhaps with the same
+    UUID), the node there is dropped (EXIT if it had said HELLO) and greeted
+    anew with a fresh DEALER, so its next incarnation hears our HELLO at
+    once.  Without that, libzmq reconnects the old DEALER silently: a HELLO
+    taken by a dying node is lost for good, and what we send to a new
+    incarnation that never had our HELLO is dropped by it until expiry.
+    Greetings of an endpoint whose connections keep dropping before its node
+    answers back off (0.05 s, doubling, up to ``evasive``; ``disconnects``
+    counts the drops).
+
 Liveness
     Any message from a peer refreshes it.  Beacons do not (``beacon_refresh``
     turns that on): a peer whose TCP path broke must not stay alive on UDP
@@ -168,7 +179,7 @@ class NodeActor(Actor):
             if peer.gossip and peer.ready:
                 self._send(peer, zre.whisper_frames(peer.sequence(), gossip.bye_contents()))
             # Let queued messages (the goodbye among them) leave before the socket dies.
-            self.close_socket(peer.dealer, linger=0.5)
+            peer.close(self, linger=0.5)
 
     # -- peers --------------------------------------------------------------
     def _hello(self, peer):
@@ -195,20 +206,18 @@ class NodeActor(Actor):
         return False
 
     def _connect(self, peer):
-        """Open ``peer``'s DEALER; False (counted, nothing left open) if that fails."""
+        """Open ``peer``'s DEALER (watched if it is a probe); False (counted, nothing left open) if that fails."""
         try:
-            peer.connect(self, self.uuid, self.config["hwm"])
+            peer.connect(self, self.uuid, self.config["hwm"], self._on_disconnect if peer.probe else None)
         except zmq.ZMQError as exc:
-            if peer.dealer is not None:
-                self.close_socket(peer.dealer)
-                peer.dealer = None
+            peer.close(self)
             self._bad("connect_failed", "%s: %s" % (peer.endpoint, exc))
             return False
         return True
 
-    def _probe(self, endpoint):
-        """Say HELLO to an endpoint whose node we do not know yet."""
-        if endpoint == self.endpoint or endpoint in self.probes:
+    def _probe(self, endpoint, redials=0):
+        """Say HELLO to an endpoint whose node we do not know yet (``redials``: our tries since it answered)."""
+        if self._stopping or endpoint == self.endpoint or endpoint in self.probes:
             return
         if any(p.endpoint == endpoint for p in self.peers.values()):
             return
@@ -216,6 +225,7 @@ class NodeActor(Actor):
             return
         peer = Peer(None, endpoint)
         peer.probe = True
+        peer.redials = redials
         if not self._connect(peer):
             return
         self.probes[endpoint] = peer
@@ -284,12 +294,28 @@ class NodeActor(Actor):
         if dropped:
             self.stats["dropped_on_exit"] += dropped
             log.warning("%s: %d message(s) to %s dropped: peer %s", self.name, dropped, peer.name, reason)
-        self.close_socket(peer.dealer)
+        peer.close(self)
         if peer.ready:
             log.debug("%s: EXIT %s (%s)", self.name, peer.name, reason)
             self.emit(_EXIT, peer.id, peer.name)
-        if peer.probe and not self._stopping:
-            self._probe(peer.endpoint)
+        if peer.probe:
+            self._probe(peer.endpoint, peer.redials + 1)  # now: a HELLO from there may adopt it at once
+
+    def _on_disconnect(self, peer):
+        """A connection of ``peer``'s DEALER (a probe's) dropped: what it carried may be lost, and the node
+        there is gone, or is a new incarnation that does not know us.  Drop it and greet the endpoint anew."""
+        self.stats["disconnects"] += 1
+        if self._stopping:
+            return
+        if self.probes.get(peer.endpoint) is peer:  # not answered yet: our HELLO may be what was lost
+            del self.probes[peer.endpoint]
+            peer.close(self)
+            delay = min(0.05 * 2 ** peer.redials, self.config["evasive"])  # it may keep doing that: back off
+            log.debug("%s: probe of %s disconnected before an answer; again in %.2f s", self.name, peer.endpoint,
+                      delay)
+            self.call_later(delay, self._probe, peer.endpoint, peer.redials + 1)
+        elif peer.identity is not None and self.peers.get(peer.identity) is peer:
+            self._remove(peer, "disconnected")
 
     # -- sending (through the outbox: self._send is its bound send) --------
     @staticmethod
@@ -479,7 +505,7 @@ class NodeActor(Actor):
         if uuid == self.uuid:  # a probe of ours reached ourselves
             probe = self.probes.pop(hello.endpoint, None)
             if probe is not None:
-                self.close_socket(probe.dealer)
+                probe.close(self)
             return
         if hello.sequence != 1:
             self._bad("sequence_errors", "HELLO with sequence %d" % hello.sequence)
@@ -495,6 +521,7 @@ class NodeActor(Actor):
                 return
         peer.want_sequence = 1
         peer.ready = True
+        peer.redials = 0
         peer.evasive = 0
         peer.name = hello.name
         peer.headers = hello.headers

@@ -1,6 +1,7 @@
 """Harmony nodes in separate processes and network namespaces: UDP discovery, EXIT, pyre interop."""
 import json
 import os
+import random
 import signal
 import time
 
@@ -179,3 +180,28 @@ def test_beacons_alone_do_not_keep_a_peer_alive(lab):
     finally:
         ghost.destroy()
         b.proc.send_signal(signal.SIGCONT)
+
+
+def test_a_node_restarted_with_its_identity_is_found_again_by_pyre_and_zactors_peers(lab):
+    """Issue 22, with beacons: B is SIGKILLed and restarted with its UUID and TCP port.  A pyre peer and a
+    zactors peer, both still holding the old B, take its successor's HELLO as a restart, within a few beacon
+    intervals (pyre's is 1 s), and talk to it both ways."""
+    b_ns, p_ns, a_ns = lab.lan(3)
+    config = dict(FAST, name="B", uuid="%032x" % random.getrandbits(128), tcp_port=0xC123)
+    b = Agent(b_ns, config)
+    p = Agent(p_ns, {"name": "P"}, pyre=True)
+    a = Agent(a_ns, dict(FAST, name="A"))
+    for peer in (p, a):
+        peer.expect("ENTER", peer=b.id, timeout=20)
+        b.expect("ENTER", peer=peer.id, timeout=20)
+    b.proc.send_signal(signal.SIGKILL)
+    b.proc.wait(10)
+    again = Agent(b_ns, config)
+    assert (again.id, again.endpoint) == (b.id, b.endpoint)
+    for peer in (p, a):
+        again.expect("ENTER", peer=peer.id, timeout=10)
+        peer.expect("ENTER", peer=b.id, timeout=10)
+        again.send(cmd="whisper", peer=peer.id, frames=["back"])
+        assert peer.expect("WHISPER", peer=b.id)["frames"] == ["back"]
+        peer.send(cmd="whisper", peer=b.id, frames=["welcome back"])
+        assert again.expect("WHISPER", peer=peer.id)["frames"] == ["welcome back"]
