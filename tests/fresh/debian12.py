@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -71,6 +72,7 @@ class Chroot:
         return self
 
     def __exit__(self, *exc):
+        self.kill_leftovers()
         for target in reversed(self.mounts):
             if subprocess.run(["umount", target]).returncode:
                 subprocess.run(["umount", "-l", target])   # busy: detach now, freed when the last user goes
@@ -84,6 +86,19 @@ class Chroot:
             else:
                 shutil.rmtree(self.path, ignore_errors=True)
                 say("removed", self.path)
+
+    def kill_leftovers(self):
+        """SIGKILL what still runs inside the chroot (started by this script: an interrupted test run)."""
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                root = os.readlink("/proc/%s/root" % pid)
+            except OSError:
+                continue
+            if root == self.path or root.startswith(self.path + "/"):
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def shell(self, command, env, log):
         """Run ``command`` with bash in the checkout, with only ``env``; its output goes to ``log``."""
@@ -102,6 +117,7 @@ def main():
     parser.add_argument("--ca-bundle", default=os.environ.get("PIP_CERT"),
                         help="a CA bundle pip needs here (default: $PIP_CERT)")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("debian12: stopped by SIGTERM"))  # clean up on the way out
     if os.geteuid() != 0:
         parser.exit(2, "debian12: error: run as root (debootstrap, chroot and mount need it)\n")
     for tool in ("debootstrap", "git", "chroot"):
@@ -116,6 +132,8 @@ def main():
         run(["debootstrap", "--variant=minbase", "bookworm", path, args.mirror], stdout=subprocess.DEVNULL)
         result["debootstrap_s"] = round(time.monotonic() - started)
         shutil.copy("/etc/resolv.conf", os.path.join(path, "etc", "resolv.conf"))
+        with open(os.path.join(path, "etc", "hosts"), "w") as hosts:   # what Debian's installer writes
+            hosts.write("127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n")
         env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb"}
         if args.ca_bundle:
             shutil.copy(args.ca_bundle, os.path.join(path, "etc", "zactors-ca.pem"))
