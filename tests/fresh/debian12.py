@@ -51,10 +51,11 @@ def run(argv, **kwargs):
 
 
 class Chroot:
-    """A Debian folder with /proc, /sys, /dev mounted while it is used; unmounted and removed after."""
+    """A Debian folder with /proc, /sys, /dev mounted while it is used; what runs there is killed and
+    they are unmounted after."""
 
-    def __init__(self, path, keep):
-        self.path, self.keep, self.mounts = path, keep, []
+    def __init__(self, path):
+        self.path, self.mounts = path, []
 
     def mount(self, *argv_and_target):
         *argv, target = argv_and_target
@@ -77,15 +78,6 @@ class Chroot:
             if subprocess.run(["umount", target]).returncode:
                 subprocess.run(["umount", "-l", target])   # busy: detach now, freed when the last user goes
         self.mounts.clear()
-        if self.keep:
-            say("kept", self.path)
-        else:
-            still = [line.split()[1] for line in open("/proc/mounts") if line.split()[1].startswith(self.path)]
-            if still:
-                say("not removed, still mounted:", " ".join(still))
-            else:
-                shutil.rmtree(self.path, ignore_errors=True)
-                say("removed", self.path)
 
     def kill_leftovers(self):
         """SIGKILL what still runs inside the chroot (started by this script: an interrupted test run)."""
@@ -118,6 +110,9 @@ def main():
                         help="a CA bundle pip needs here (default: $PIP_CERT)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("debian12: stopped by SIGTERM"))  # clean up on the way out
+    # started in the background by a shell, SIGINT may come ignored, and an ignored signal stays ignored in
+    # every child: the tests that send SIGINT would fail for that alone. A handler here is reset in children.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if os.geteuid() != 0:
         parser.exit(2, "debian12: error: run as root (debootstrap, chroot and mount need it)\n")
     for tool in ("debootstrap", "git", "chroot"):
@@ -142,7 +137,7 @@ def main():
         os.makedirs(checkout)
         archive = subprocess.run(["git", "-C", ROOT, "archive", args.rev], capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", checkout], input=archive, check=True)
-        with Chroot(path, args.keep) as root:
+        with Chroot(path) as root:
             apt = {**env, "DEBIAN_FRONTEND": "noninteractive"}
             for step in ("apt-get update -qq", "apt-get install -y -qq python3 python3-venv >/dev/null"):
                 if root.shell(step, apt, os.path.join(logs, "apt.log")):
@@ -161,6 +156,13 @@ def main():
                                            "seconds": round(time.monotonic() - begun)})
                 say("status", status, "in %d s" % (time.monotonic() - begun))
     finally:
+        if args.keep:
+            say("kept", path)
+        elif any(line.split()[1].startswith(path) for line in open("/proc/mounts")):
+            say("not removed, still mounted under", path)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            say("removed", path)
         result["seconds"] = round(time.monotonic() - started)
         result["logs"] = logs
         print("result:", json.dumps(result), flush=True)
