@@ -153,6 +153,7 @@ class Probe:
         raise AssertionError("%s%r replied %r, expected a %s" % (verb, args, reply, kind))
 
     def close(self) -> None:
+        """Stop watching: close the probe's event subscription (idempotent)."""
         self._sub.close()
 
     def __enter__(self) -> Probe:

@@ -58,6 +58,17 @@ BLOCKS = [b for b in blocks() if not (b[0].parent == TUTORIALS and b[2] == "pyth
 SESSIONS = sorted(TUTORIALS.glob("*.md"))
 
 
+def test_the_readme_stays_a_readme():
+    # what it is, the Quick start (.ci/run runs it), what works with short figures, and where the docs are:
+    # a guide to a part belongs in docs/ (issue 26: the README had grown to 1,141 lines)
+    text = (ROOT / "README.md").read_text()
+    sections = [line for line in text.split("\n") if line.startswith("## ")]
+    assert sections == ["## Quick start", "## What works", "## Documentation"], sections
+    assert len(text.split("\n")) < 150, "the README is a page, not a manual: move the detail into docs/"
+    for link in re.findall(r"\]\((docs/[^)#]+)", text):
+        assert (ROOT / link).is_file(), "README links to %s, which is not there" % link
+
+
 def test_the_documents_have_examples():
     assert len(BLOCKS) >= 10, [(p.name, line) for p, line, *_ in BLOCKS]
 

@@ -35,8 +35,8 @@ def register(sub):
     add.add_argument("name", type=contexts.check_name, help="the context's name")
     add.add_argument("--mdp", metavar="ENDPOINT", type=options.connect_endpoint,
                      help="the Majordomo broker, as mdp commands' --connect")
-    add.add_argument("--zeps", metavar="ENDPOINT", type=options.connect_endpoint,
-                     help="the ZEPS broker, as zeps commands' --connect")
+    add.add_argument("--zeps", metavar="ENDPOINT", type=options.connect_endpoints,
+                     help="the ZEPS broker (a pair: tcp://A:P,tcp://B:P), as zeps commands' --connect")
     add.add_argument("--clone", metavar="ENDPOINT", action="append", type=options.connect_endpoint,
                      help="the Clone server, as clone commands' --connect (twice for a pair, primary first)")
     add.add_argument("--dashboard", metavar="URL", type=dashboard_url,

@@ -29,7 +29,7 @@ def register(sub):
                     "(exit status 0).  A config file (TOML, --config) sets the same things; options win.  "
                     "A dashboard bound off loopback needs a token: --token-file, $%s, or one is generated "
                     "and printed." % TOKEN_ENV)
-    up.add_argument("--config", metavar="FILE", help="TOML config file (see the README)")
+    up.add_argument("--config", metavar="FILE", help="TOML config file (see docs/operations.md)")
     up.add_argument("--data", metavar="DIR", help="data directory, one node's at a time: the ZEPS journal "
                                                   "goes to DIR/zeps, the Clone map to DIR/clone (default: "
                                                   "./zactors-data)")

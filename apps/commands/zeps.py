@@ -96,7 +96,7 @@ def register(sub):
     options.curve_options(broker, "server")
     broker.add_argument("--permissions", metavar="FILE", type=_permissions,
                         help="with --curve: which client keys may publish and subscribe to which streams "
-                             "(lines of KEY ACTIONS STREAMS; see the README)")
+                             "(lines of KEY ACTIONS STREAMS; see docs/patterns/zeps.md)")
     broker.add_argument("--stats", type=options.non_negative_float, default=0, metavar="SECONDS",
                         help="log streams and counters every SECONDS (default: never)")
     broker.set_defaults(func=run_broker)

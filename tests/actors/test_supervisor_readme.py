@@ -1,4 +1,4 @@
-"""The README's supervision example runs as written: a crashed actor is restarted, reached by name, and its
+"""The supervision example of docs/actors.md runs as written: a crashed actor is restarted, reached by name, and its
 state recovered from its file."""
 import os
 import pathlib
@@ -11,20 +11,20 @@ from zactors.actors.names import registry
 
 pytestmark = pytest.mark.timeout(30)
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "actors.md"
 
 
 def supervision_example():
-    section = README.read_text().split("### Supervision", 1)[1].split("\n## ", 1)[0]
+    section = PAGE.read_text().split("\n## Supervision", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```python\n(.*?)```", section, re.S)
-    assert block, "README's Supervision section lost its example"
+    assert block, "docs/actors.md's Supervision section lost its example"
     return block.group(1)
 
 
 def test_supervision_example_runs():
     namespace = {}
     try:
-        exec(compile(supervision_example(), "README.md", "exec"), namespace)
+        exec(compile(supervision_example(), "docs/actors.md", "exec"), namespace)
     finally:
         if "tree" in namespace:
             namespace["tree"].destroy()  # idempotent; a failed run must not leave "counter" registered

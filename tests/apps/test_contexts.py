@@ -98,6 +98,19 @@ def test_a_client_command_takes_its_endpoint_from_the_context(capsys, broker, mo
         assert run(capsys, "mdp", "mmi", "echo", "--connect", "tcp://127.0.0.1:1", "--timeout", "0.3")[0] == 3
 
 
+def test_a_context_takes_a_zeps_pair(capsys, tmp_path):
+    # the operations guide's HA section: clients of a pair are given both brokers, a context too
+    from zactors.patterns.zeps import Broker as ZepsBroker
+    with ZepsBroker(str(tmp_path / "zeps"), "tcp://127.0.0.1:*") as zeps:
+        pair = "%s,tcp://127.0.0.1:1" % zeps.endpoint       # the second broker of the pair is down
+        assert run(capsys, "context", "add", "ha", "--zeps", pair, "--select")[0] == 0
+        assert run(capsys, "context", "show", "ha")[1] == "name: ha\nzeps: %s\n" % pair
+        status, _, err = run(capsys, "zeps", "publish", "orders", "k", "hello")
+        assert status == 0, err
+        status, out, err = run(capsys, "zeps", "subscribe", "orders", "--from", "1", "--count", "1")
+        assert status == 0 and "hello" in out, err
+
+
 def test_an_unknown_context_from_the_environment_is_named(capsys, monkeypatch):
     monkeypatch.setenv("ZACTORS_CONTEXT", "gone")
     status, _, err = run(capsys, "zeps", "streams")

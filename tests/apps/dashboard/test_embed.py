@@ -1,4 +1,4 @@
-"""The README's Flask example runs as written (on an ephemeral port), and the dashboard works mounted under a prefix."""
+"""The Flask example of docs/operations.md runs as written (on an ephemeral port), and the dashboard works mounted under a prefix."""
 import json
 import pathlib
 import re
@@ -9,18 +9,18 @@ from .helpers import get_json, request
 
 pytestmark = pytest.mark.timeout(30)
 
-README = pathlib.Path(__file__).resolve().parents[3] / "README.md"
+PAGE = pathlib.Path(__file__).resolve().parents[3] / "docs" / "operations.md"
 
 
 def test_readme_flask_example_mounts_the_dashboard():
     pytest.importorskip("flask")
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if "DispatcherMiddleware" in b]
-    assert blocks, "README lost its Flask example"
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S) if "DispatcherMiddleware" in b]
+    assert blocks, "docs/operations.md lost its Flask example"
     code = blocks[0]
     assert '("127.0.0.1", 8000)' in code and "server.serve_forever()" in code
     code = code.replace('("127.0.0.1", 8000)', '("127.0.0.1", 0)').replace("server.serve_forever()", "server.start()")
     namespace = {"__name__": "__main__"}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/operations.md", "exec"), namespace)
     server, dashboard, broker = namespace["server"], namespace["dashboard"], namespace["broker"]
     try:
         root = "http://127.0.0.1:%d" % server.address[1]

@@ -74,7 +74,7 @@ def test_peers_sharing_a_routing_id_cannot_abort_the_snapshot_server(processes):
     assert server.poll() is None, "the Clone server died (status %s): %s" % (server.returncode,
                                                                             server.stderr.read()[-2000:])
     # (not asserted: libzmq keeps the connections of peers refused for a duplicate routing id that sent
-    # past the HWM, whatever the options: their input stops and nothing reads their pipe; see the README)
+    # past the HWM, whatever the options: their input stops and nothing reads their pipe; see docs/soaks.md)
     print("server descriptors after the peers left: %d" % len(os.listdir("/proc/%d/fd" % server.pid)))
     client = Clone(endpoint, timeout=5.0)    # and it still serves a snapshot
     try:

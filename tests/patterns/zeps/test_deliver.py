@@ -9,6 +9,8 @@ from zactors.patterns.zeps.client import Message
 from zactors.patterns.zeps.matcher import Filter
 from zactors.actors.purepython import pure_python_requested
 
+from tests import ctoolchain
+
 pytestmark = pytest.mark.timeout(120)
 
 try:  # imported directly: both twins are tested whatever ZACTORS_PURE_PYTHON says
@@ -21,6 +23,7 @@ TWINS = [deliver.py_frames] + ([_deliver.frames] if _deliver is not None else []
 
 
 @pytest.mark.skipif(pure_python_requested(), reason="pure Python asked for")
+@pytest.mark.skipif(bool(ctoolchain.missing()), reason="pure Python: %s" % ctoolchain.missing())
 def test_the_c_version_is_built_and_used():
     assert _deliver is not None and deliver.SPEEDUPS and deliver.frames is _deliver.frames
 
