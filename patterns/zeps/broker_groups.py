@@ -122,32 +122,35 @@ class Groups:
                 self._send(identity, p.invalid("GROUP: stream %s cannot keep groups now: %s" % (name.decode(), exc)))
             return None
         policy = self.fsync if isinstance(self.fsync, str) else "interval"
-        if self.ack == "synced":
+        if self.level == "synced":   # (ack="synced", or "replicated" with replica_ack="synced")
             policy = "batch"
         interval = self.fsync if isinstance(self.fsync, (int, float)) else 0.1
         table = self._tables[name] = _Table(GroupStore(self, directory, generation, journal, policy, interval,
                                                        records))
         now = _monotonic()
-        groups = table.groups
         for record in records:
-            kind = record[0]
-            if kind == "S":
-                _, gname, pattern, cursor, ack_wait, max_deliver, counters, flat = record
-                group = self._new_group(name, gname, pattern, cursor, ack_wait, max_deliver, counters)
-                if group is not None:
-                    group.load_pending(flat, now)
-                    groups[gname] = group
-            elif kind == "X":
-                groups.pop(record[1], None)
-            elif kind in ("R", "A"):
-                group = groups.get(record[1])
-                if group is not None:
-                    group.apply(record, now)
-        for group in groups.values():  # recovered entries: held by nobody, delivered again after ack_wait
+            self._apply_group_record(name, table, record, now)
+        for group in table.groups.values():  # recovered entries: held by nobody, delivered again after ack_wait
             self._pending_total += len(group.pending)
             for seq, entry in group.pending.items():
                 self._push_due(group, seq, entry)
         return table
+
+    def _apply_group_record(self, name, table, record, now):
+        """Replay one logged record of stream ``name``'s groups (at load, and a pair's passive as it copies)."""
+        kind, groups = record[0], table.groups
+        if kind == "S":
+            _, gname, pattern, cursor, ack_wait, max_deliver, counters, flat = record
+            group = self._new_group(name, gname, pattern, cursor, ack_wait, max_deliver, counters)
+            if group is not None:
+                group.load_pending(flat, now)
+                groups[gname] = group
+        elif kind == "X":
+            groups.pop(record[1], None)
+        elif kind in ("R", "A"):
+            group = groups.get(record[1])
+            if group is not None:
+                group.apply(record, now)
 
     def _new_group(self, stream, name, pattern, cursor, ack_wait, max_deliver, counters=None):
         flt = Filter()
@@ -158,11 +161,74 @@ class Groups:
         return Group(name, stream, pattern, flt, cursor, ack_wait, max_deliver, counters)
 
     def _log(self, group, record):
-        table = self._tables[group.stream]
+        """Log ``record`` of ``group``; the active of a pair also replicates it (:mod:`.replication`)."""
+        self._store_log(self._tables[group.stream], record)
+        pair = self._pair
+        if pair is not None and pair.active:
+            pair.source.group_record(group.stream, record)
+
+    def _store_log(self, table, record):
         table.store.log(record)
         if table.store.should_compact(sum(len(x.pending) // 512 + 1 for x in table.groups.values())):
             self.stats["group_compactions"] += 1
             table.store.compact(lambda: [x.snapshot() for x in table.groups.values()])
+
+    def _group_replicated(self, identity, answer):
+        """Send ``answer`` to ``identity`` once the passive of a pair has the group records logged so far
+        (ack="replicated"; at once otherwise); INVALID ``GROUP: replication: ...`` if it cannot."""
+        pair = self._pair
+        if pair is None:
+            self._send(identity, answer)
+            return
+        pair.source.when_groups_replicated(lambda: self._send(identity, answer),
+                                           lambda reason: self._group_refuse(identity, reason, "group_unreplicated"))
+
+    # -- a pair's passive: the active's records, copied (:mod:`.replication`) --------------------
+    def _groups_copy(self, name, record):
+        """Apply and log ``record`` of stream ``name``'s groups, as the active logged it; returns the store
+        (None, counted, when it cannot be opened)."""
+        table = self._table(name, None)
+        if table is None:
+            return None
+        self._apply_group_record(name, table, record, _monotonic())
+        self._store_log(table, record)
+        return table.store
+
+    def _groups_drop(self, name):
+        """Forget every group of stream ``name`` (logged): the active's snapshot replaces them."""
+        table = self._tables.get(name)
+        if table is None:
+            return None
+        for gname in list(table.groups):
+            del table.groups[gname]
+            self._store_log(table, ["X", gname])
+        table.active.clear()
+        return table.store
+
+    def _groups_take_over(self):
+        """A passive becomes active: every copied pending entry is held by nobody and delivered again
+        after ``ack_wait`` (from now); a group past what this journal has (the old active handed out
+        records that never reached us) goes back to the stream's end, its later entries dropped (logged)."""
+        now = _monotonic()
+        for name, table in self._tables.items():
+            stream = self._streams.get(name)
+            closed = self._closed_streams.get(name)
+            last = stream.journal.last_seq if stream is not None else closed["last_seq"] if closed else None
+            for group in table.groups.values():
+                group.ready.clear()
+                group.held.clear()
+                group.batch = None
+                if last is not None and (group.cursor > last or any(seq > last for seq in group.pending)):
+                    for seq in [seq for seq in group.pending if seq > last]:
+                        del group.pending[seq]
+                    group.cursor = group.logged_cursor = min(group.cursor, last)
+                    self.stats["group_cut_back"] += 1
+                    self._store_log(table, group.snapshot())
+                for entry in group.pending.values():
+                    entry.holder = entry.last = None
+                    entry.since, entry.deadline = now, now + group.ack_wait
+        self._pending_total = sum(len(g.pending) for t in self._tables.values() for g in t.groups.values())
+        self._rebuild_due()
 
     # -- commands -------------------------------------------------------------------------
     def _on_group_command(self, identity, peer, frame):
@@ -220,7 +286,8 @@ class Groups:
         if table is None:
             return
         group = table.groups.get(message.group)
-        if group is None:
+        created = group is None
+        if created:
             group = self._create_group(peer, table, message)
             if group is None:
                 return
@@ -232,7 +299,10 @@ class Groups:
         table.active[group.name] = group
         self._members[identity] = group
         self.stats["group_joined"] += 1
-        self._send(identity, g.join_ok(group.cursor))
+        if created:     # kept (a pair: on the passive too) before it is said: a failover keeps the group
+            self._group_replicated(identity, g.join_ok(group.cursor))
+        else:
+            self._send(identity, g.join_ok(group.cursor))
         self._pump_group(group)
 
     def _create_group(self, peer, table, message):
@@ -294,9 +364,9 @@ class Groups:
         group.pending.clear()
         if group.creator is not None and group.creator in self._group_creators:
             self._group_creators[group.creator] -= 1
-        table.store.log(["X", name])
+        self._log(group, ["X", name])
         self.stats["groups_deleted"] += 1
-        self._send(peer.identity, g.group_deleted(name))
+        self._group_replicated(peer.identity, g.group_deleted(name))
 
     def _ack(self, peer, group, ranges):
         """Acknowledge what ``ranges`` name that this member holds (or nobody holds).  The work is bounded
@@ -644,7 +714,8 @@ class Groups:
     # -- introspection --------------------------------------------------------------------
     def _group_summary(self, group, now):
         stream = self._streams.get(group.stream)
-        last = stream.journal.last_seq if stream is not None else group.cursor
+        closed = self._closed_streams.get(group.stream)
+        last = stream.journal.last_seq if stream is not None else closed["last_seq"] if closed else group.cursor
         return dict(group.counters, stream=group.stream.decode("latin-1"), group=group.name.decode("latin-1"),
                     pattern=group.pattern.decode("utf-8", "replace"), cursor=group.cursor,
                     lag=max(0, last - group.cursor), pending=len(group.pending),
