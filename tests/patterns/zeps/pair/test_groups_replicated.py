@@ -1,0 +1,129 @@
+"""Consumer groups in a broker pair: the passive keeps a copy of every group (replication), a passive that
+was away gets a snapshot, INFO on the passive shows the groups, and ack="replicated" holds a new group's
+JOIN-OK until the passive has it."""
+import gevent
+import pytest
+
+from zactors.patterns.zeps import groups_protocol as g
+from zactors.patterns.zeps.client import Publisher, ZepsError
+from zactors.patterns.zeps.consumer import Consumer
+
+from ..groups.conftest import RawMember
+from .conftest import pair_info, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+#: what a group's summary must show alike on both brokers
+SAME = ("cursor", "lag", "pending", "delivered", "acked", "dead_letters", "pattern", "ack_wait", "max_deliver")
+
+
+def groups(broker):
+    return {(x["stream"], x["group"]): {k: x[k] for k in SAME} for x in broker.call("INFO")["groups"]}
+
+
+def publish(endpoint, n, stream="s"):
+    with Publisher(endpoint, stream, idempotent=True) as pub:
+        for i in range(n):
+            pub.publish("k%d" % (i % 3), b"m%d" % i)
+        pub.flush()
+
+
+def consume(endpoint, group, n, ack, pattern=b"", stream="s", ack_wait=60.0):
+    """Take ``n`` messages as a member of ``group``; ack those for which ``ack(seq)``; returns the consumer
+    (still a member: what it did not ack stays pending)."""
+    consumer = Consumer(endpoint, stream, group, pattern=pattern, ack_wait=ack_wait, heartbeat=0.2, expiry=2.0)
+    for _ in range(n):
+        message = consumer.get(timeout=10)
+        assert message is not None
+        if ack(message.seq):
+            message.ack()
+    return consumer
+
+
+def test_the_passive_copies_every_group_and_its_info_shows_them(make_pair):
+    pair = make_pair(ack="replicated")
+    active, passive = pair.up()
+    publish(active.endpoint, 1000)
+    work = consume(active.endpoint, "work", 1000, lambda seq: seq <= 600)
+    k0 = consume(active.endpoint, "k0", 100, lambda seq: True, pattern=b"k0")
+    try:
+        wait_for(lambda: groups(active)[("s", "work")]["acked"] == 600 and groups(active)[("s", "k0")]["acked"] == 100,
+                 20, "the acks on the active")
+        wait_for(lambda: groups(passive) == groups(active), 20, "the passive's copy")
+        copy = groups(passive)
+        assert copy[("s", "work")]["cursor"] == 1000 and copy[("s", "work")]["pending"] == 400
+        assert copy[("s", "k0")]["acked"] == 100 and copy[("s", "k0")]["lag"] == 1000 - copy[("s", "k0")]["cursor"]
+        assert pair_info(active)["group_replication_lag"] == 0
+        assert active.call("INFO")["counters"]["replicated_group_records"] > 0
+    finally:
+        work.destroy()
+        k0.destroy()
+
+
+def test_a_passive_that_was_away_gets_a_snapshot_of_the_groups(make_pair):
+    pair = make_pair(ack="replicated", on_passive_lost="degrade", passive_timeout=0.5)
+    active, passive = pair.up()
+    publish(active.endpoint, 300)
+    consume(active.endpoint, "old", 10, lambda seq: True).destroy()
+    wait_for(lambda: ("s", "old") in groups(passive), 20, "the group on the passive")
+    pair.stop("backup")
+    # while it is away: a group is deleted, another created and worked, a third stream gets a group
+    member = RawMember(active.endpoint)
+    member.send(g.group_delete(b"old"))
+    assert type(member.recv()) is g.GroupDeleted
+    member.close()
+    publish(active.endpoint, 50, stream="t")
+    consume(active.endpoint, "new", 200, lambda seq: seq % 2 == 0).destroy()
+    consume(active.endpoint, "t-group", 50, lambda seq: seq <= 10, stream="t").destroy()
+    assert ("s", "old") not in groups(active)
+    pair.start("backup")
+    pair.wait_ready("backup")             # ready: the snapshot is kept there
+    assert groups(pair.brokers["backup"]) == groups(active)
+    assert set(groups(active)) == {("s", "new"), ("t", "t-group")}
+
+
+def test_replicated_acknowledges_a_new_group_only_once_the_passive_has_it(make_pair):
+    pair = make_pair(ack="replicated", on_passive_lost="wait", passive_timeout=1.0)
+    active, _ = pair.up()
+    publish(active.endpoint, 10)
+    consume(active.endpoint, "kept", 1, lambda seq: True).destroy()
+    pair.stop("backup")
+    with pytest.raises(ZepsError) as caught:           # a group the passive never got is not acknowledged
+        Consumer(active.endpoint, "s", "lonely", timeout=5)
+    assert "GROUP: replication" in str(caught.value)
+    assert active.call("INFO")["counters"]["group_unreplicated"] == 1
+    again = Consumer(active.endpoint, "s", "kept", timeout=5)   # joining a group changes nothing kept
+    try:
+        assert again.get(timeout=10).seq == 2
+    finally:
+        again.destroy()
+
+
+def test_after_a_takeover_the_copied_entries_are_redelivered_after_ack_wait(make_pair):
+    """In one process: the primary goes, a member with both endpoints votes the backup in; what was pending
+    comes again after ack_wait, what was acknowledged never does."""
+    pair = make_pair(ack="replicated", on_passive_lost="degrade", passive_timeout=0.5)
+    active, passive = pair.up()
+    publish(active.endpoint, 100)
+    held = consume(active.endpoint, "work", 100, lambda seq: seq > 30, ack_wait=2.0)    # 1-30 stay pending
+    wait_for(lambda: groups(passive).get(("s", "work"), {}).get("acked") == 70, 20, "the acks on the passive")
+    held.destroy()
+    endpoints = "%s,%s" % (active.endpoint, passive.endpoint)
+    stopped = gevent.get_hub().loop.now()
+    pair.stop("primary")
+    member = Consumer(endpoints, "s", "work", heartbeat=0.2, expiry=1.0, timeout=20)
+    try:
+        assert pair_info(passive)["state"] == "active"
+        got = []
+        while len(got) < 30:
+            message = member.get(timeout=20)
+            assert message is not None
+            got.append((message.seq, message.deliveries))
+            message.ack()
+            if len(got) == 1:       # members that held them get ack_wait from the takeover to ack them
+                assert gevent.get_hub().loop.now() - stopped >= 2.0
+        assert sorted(got) == [(seq, 2) for seq in range(1, 31)]     # each delivered once more, none of 31-100
+        assert member.get(timeout=0.5) is None
+        wait_for(lambda: groups(passive)[("s", "work")]["pending"] == 0, 20, "the acks")
+        assert groups(passive)[("s", "work")]["acked"] == 100
+    finally:
+        member.destroy()
