@@ -639,6 +639,35 @@ class Replica:
             self.token = None       # (a frame lost on the link): the next heartbeat follows again
             return
         self.gnext = first + len(items)
+        try:
+            stores = self._apply_groups(first, items)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            broker.stats["pair_malformed"] += 1
+            log.warning("%s: bad group records from the active (%s): following again", broker.name, exc)
+            stores = None
+        if stores is None:
+            self.token = None           # the next heartbeat follows again: a new snapshot
+            return
+        done = [self.gnext - 1, len(stores)]
+        self.gdone.append(done)
+        gdone, level = self.gdone, broker.level
+
+        def kept():
+            done[1] -= 1
+            if gdone is not self.gdone:
+                return          # (a new session since)
+            while gdone and gdone[0][1] <= 0:
+                self._group_reached(gdone.popleft()[0])
+
+        if not stores:
+            done[1] = 1
+            kept()
+        for store in stores:
+            store.when(level, kept)
+
+    def _apply_groups(self, first, items):
+        """Apply GREC ``items``; the stores they were logged to, or None if one cannot be opened."""
+        broker = self.broker
         stores = set()
         for n, (key, record) in enumerate(items, first):
             kind = record[0]
@@ -659,26 +688,10 @@ class Replica:
             if store is None:
                 broker.stats["pair_journal_errors"] += 1
                 log.error("%s: stream %s: cannot keep its groups; following again soon", broker.name, key)
-                self.token = None
-                return
+                return None
             stores.add(store)
         stores.discard(None)
-        done = [self.gnext - 1, len(stores)]
-        self.gdone.append(done)
-        gdone, level = self.gdone, broker.level
-
-        def kept():
-            done[1] -= 1
-            if gdone is not self.gdone:
-                return          # (a new session since)
-            while gdone and gdone[0][1] <= 0:
-                self._group_reached(gdone.popleft()[0])
-
-        if not stores:
-            done[1] = 1
-            kept()
-        for store in stores:
-            store.when(level, kept)
+        return stores
 
     def _group_reached(self, number):
         if self.token is None:

@@ -127,3 +127,73 @@ def test_after_a_takeover_the_copied_entries_are_redelivered_after_ack_wait(make
         assert groups(passive)[("s", "work")]["acked"] == 100
     finally:
         member.destroy()
+
+
+def test_a_takeover_cuts_a_group_back_to_what_the_journal_holds(tmp_path):
+    """The old active handed out sequences that never reached us (ack="written"): after the takeover the
+    group resumes at our last record, and new messages under those numbers are delivered, not skipped."""
+    import msgpack
+
+    from zactors.patterns.zeps.broker import Broker
+
+    from .test_vote import FakeActive
+
+    backup = Broker(str(tmp_path / "b"), role="backup", heartbeat=0.25, name="backup")
+    active = FakeActive(backup.pair_endpoint)
+    member = None
+    try:
+        backup.call("PEER", active.endpoint)
+        _, _, token, _ = active.recv(b"FOLLOW")
+        epochs = [[1, 1]]
+        active.send(b"STREAMS", token, msgpack.packb({"s": [1, True, 2, epochs, 0]}), msgpack.packb([]))
+        active.send(b"REC", token, b"s", msgpack.packb([epochs, [[1, 1.0, b"k", b"m1", None, 0],
+                                                                 [2, 2.0, b"k", b"m2", None, 0]]]))
+        group = ["S", b"work", b"", 5, 1.0, 5, {"delivered": 4}, [1, 1, 2, 1, 4, 1, 5, 1]]   # 4, 5: not ours
+        active.send(b"GREC", token, msgpack.packb([7, [[None, ["B"]], ["s", group], [None, ["E"]]]]))
+        wait_for(lambda: pair_info(backup)["ready"], 10, "the backup ready")
+        assert groups(backup)[("s", "work")]["cursor"] == 5
+        wait_for(lambda: pair_info(backup)["peer_state"] is None, 5, "the fake active to be silent")
+        member = Consumer(backup.endpoint, "s", "work", heartbeat=0.2, expiry=2.0, timeout=10)   # its vote
+        assert pair_info(backup)["state"] == "active"
+        assert groups(backup)[("s", "work")]["cursor"] == 2
+        got = sorted((m.seq, m.deliveries, m.body) for m in (member.get(timeout=10), member.get(timeout=10)))
+        assert got == [(1, 2, b"m1"), (2, 2, b"m2")]
+        with Publisher(backup.endpoint, "s") as pub:
+            pub.publish("k", b"m3")
+            pub.flush()
+        third = member.get(timeout=10)
+        assert (third.seq, third.deliveries, third.body) == (3, 1, b"m3")
+        assert backup.call("INFO")["counters"]["group_cut_back"] == 1
+    finally:
+        if member is not None:
+            member.destroy()
+        active.close()
+        backup.destroy()
+
+
+@pytest.mark.parametrize("items", [
+    [[None, ["B"]], ["s", ["R"]]],                  # a record too short
+    [[None, ["B"]], [7, ["X", b"g"]]],              # a stream name that is not one
+    [["s", ["S", b"g", b"", 0, 1.0, 5, {}, []]]],   # a session that does not start with its snapshot
+])
+def test_bad_group_records_make_the_passive_follow_again(tmp_path, items):
+    import msgpack
+
+    from zactors.patterns.zeps.broker import Broker
+
+    from .test_vote import FakeActive
+
+    backup = Broker(str(tmp_path / "b"), role="backup", heartbeat=0.25, name="backup")
+    active = FakeActive(backup.pair_endpoint)
+    try:
+        backup.call("PEER", active.endpoint)
+        _, _, token, _ = active.recv(b"FOLLOW")
+        active.send(b"STREAMS", token, msgpack.packb({}), msgpack.packb([]))
+        active.send(b"GREC", token, msgpack.packb([1, items]))
+        _, _, again, _ = active.recv(b"FOLLOW")           # a new session, and the broker goes on
+        assert again != token and not pair_info(backup)["ready"]
+        counters = backup.call("INFO")["counters"]
+        assert counters.get("pair_malformed", 0) + counters.get("pair_resyncs", 0) == 1
+    finally:
+        active.close()
+        backup.destroy()
