@@ -34,7 +34,7 @@ holds the message).  A broker pair (``"tcp://a:5570,tcp://b:5570"``, or a
 cluster map): the consumer joins whichever is active, trying the other when
 one answers ``PASSIVE:`` or falls silent; the pair replicates the groups, so
 after a failover the group goes on from what the passive had (see
-``docs/zeps-extensions.md``, "groups in a pair").
+``docs/zeps-extensions.md``, "Consumer groups in a pair").
 
 The consumer is an actor owning its socket.  :meth:`get`, iteration,
 ``ack`` and ``nack`` are safe from many greenlets; ``ack``/``nack`` also
