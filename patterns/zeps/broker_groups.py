@@ -173,15 +173,28 @@ class Groups:
             self.stats["group_compactions"] += 1
             table.store.compact(lambda: [x.snapshot() for x in table.groups.values()])
 
-    def _group_replicated(self, identity, answer):
-        """Send ``answer`` to ``identity`` once the passive of a pair has the group records logged so far
-        (ack="replicated"; at once otherwise); INVALID ``GROUP: replication: ...`` if it cannot."""
-        pair = self._pair
-        if pair is None:
+    def _group_kept(self, table, identity, answer, then=None, failed=None):
+        """Send ``answer`` to ``identity`` (then call ``then()``) once what ``table``'s store logged so far is
+        at the acknowledgement level: in its journal at ours, and with ack="replicated" on the passive of
+        the pair too (else INVALID ``GROUP: replication: ...``, counted ``group_unreplicated``, and
+        ``failed()``)."""
+        def ok():
             self._send(identity, answer)
-            return
-        pair.source.when_groups_replicated(lambda: self._send(identity, answer),
-                                           lambda reason: self._group_refuse(identity, reason, "group_unreplicated"))
+            if then is not None:
+                then()
+
+        def refused(reason):
+            self._group_refuse(identity, reason, "group_unreplicated")
+            if failed is not None:
+                failed()
+
+        def logged():
+            if self._pair is None:
+                ok()
+            else:
+                self._pair.source.when_groups_replicated(ok, refused)
+
+        table.store.when(self.level, logged)
 
     # -- a pair's passive: the active's records, copied (:mod:`.replication`) --------------------
     def _groups_copy(self, name, record):
@@ -286,8 +299,7 @@ class Groups:
         if table is None:
             return
         group = table.groups.get(message.group)
-        created = group is None
-        if created:
+        if group is None:
             group = self._create_group(peer, table, message)
             if group is None:
                 return
@@ -295,14 +307,27 @@ class Groups:
             self._group_refuse(identity, "group %s has %d members (at most %d)" % (
                 message.group.decode(), len(group.members), self.max_group_members), "group_members_full")
             return
-        group.members[identity] = peer
-        table.active[group.name] = group
         self._members[identity] = group
         self.stats["group_joined"] += 1
-        if created:     # kept (a pair: on the passive too) before it is said: a failover keeps the group
-            self._group_replicated(identity, g.join_ok(group.cursor))
-        else:
+        if group.kept:
             self._send(identity, g.join_ok(group.cursor))
+            self._member_in(peer, group)
+            return
+
+        def kept():     # a new group is kept (a pair: on the passive too) before it is said, or served
+            group.kept = True
+            self._member_in(peer, group)
+
+        self._group_kept(table, identity, g.join_ok(group.cursor), kept, lambda: self._members.pop(identity, None))
+
+    def _member_in(self, peer, group):
+        """``peer``, told JOIN-OK, is a member now (unless it left, or its group went, meanwhile)."""
+        identity = peer.identity
+        if self._members.get(identity) is not group or self._peers.get(identity) is not peer \
+                or self._tables[group.stream].groups.get(group.name) is not group:
+            return
+        group.members[identity] = peer
+        self._tables[group.stream].active[group.name] = group
         self._pump_group(group)
 
     def _create_group(self, peer, table, message):
@@ -337,6 +362,7 @@ class Groups:
             self._group_refuse(identity, "pattern %r is not valid" % message.pattern[:40], "group_bad_pattern")
             return None
         group.creator = creator
+        group.kept = False      # until its S record is at the level (JOIN-OK waits for it)
         self._group_creators[creator] = self._group_creators.get(creator, 0) + 1
         table.groups[group.name] = group
         self.stats["groups_created"] += 1
@@ -366,7 +392,7 @@ class Groups:
             self._group_creators[group.creator] -= 1
         self._log(group, ["X", name])
         self.stats["groups_deleted"] += 1
-        self._group_replicated(peer.identity, g.group_deleted(name))
+        self._group_kept(table, peer.identity, g.group_deleted(name))
 
     def _ack(self, peer, group, ranges):
         """Acknowledge what ``ranges`` name that this member holds (or nobody holds).  The work is bounded
