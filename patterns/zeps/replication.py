@@ -21,8 +21,8 @@ failover) and adopts the active's epoch history as it reaches each epoch.
 
 Consumer groups ride the same session: every record the active logs for a
 group (:mod:`.group_state`: create, deliveries, acks, dead letters, delete)
-goes to the passive in GREC batches, numbered across the session; a session
-starts with a snapshot of every group (``B``, the ``S`` records, ``E``).
+goes to the passive in GREC batches, numbered one by one (on across
+sessions); a session starts with a snapshot of every group (``B``, the ``S`` records, ``E``).
 The passive applies and logs them as the active did (its own group store)
 and acknowledges the last number once its stores have it at its level (the
 ACK's third field); it is not ready before the snapshot is acknowledged.
@@ -203,6 +203,7 @@ class Source:
         self.behind_since.clear()
         self.waiters.clear()        # their peers were dropped with the DETACH
         self.gwaiters.clear()
+        self.gacked = self.gseq     # (no lag to report while passive)
         self.degraded = False
 
     def on_ack(self, identity, token, acks, gack=None):
@@ -460,7 +461,8 @@ class Replica:
         self.truncated = 0        # records dropped as lone (split brain) or divergent, ever
         self.gnext = None         # the number of the next group record expected (None: a snapshot's B)
         self.gsnap = None         # streams whose groups the snapshot under way replaced
-        self.gready = None        # the number of the snapshot's E (ready once it is at our level)
+        self.gready = None        # the number of the snapshot's E
+        self.gkept = False        # the snapshot is at our level: ready as far as groups go
         self.gdone = deque()      # [number, stores still writing] per GREC, in order
         self.gack = None          # the last group record at our level, not yet sent
 
@@ -483,6 +485,7 @@ class Replica:
         self.asked = _monotonic()
         self.targets = {}
         self.gnext = self.gsnap = self.gready = self.gack = None
+        self.gkept = False
         self.gdone = deque()
         self.pair.fsm.ready = False
         self.pair.to_peer([b"FOLLOW", self.token, pack(positions)])
@@ -633,7 +636,8 @@ class Replica:
         first = int(first)
         if not items:
             return
-        if (first != self.gnext) if self.gnext is not None else (items[0] != [None, ["B"]]):
+        in_order = first == self.gnext if self.gnext is not None else items[0] == [None, ["B"]]  # a session: B first
+        if not in_order:
             broker.stats["pair_resyncs"] += 1
             log.warning("%s: group record %d after %s: following again", broker.name, first, self.gnext)
             self.token = None       # (a frame lost on the link): the next heartbeat follows again
@@ -699,12 +703,12 @@ class Replica:
         self.gack = number
         if self.ack_timer is None:
             self.ack_timer = self.broker.call_later(0, self._send_acks)
-        if self.gready is not None and number >= self.gready:
-            self.gready = -1            # the snapshot is kept: ready as far as groups go
+        if not self.gkept and self.gready is not None and number >= self.gready:
+            self.gkept = True
             self._check_ready()
 
     def _check_ready(self):
-        if self.targets or self.pair.fsm.ready or self.token is None or self.gready != -1:
+        if self.targets or self.pair.fsm.ready or self.token is None or not self.gkept:
             return
         self.pair.fsm.ready = True
         self.broker.stats["pair_caught_up"] += 1
