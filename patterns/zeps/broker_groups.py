@@ -27,7 +27,13 @@ state is a :class:`~.group_state.Group`, logged per stream by a
   holds) is refused and counted (``group_acks_refused``,
   ``group_nacks_refused``); the group goes on.
 - Reads: the journal's tail cache in the loop; older records on the hub's
-  threadpool (one read per group at a time).
+  threadpool (one read per group at a time).  A stream's groups' journal
+  opens (or is created) on the threadpool at its first JOIN (a pair's
+  passive: its first group record), never in the loop; at start, in setup.
+- A pair (:mod:`.replication`): the active's records go to the passive too;
+  JOIN-OK of a new group and GROUP-DELETED wait until they are kept (at our
+  level, and with ack="replicated" on the passive); a takeover serves the
+  copied groups (:meth:`Groups._groups_take_over`).
 
 Runs in the broker's loop only.
 """
@@ -95,9 +101,15 @@ class Groups:
         self._due_n = itertools.count()
         self._group_creators = {}
         self._pending_total = 0
+        self._tables_loading = {}  # stream name -> [done(table), ...]: its store loads on the threadpool
         for entry in sorted(os.listdir(self.journal_dir)):  # groups of every stream: timers, INFO, metrics
-            if entry.endswith(".groups") and stream_name(entry[:-7]) is not None:
-                self._table(stream_name(entry[:-7]), None)
+            name = stream_name(entry[:-7]) if entry.endswith(".groups") else None
+            if name is not None:
+                directory = os.path.join(self.journal_dir, entry)
+                try:
+                    self._new_table(name, directory, load(directory))   # (at start: blocking is fine)
+                except (JournalError, OSError) as exc:
+                    self._table_failed(name, exc)
         self.call_every(0.01, self._groups_due)
 
     def _groups_teardown(self):
@@ -105,22 +117,43 @@ class Groups:
             table.store.close()
 
     # -- the store ------------------------------------------------------------------------
-    def _table(self, name, identity):
-        """The groups of stream ``name``, loaded from its store the first time (blocks: disk); None, and
-        INVALID to ``identity`` (if any), when the store cannot be opened (counted, logged)."""
+    def _table_soon(self, name, done):
+        """``done(table)`` with the groups of stream ``name``: now if they are loaded, else once its store is
+        (opened or created, a few fsyncs: on the threadpool, never in the loop); ``done(None)`` when it
+        cannot be opened (counted, logged)."""
         table = self._tables.get(name)
         if table is not None:
-            return table
+            done(table)
+            return
+        waiting = self._tables_loading.get(name)
+        if waiting is not None:
+            waiting.append(done)
+            return
+        self._tables_loading[name] = [done]
         directory = os.path.join(self.journal_dir, stream_directory(name) + ".groups")
-        try:
-            generation, journal, records = load(directory)
-        except (JournalError, OSError) as exc:
-            self.stats["group_store_errors"] += 1
-            log.error("%s: stream %s: cannot open its groups' journal: %s", self.name,
-                      name.decode("ascii", "replace"), exc)
-            if identity is not None:
-                self._send(identity, p.invalid("GROUP: stream %s cannot keep groups now: %s" % (name.decode(), exc)))
-            return None
+        self.run_in_thread(load, directory, on_done=lambda loaded, error: self._table_loaded(name, directory, loaded,
+                                                                                              error))
+
+    def _table_loaded(self, name, directory, loaded, error):
+        waiting = self._tables_loading.pop(name, ())
+        if error is not None:
+            if not isinstance(error, (JournalError, OSError)):
+                raise error
+            self._table_failed(name, error)
+            table = None
+        else:
+            table = self._new_table(name, directory, loaded)
+        for done in waiting:
+            done(table)
+
+    def _table_failed(self, name, exc):
+        self.stats["group_store_errors"] += 1
+        log.error("%s: stream %s: cannot open its groups' journal: %s", self.name, name.decode("ascii", "replace"),
+                  exc)
+
+    def _new_table(self, name, directory, loaded):
+        """The groups of stream ``name`` from what :func:`.group_store.load` read: replayed, their timers set."""
+        generation, journal, records = loaded
         policy = self.fsync if isinstance(self.fsync, str) else "interval"
         if self.level == "synced":   # (ack="synced", or "replicated" with replica_ack="synced")
             policy = "batch"
@@ -198,11 +231,9 @@ class Groups:
 
     # -- a pair's passive: the active's records, copied (:mod:`.replication`) --------------------
     def _groups_copy(self, name, record):
-        """Apply and log ``record`` of stream ``name``'s groups, as the active logged it; returns the store
-        (None, counted, when it cannot be opened)."""
-        table = self._table(name, None)
-        if table is None:
-            return None
+        """Apply and log ``record`` of stream ``name``'s groups (loaded: :meth:`_table_soon`), as the active
+        logged it; returns the store."""
+        table = self._tables[name]      # (loaded first: _table_soon)
         self._apply_group_record(name, table, record, _monotonic())
         self._store_log(table, record)
         return table.store
@@ -288,15 +319,26 @@ class Groups:
         return False
 
     def _join(self, peer, message):
-        identity, stream = peer.identity, peer.stream
+        if self._joined_before(peer) or not self._may_consume(peer):
+            return
+        self._table_soon(peer.stream.name, lambda table: self._join_table(peer, message, table))
+
+    def _joined_before(self, peer):
+        identity = peer.identity
         if identity in self._members or peer.filter is not None:
             self._group_refuse(identity, "this peering already %s" % (
                 "joined a group" if identity in self._members else "subscribed"), "group_join_twice")
-            return
-        if not self._may_consume(peer):
-            return
-        table = self._table(stream.name, identity)
+            return True
+        return False
+
+    def _join_table(self, peer, message, table):
+        """JOIN, once the stream's groups are loaded."""
+        identity = peer.identity
+        if self._peers.get(identity) is not peer or self._joined_before(peer):
+            return      # (it left meanwhile, or sent JOIN twice)
         if table is None:
+            self._group_refuse(identity, "stream %s cannot keep groups now (its groups' journal does not open: "
+                               "see the broker's log)" % peer.stream.name.decode(), "group_store_refused")
             return
         group = table.groups.get(message.group)
         if group is None:
@@ -372,10 +414,8 @@ class Groups:
     def _group_delete(self, peer, name):
         if not self._may_consume(peer):
             return
-        table = self._table(peer.stream.name, peer.identity)
-        if table is None:
-            return
-        group = table.groups.pop(name, None)
+        table = self._tables.get(peer.stream.name)     # (none: the stream never had a group)
+        group = None if table is None else table.groups.pop(name, None)
         if group is None:
             self._group_refuse(peer.identity, "no group %s on stream %s" % (name.decode(), peer.stream.name.decode()),
                                "group_unknown")
@@ -755,14 +795,12 @@ class Groups:
                 if may_see is None or may_see(name) for group in table.groups.values()]
 
     def _groups_report(self, peer, name):
-        table = self._table(peer.stream.name, peer.identity)
-        if table is None:
-            return
+        groups = getattr(self._tables.get(peer.stream.name), "groups", {})   # (no table: no group ever)
         now = _monotonic()
         if name:
-            group = table.groups.get(name)
+            group = groups.get(name)
             report = [] if group is None else [self._group_summary(group, now)]
         else:
-            report = [self._group_summary(group, now) for group in table.groups.values()]
+            report = [self._group_summary(group, now) for group in groups.values()]
         self.stats["group_queries"] += 1
         self._send(peer.identity, g.groups_ok(json.dumps(report).encode()))

@@ -465,6 +465,7 @@ class Replica:
         self.gkept = False        # the snapshot is at our level: ready as far as groups go
         self.gdone = deque()      # [number, stores still writing] per GREC, in order
         self.gack = None          # the last group record at our level, not yet sent
+        self.gqueue = deque()     # (first, items) of GRECs to apply, in order (waiting for a group store to open)
 
     def ensure_following(self):
         now = _monotonic()
@@ -487,6 +488,7 @@ class Replica:
         self.gnext = self.gsnap = self.gready = self.gack = None
         self.gkept = False
         self.gdone = deque()
+        self.gqueue = deque()
         self.pair.fsm.ready = False
         self.pair.to_peer([b"FOLLOW", self.token, pack(positions)])
 
@@ -494,6 +496,7 @@ class Replica:
         self.token = None
         self.targets = {}
         self.gdone = deque()
+        self.gqueue = deque()
 
     def on_again(self, token):
         fsm = self.pair.fsm
@@ -643,16 +646,46 @@ class Replica:
             self.token = None       # (a frame lost on the link): the next heartbeat follows again
             return
         self.gnext = first + len(items)
-        try:
-            stores = self._apply_groups(first, items)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-            broker.stats["pair_malformed"] += 1
-            log.warning("%s: bad group records from the active (%s): following again", broker.name, exc)
-            stores = None
-        if stores is None:
-            self.token = None           # the next heartbeat follows again: a new snapshot
+        self.gqueue.append((first, items))
+        self._drain_groups()
+
+    def _drain_groups(self):
+        """Apply the GRECs received, in order; a stream whose groups are not loaded yet has its store opened
+        off the loop (:meth:`Groups._table_soon`) and the records wait for it."""
+        broker = self.broker
+        while self.gqueue and self.token is not None:
+            first, items = self.gqueue[0]
+            try:
+                names = {key.encode("latin-1") for key, _ in items if key is not None}
+                missing = [name for name in names if name not in broker._tables]
+                stores = None if missing else self._apply_groups(first, items)
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+                broker.stats["pair_malformed"] += 1
+                log.warning("%s: bad group records from the active (%s): following again", broker.name, exc)
+                self.token = None       # the next heartbeat follows again: a new snapshot
+                return
+            if missing:
+                for name in missing:
+                    broker._table_soon(name, lambda table, token=self.token: self._table_ready(token, table))
+                return
+            self.gqueue.popleft()
+            self._keep_groups(first + len(items) - 1, stores)
+
+    def _table_ready(self, token, table):
+        if token != self.token:
             return
-        done = [self.gnext - 1, len(stores)]
+        if table is None:
+            self.broker.stats["pair_journal_errors"] += 1
+            log.error("%s: a stream's groups cannot be kept; following again soon", self.broker.name)
+            self.token = None
+            return
+        self._drain_groups()
+
+    def _keep_groups(self, last, stores):
+        """Acknowledge the GREC just applied (up to number ``last``) once ``stores`` have it at our level
+        (after the ones before)."""
+        broker = self.broker
+        done = [last, len(stores)]
         self.gdone.append(done)
         gdone, level = self.gdone, broker.level
 
@@ -670,7 +703,7 @@ class Replica:
             store.when(level, kept)
 
     def _apply_groups(self, first, items):
-        """Apply GREC ``items``; the stores they were logged to, or None if one cannot be opened."""
+        """Apply GREC ``items`` (their streams' groups loaded); the stores they were logged to."""
         broker = self.broker
         stores = set()
         for n, (key, record) in enumerate(items, first):
@@ -688,12 +721,7 @@ class Replica:
             if self.gsnap is not None and name not in self.gsnap:
                 self.gsnap.add(name)            # the snapshot replaces what we held of this stream's groups
                 stores.add(broker._groups_drop(name))
-            store = broker._groups_copy(name, record)
-            if store is None:
-                broker.stats["pair_journal_errors"] += 1
-                log.error("%s: stream %s: cannot keep its groups; following again soon", broker.name, key)
-                return None
-            stores.add(store)
+            stores.add(broker._groups_copy(name, record))
         stores.discard(None)
         return stores
 

@@ -30,7 +30,8 @@ def publish(endpoint, n, stream="s"):
 def consume(endpoint, group, n, ack, pattern=b"", stream="s", ack_wait=60.0):
     """Take ``n`` messages as a member of ``group``; ack those for which ``ack(seq)``; returns the consumer
     (still a member: what it did not ack stays pending)."""
-    consumer = Consumer(endpoint, stream, group, pattern=pattern, ack_wait=ack_wait, heartbeat=0.2, expiry=2.0)
+    consumer = Consumer(endpoint, stream, group, pattern=pattern, ack_wait=ack_wait, heartbeat=0.2, expiry=2.0,
+                        timeout=15)   # (a first JOIN creates the group's journal, in the loop: slow under load)
     for _ in range(n):
         message = consumer.get(timeout=10)
         assert message is not None
@@ -91,7 +92,7 @@ def test_replicated_acknowledges_a_new_group_only_once_the_passive_has_it(make_p
         Consumer(active.endpoint, "s", "lonely", timeout=5)
     assert "GROUP: replication" in str(caught.value)
     assert active.call("INFO")["counters"]["group_unreplicated"] == 1
-    again = Consumer(active.endpoint, "s", "kept", timeout=5)   # joining a group changes nothing kept
+    again = Consumer(active.endpoint, "s", "kept", timeout=15)   # joining a group changes nothing kept
     try:
         assert again.get(timeout=10).seq == 2
     finally:
@@ -153,7 +154,7 @@ def test_a_takeover_cuts_a_group_back_to_what_the_journal_holds(tmp_path):
         wait_for(lambda: pair_info(backup)["ready"], 10, "the backup ready")
         assert groups(backup)[("s", "work")]["cursor"] == 5
         wait_for(lambda: pair_info(backup)["peer_state"] is None, 5, "the fake active to be silent")
-        member = Consumer(backup.endpoint, "s", "work", heartbeat=0.2, expiry=2.0, timeout=10)   # its vote
+        member = Consumer(backup.endpoint, "s", "work", heartbeat=0.2, expiry=2.0, timeout=15)   # its vote
         assert pair_info(backup)["state"] == "active"
         assert groups(backup)[("s", "work")]["cursor"] == 2
         got = sorted((m.seq, m.deliveries, m.body) for m in (member.get(timeout=10), member.get(timeout=10)))
