@@ -27,7 +27,13 @@ state is a :class:`~.group_state.Group`, logged per stream by a
   holds) is refused and counted (``group_acks_refused``,
   ``group_nacks_refused``); the group goes on.
 - Reads: the journal's tail cache in the loop; older records on the hub's
-  threadpool (one read per group at a time).
+  threadpool (one read per group at a time).  A stream's groups' journal
+  opens (or is created) on the threadpool at its first JOIN (a pair's
+  passive: its first group record), never in the loop; at start, in setup.
+- A pair (:mod:`.replication`): the active's records go to the passive too;
+  JOIN-OK of a new group and GROUP-DELETED wait until they are kept (at our
+  level, and with ack="replicated" on the passive); a takeover serves the
+  copied groups (:meth:`Groups._groups_take_over`).
 
 Runs in the broker's loop only.
 """
@@ -95,9 +101,15 @@ class Groups:
         self._due_n = itertools.count()
         self._group_creators = {}
         self._pending_total = 0
+        self._tables_loading = {}  # stream name -> [done(table), ...]: its store loads on the threadpool
         for entry in sorted(os.listdir(self.journal_dir)):  # groups of every stream: timers, INFO, metrics
-            if entry.endswith(".groups") and stream_name(entry[:-7]) is not None:
-                self._table(stream_name(entry[:-7]), None)
+            name = stream_name(entry[:-7]) if entry.endswith(".groups") else None
+            if name is not None:
+                directory = os.path.join(self.journal_dir, entry)
+                try:
+                    self._new_table(name, directory, load(directory))   # (at start: blocking is fine)
+                except (JournalError, OSError) as exc:
+                    self._table_failed(name, exc)
         self.call_every(0.01, self._groups_due)
 
     def _groups_teardown(self):
@@ -105,49 +117,73 @@ class Groups:
             table.store.close()
 
     # -- the store ------------------------------------------------------------------------
-    def _table(self, name, identity):
-        """The groups of stream ``name``, loaded from its store the first time (blocks: disk); None, and
-        INVALID to ``identity`` (if any), when the store cannot be opened (counted, logged)."""
+    def _table_soon(self, name, done):
+        """``done(table)`` with the groups of stream ``name``: now if they are loaded, else once its store is
+        (opened or created, a few fsyncs: on the threadpool, never in the loop); ``done(None)`` when it
+        cannot be opened (counted, logged)."""
         table = self._tables.get(name)
         if table is not None:
-            return table
+            done(table)
+            return
+        waiting = self._tables_loading.get(name)
+        if waiting is not None:
+            waiting.append(done)
+            return
+        self._tables_loading[name] = [done]
         directory = os.path.join(self.journal_dir, stream_directory(name) + ".groups")
-        try:
-            generation, journal, records = load(directory)
-        except (JournalError, OSError) as exc:
-            self.stats["group_store_errors"] += 1
-            log.error("%s: stream %s: cannot open its groups' journal: %s", self.name,
-                      name.decode("ascii", "replace"), exc)
-            if identity is not None:
-                self._send(identity, p.invalid("GROUP: stream %s cannot keep groups now: %s" % (name.decode(), exc)))
-            return None
+        self.run_in_thread(load, directory, on_done=lambda loaded, error: self._table_loaded(name, directory, loaded,
+                                                                                              error))
+
+    def _table_loaded(self, name, directory, loaded, error):
+        waiting = self._tables_loading.pop(name, ())
+        if error is not None:
+            if not isinstance(error, (JournalError, OSError)):
+                raise error
+            self._table_failed(name, error)
+            table = None
+        else:
+            table = self._new_table(name, directory, loaded)
+        for done in waiting:
+            done(table)
+
+    def _table_failed(self, name, exc):
+        self.stats["group_store_errors"] += 1
+        log.error("%s: stream %s: cannot open its groups' journal: %s", self.name, name.decode("ascii", "replace"),
+                  exc)
+
+    def _new_table(self, name, directory, loaded):
+        """The groups of stream ``name`` from what :func:`.group_store.load` read: replayed, their timers set."""
+        generation, journal, records = loaded
         policy = self.fsync if isinstance(self.fsync, str) else "interval"
-        if self.ack == "synced":
+        if self.level == "synced":   # (ack="synced", or "replicated" with replica_ack="synced")
             policy = "batch"
         interval = self.fsync if isinstance(self.fsync, (int, float)) else 0.1
         table = self._tables[name] = _Table(GroupStore(self, directory, generation, journal, policy, interval,
                                                        records))
         now = _monotonic()
-        groups = table.groups
         for record in records:
-            kind = record[0]
-            if kind == "S":
-                _, gname, pattern, cursor, ack_wait, max_deliver, counters, flat = record
-                group = self._new_group(name, gname, pattern, cursor, ack_wait, max_deliver, counters)
-                if group is not None:
-                    group.load_pending(flat, now)
-                    groups[gname] = group
-            elif kind == "X":
-                groups.pop(record[1], None)
-            elif kind in ("R", "A"):
-                group = groups.get(record[1])
-                if group is not None:
-                    group.apply(record, now)
-        for group in groups.values():  # recovered entries: held by nobody, delivered again after ack_wait
+            self._apply_group_record(name, table, record, now)
+        for group in table.groups.values():  # recovered entries: held by nobody, delivered again after ack_wait
             self._pending_total += len(group.pending)
             for seq, entry in group.pending.items():
                 self._push_due(group, seq, entry)
         return table
+
+    def _apply_group_record(self, name, table, record, now):
+        """Replay one logged record of stream ``name``'s groups (at load, and a pair's passive as it copies)."""
+        kind, groups = record[0], table.groups
+        if kind == "S":
+            _, gname, pattern, cursor, ack_wait, max_deliver, counters, flat = record
+            group = self._new_group(name, gname, pattern, cursor, ack_wait, max_deliver, counters)
+            if group is not None:
+                group.load_pending(flat, now)
+                groups[gname] = group
+        elif kind == "X":
+            groups.pop(record[1], None)
+        elif kind in ("R", "A"):
+            group = groups.get(record[1])
+            if group is not None:
+                group.apply(record, now)
 
     def _new_group(self, stream, name, pattern, cursor, ack_wait, max_deliver, counters=None):
         flt = Filter()
@@ -158,11 +194,85 @@ class Groups:
         return Group(name, stream, pattern, flt, cursor, ack_wait, max_deliver, counters)
 
     def _log(self, group, record):
-        table = self._tables[group.stream]
+        """Log ``record`` of ``group``; the active of a pair also replicates it (:mod:`.replication`)."""
+        self._store_log(self._tables[group.stream], record)
+        pair = self._pair
+        if pair is not None and pair.active:
+            pair.source.group_record(group.stream, record)
+
+    def _store_log(self, table, record):
         table.store.log(record)
         if table.store.should_compact(sum(len(x.pending) // 512 + 1 for x in table.groups.values())):
             self.stats["group_compactions"] += 1
             table.store.compact(lambda: [x.snapshot() for x in table.groups.values()])
+
+    def _group_kept(self, table, identity, answer, then=None, failed=None):
+        """Send ``answer`` to ``identity`` (then call ``then()``) once what ``table``'s store logged so far is
+        at the acknowledgement level: in its journal at ours, and with ack="replicated" on the passive of
+        the pair too (else INVALID ``GROUP: replication: ...``, counted ``group_unreplicated``, and
+        ``failed()``)."""
+        def ok():
+            self._send(identity, answer)
+            if then is not None:
+                then()
+
+        def refused(reason):
+            self._group_refuse(identity, reason, "group_unreplicated")
+            if failed is not None:
+                failed()
+
+        def logged():
+            if self._pair is None:
+                ok()
+            else:
+                self._pair.source.when_groups_replicated(ok, refused)
+
+        table.store.when(self.level, logged)
+
+    # -- a pair's passive: the active's records, copied (:mod:`.replication`) --------------------
+    def _groups_copy(self, name, record):
+        """Apply and log ``record`` of stream ``name``'s groups (loaded: :meth:`_table_soon`), as the active
+        logged it; returns the store."""
+        table = self._tables[name]      # (loaded first: _table_soon)
+        self._apply_group_record(name, table, record, _monotonic())
+        self._store_log(table, record)
+        return table.store
+
+    def _groups_drop(self, name):
+        """Forget every group of stream ``name`` (logged): the active's snapshot replaces them."""
+        table = self._tables.get(name)
+        if table is None:
+            return None
+        for gname in list(table.groups):
+            del table.groups[gname]
+            self._store_log(table, ["X", gname])
+        table.active.clear()
+        return table.store
+
+    def _groups_take_over(self):
+        """A passive becomes active: every copied pending entry is held by nobody and delivered again
+        after ``ack_wait`` (from now); a group past what this journal has (the old active handed out
+        records that never reached us) goes back to the stream's end, its later entries dropped (logged)."""
+        now = _monotonic()
+        for name, table in self._tables.items():
+            stream = self._streams.get(name)
+            closed = self._closed_streams.get(name)
+            last = stream.journal.last_seq if stream is not None else closed["last_seq"] if closed else None
+            for group in table.groups.values():
+                group.ready.clear()
+                group.held.clear()
+                group.batch = None
+                if last is not None and (group.cursor > last or any(seq > last for seq in group.pending)):
+                    for seq in [seq for seq in group.pending if seq > last]:
+                        del group.pending[seq]
+                    group.cursor = group.logged_cursor = min(group.cursor, last)
+                    self.stats["group_cut_back"] += 1
+                    self._store_log(table, group.snapshot())
+                for entry in group.pending.values():
+                    entry.holder = entry.last = None
+                    entry.since, entry.deadline = now, now + group.ack_wait
+        self._pending_total = sum(len(g.pending) for t in self._tables.values() for g in t.groups.values())
+        self._rebuild_due()
 
     # -- commands -------------------------------------------------------------------------
     def _on_group_command(self, identity, peer, frame):
@@ -209,15 +319,26 @@ class Groups:
         return False
 
     def _join(self, peer, message):
-        identity, stream = peer.identity, peer.stream
+        if self._joined_before(peer) or not self._may_consume(peer):
+            return
+        self._table_soon(peer.stream.name, lambda table: self._join_table(peer, message, table))
+
+    def _joined_before(self, peer):
+        identity = peer.identity
         if identity in self._members or peer.filter is not None:
             self._group_refuse(identity, "this peering already %s" % (
                 "joined a group" if identity in self._members else "subscribed"), "group_join_twice")
-            return
-        if not self._may_consume(peer):
-            return
-        table = self._table(stream.name, identity)
+            return True
+        return False
+
+    def _join_table(self, peer, message, table):
+        """JOIN, once the stream's groups are loaded."""
+        identity = peer.identity
+        if self._peers.get(identity) is not peer or self._joined_before(peer):
+            return      # (it left meanwhile, or sent JOIN twice)
         if table is None:
+            self._group_refuse(identity, "stream %s cannot keep groups now (its groups' journal does not open: "
+                               "see the broker's log)" % peer.stream.name.decode(), "group_store_refused")
             return
         group = table.groups.get(message.group)
         if group is None:
@@ -228,11 +349,27 @@ class Groups:
             self._group_refuse(identity, "group %s has %d members (at most %d)" % (
                 message.group.decode(), len(group.members), self.max_group_members), "group_members_full")
             return
-        group.members[identity] = peer
-        table.active[group.name] = group
         self._members[identity] = group
         self.stats["group_joined"] += 1
-        self._send(identity, g.join_ok(group.cursor))
+        if group.kept:
+            self._send(identity, g.join_ok(group.cursor))
+            self._member_in(peer, group)
+            return
+
+        def kept():     # a new group is kept (a pair: on the passive too) before it is said, or served
+            group.kept = True
+            self._member_in(peer, group)
+
+        self._group_kept(table, identity, g.join_ok(group.cursor), kept, lambda: self._members.pop(identity, None))
+
+    def _member_in(self, peer, group):
+        """``peer``, told JOIN-OK, is a member now (unless it left, or its group went, meanwhile)."""
+        identity = peer.identity
+        if self._members.get(identity) is not group or self._peers.get(identity) is not peer \
+                or self._tables[group.stream].groups.get(group.name) is not group:
+            return
+        group.members[identity] = peer
+        self._tables[group.stream].active[group.name] = group
         self._pump_group(group)
 
     def _create_group(self, peer, table, message):
@@ -267,6 +404,7 @@ class Groups:
             self._group_refuse(identity, "pattern %r is not valid" % message.pattern[:40], "group_bad_pattern")
             return None
         group.creator = creator
+        group.kept = False      # until its S record is at the level (JOIN-OK waits for it)
         self._group_creators[creator] = self._group_creators.get(creator, 0) + 1
         table.groups[group.name] = group
         self.stats["groups_created"] += 1
@@ -276,10 +414,8 @@ class Groups:
     def _group_delete(self, peer, name):
         if not self._may_consume(peer):
             return
-        table = self._table(peer.stream.name, peer.identity)
-        if table is None:
-            return
-        group = table.groups.pop(name, None)
+        table = self._tables.get(peer.stream.name)     # (none: the stream never had a group)
+        group = None if table is None else table.groups.pop(name, None)
         if group is None:
             self._group_refuse(peer.identity, "no group %s on stream %s" % (name.decode(), peer.stream.name.decode()),
                                "group_unknown")
@@ -294,9 +430,9 @@ class Groups:
         group.pending.clear()
         if group.creator is not None and group.creator in self._group_creators:
             self._group_creators[group.creator] -= 1
-        table.store.log(["X", name])
+        self._log(group, ["X", name])
         self.stats["groups_deleted"] += 1
-        self._send(peer.identity, g.group_deleted(name))
+        self._group_kept(table, peer.identity, g.group_deleted(name))
 
     def _ack(self, peer, group, ranges):
         """Acknowledge what ``ranges`` name that this member holds (or nobody holds).  The work is bounded
@@ -644,7 +780,8 @@ class Groups:
     # -- introspection --------------------------------------------------------------------
     def _group_summary(self, group, now):
         stream = self._streams.get(group.stream)
-        last = stream.journal.last_seq if stream is not None else group.cursor
+        closed = self._closed_streams.get(group.stream)
+        last = stream.journal.last_seq if stream is not None else closed["last_seq"] if closed else group.cursor
         return dict(group.counters, stream=group.stream.decode("latin-1"), group=group.name.decode("latin-1"),
                     pattern=group.pattern.decode("utf-8", "replace"), cursor=group.cursor,
                     lag=max(0, last - group.cursor), pending=len(group.pending),
@@ -658,14 +795,12 @@ class Groups:
                 if may_see is None or may_see(name) for group in table.groups.values()]
 
     def _groups_report(self, peer, name):
-        table = self._table(peer.stream.name, peer.identity)
-        if table is None:
-            return
+        groups = getattr(self._tables.get(peer.stream.name), "groups", {})   # (no table: no group ever)
         now = _monotonic()
         if name:
-            group = table.groups.get(name)
+            group = groups.get(name)
             report = [] if group is None else [self._group_summary(group, now)]
         else:
-            report = [self._group_summary(group, now) for group in table.groups.values()]
+            report = [self._group_summary(group, now) for group in groups.values()]
         self.stats["group_queries"] += 1
         self._send(peer.identity, g.groups_ok(json.dumps(report).encode()))

@@ -30,7 +30,11 @@ the consumer connect, ATTACH and JOIN again; the group's cursor and pending
 list are the broker's, so it resumes where the group is (what this member
 held is redelivered after ``ack_wait``, or at once if the broker noticed the
 old peering end; an ack that arrives after is still taken while nobody else
-holds the message).
+holds the message).  A broker pair (``"tcp://a:5570,tcp://b:5570"``, or a
+cluster map): the consumer joins whichever is active, trying the other when
+one answers ``PASSIVE:`` or falls silent; the pair replicates the groups, so
+after a failover the group goes on from what the passive had (see
+``docs/zeps-extensions.md``, "Consumer groups in a pair").
 
 The consumer is an actor owning its socket.  :meth:`get`, iteration,
 ``ack`` and ``nack`` are safe from many greenlets; ``ack``/``nack`` also
@@ -47,6 +51,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+import gevent
 import zmq
 from gevent.event import Event
 
@@ -55,7 +60,8 @@ from zactors.actors.values import to_bytes
 
 from . import groups_protocol as g
 from . import protocol as p
-from .client import Curve, ZepsError, _actor_dealer, _wait
+from .client import _PASSIVE_RETRY, Curve, ZepsError, _actor_dealer, _endpoints, _passive, _wait
+from .cluster import resolve
 
 __all__ = ["Consumer", "GroupMessage", "START"]
 
@@ -101,8 +107,9 @@ class Consumer(Actor):
                  max_deliver: int | None = None, window: int = 1 << 20, ack_batch: int = 256,
                  ack_interval: float = 0.01, curve: Curve | None = None, heartbeat: float = 1.0,
                  expiry: float = 5.0, timeout: float = 5.0, name: str | None = None) -> None:
-        self.endpoint = endpoint
         self.stream = to_bytes(stream, "stream")
+        self.endpoints = _endpoints(resolve(endpoint, self.stream))  # a pair (or a cluster map: the stream's)
+        self.endpoint = self.endpoints[0]
         self.group = to_bytes(group, "group")
         self.pattern = to_bytes(pattern, "pattern")
         if isinstance(start, str):
@@ -182,19 +189,33 @@ class Consumer(Actor):
     def setup(self) -> None:
         self._sock = None
         self._joined = False
+        self._running = False       # setup is over: a PASSIVE answer makes the loop join the other broker
+        self._passive = None        # a passive broker's answer: join the other of the pair
         self._heard = _monotonic()
-        watch = self._connect(watch=True)
-        try:
-            deadline = _monotonic() + self.timeout
-            while not self._joined:
-                remaining = deadline - _monotonic()
-                if remaining <= 0 or not _wait(self._sock, watch, remaining, self.curve, self.endpoint):
-                    raise ZepsError("no answer to ATTACH/JOIN from %s within %ss" % (self.endpoint, self.timeout))
-                self._on_frames(self._sock.recv_frames())
-                if self._error is not None and not self._joined:
-                    raise self._error
-        finally:
-            watch.close()
+        deadline = _monotonic() + self.timeout
+        slice_ = self.timeout if len(self.endpoints) == 1 else max(0.5, self.heartbeat)
+        while not self._joined:
+            watch = self._connect(watch=True)
+            try:
+                until = min(deadline, _monotonic() + slice_)
+                while not self._joined and self._passive is None:
+                    remaining = until - _monotonic()
+                    if remaining <= 0 or not _wait(self._sock, watch, remaining, self.curve, self.endpoint):
+                        break
+                    self._on_frames(self._sock.recv_frames())
+                    if self._error is not None and not self._joined:
+                        raise self._error
+            finally:
+                watch.close()
+            if self._joined:
+                break
+            if _monotonic() >= deadline:
+                raise ZepsError(self._passive or "no answer to ATTACH/JOIN from %s within %ss" % (
+                    ",".join(self.endpoints), self.timeout))
+            self._passive = None
+            self._next_endpoint()
+            gevent.sleep(_PASSIVE_RETRY)
+        self._running = True
         self.add_reader(self._sock, self._on_frames)
         self.call_every(self.heartbeat / 2, self._keep_alive)
         self.call_every(self.ack_interval, self._flush)
@@ -213,8 +234,7 @@ class Consumer(Actor):
         sock, monitor = _actor_dealer(self, self._sock, self.endpoint, self.curve, max(self.window, 4096), watch)
         self._sock = sock
         self._joined = False
-        sock.send(p.attach(self.stream))
-        sock.send(self._join)
+        sock.send(p.attach(self.stream))   # JOIN follows its ATTACH-OK (a pair's passive refuses the ATTACH)
         self._heard = _monotonic()
         return monitor
 
@@ -251,19 +271,27 @@ class Consumer(Actor):
         kind = type(message)
         if kind is p.Ping:
             self._sock.send(p.PING_OK_FRAME)
+        elif kind is p.AttachOk:
+            self._sock.send(self._join)
         elif kind is g.JoinOk:
             self._joined = True
             self._sock.send(p.credit(self.window))
             self._flush()  # acks noted on the old peering: the broker takes them while nobody holds those
         elif kind is p.Detach:
-            self.stats["reattached"] += 1
-            self._reconnect()
+            if self._passive is None:   # (a passive's DETACH: we are on our way to the other broker)
+                self.stats["reattached"] += 1
+                self._reconnect()
         elif kind is g.GroupsOk:
             pass
         elif kind is p.Invalid:
             self.stats["invalid"] += 1
             reason = message.reason
-            if not self._joined:
+            if _passive(reason) and not self._joined:   # the passive of a pair: the other one serves
+                self._passive = reason
+                if self._running:
+                    self._next_endpoint()
+                    self.call_later(_PASSIVE_RETRY, self._reconnect)
+            elif not self._joined:
                 self._fail(ZepsError(reason))
             elif reason.startswith("GROUP: group") and reason.endswith("was deleted"):
                 self._fail(ZepsError(reason))
@@ -308,14 +336,20 @@ class Consumer(Actor):
             self._sock.send(p.credit(cost))
 
     def _reconnect(self):
+        self._passive = None
         self._connect()
         self.add_reader(self._sock, self._on_frames)
+
+    def _next_endpoint(self):
+        """The next broker of the pair (the same one when there is one)."""
+        self.endpoint = self.endpoints[(self.endpoints.index(self.endpoint) + 1) % len(self.endpoints)]
 
     def _keep_alive(self):
         quiet = _monotonic() - self._heard
         if quiet > self.expiry:
             self.stats["reattached"] += 1
             log.info("%s: broker silent for %.1fs; joining again", self.name, quiet)
+            self._next_endpoint()
             self._reconnect()
         elif quiet > self.heartbeat:
             self._sock.send(p.PING_FRAME)

@@ -49,7 +49,7 @@ class Group:
 
     __slots__ = ("name", "stream", "pattern", "filter", "cursor", "ack_wait", "max_deliver", "pending", "held",
                  "ready", "members", "turn", "counters", "logged_cursor", "batch", "reading", "creator", "pumping",
-                 "again")
+                 "again", "kept")
 
     def __init__(self, name, stream, pattern, flt, cursor, ack_wait, max_deliver, counters=None):
         self.name = name                  # bytes
@@ -73,6 +73,7 @@ class Group:
         self.creator = None
         self.pumping = False              # the broker is handing out messages (a send may drop a member)
         self.again = False                # ...and something asked for another pump meanwhile
+        self.kept = True                  # False from its creation until that is at the acknowledgement level
 
     # -- changes (the broker logs what each returns) ------------------------------------
     def deliver(self, seq, holder, now):

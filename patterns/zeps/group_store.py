@@ -17,7 +17,9 @@ crash at any point leaves a consistent state.
 Blocking: :func:`load` reads and deletes files (broker setup, or a thread);
 :meth:`GroupStore.log` never blocks (GroupCommit writes off the loop's
 critical path and fsyncs on the threadpool); :meth:`GroupStore.compact` opens
-the new journal on the threadpool.  The store belongs to the broker's loop.
+the new journal on the threadpool; :meth:`GroupStore.when` calls back once
+what was logged is at a level (a pair's passive acknowledges replicated
+records with it).  The store belongs to the broker's loop.
 """
 from __future__ import annotations
 
@@ -107,6 +109,7 @@ class GroupStore:
         self.appended = len(records)   # records in this generation
         self.compacting = False
         self.errors = 0
+        self._waiting = set()          # when() callbacks not called yet: a compaction's snapshot covers them
         self._open(journal)
 
     def _open(self, journal):
@@ -129,6 +132,18 @@ class GroupStore:
         self.appended += 1
         self.commit.kick()
         return True
+
+    def when(self, level, callback):
+        """``callback()`` once everything logged so far is at ``level`` ("written" or "synced"), in this
+        generation or in the snapshot of the next one (a compaction)."""
+        def done(_seq=None):
+            if waiter in self._waiting:
+                self._waiting.discard(waiter)
+                callback()
+
+        waiter = (done,)
+        self._waiting.add(waiter)
+        self.commit.when(level, done, self.journal.last_seq)
 
     def should_compact(self, live):
         """True when the log is much longer than ``live`` (the records a snapshot would hold)."""
@@ -159,12 +174,15 @@ class GroupStore:
             journal.close(sync=False)
             return
         last = journal.last_seq
+        covered = list(self._waiting)   # what was logged before: in the new snapshot too
         self.generation += 1
         self.appended = len(records)
         self._open(journal)
         old_path = old_journal.directory
 
         def kept(_):  # the new snapshot is at the level: the old generation may go
+            for waiter in covered:
+                waiter[0]()
             old_commit.stop(sync=False)
             old_journal.close(sync=False)
             self.compacting = False

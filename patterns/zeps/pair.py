@@ -27,9 +27,11 @@ The pair link (one DEALER to the peer, one ROUTER for it; frames capped):
 
 - ``[BSTAR, state, 0, client endpoint]``: the Binary Star heartbeat, both ways;
 - passive -> active ``[FOLLOW, token, {stream: [epochs, last_seq]}]``,
-  ``[ACK, token, {stream: seq}]`` (journaled at the passive's level: also its credit);
+  ``[ACK, token, {stream: seq}, group number]`` (journaled at the passive's level: also its credit; the
+  last field, the last group record kept, may be absent or nil);
 - active -> passive ``[STREAMS, token, {stream: [start, reset, target, epochs, agreed]}, [stream to drop]]``,
-  ``[REC, token, stream, [epochs, [[seq, ts, key, body, producer, pseq], ...]]]``, ``[AGAIN, token]``.
+  ``[REC, token, stream, [epochs, [[seq, ts, key, body, producer, pseq], ...]]]``,
+  ``[GREC, token, [first number, [[stream, group record], ...]]]`` (consumer groups), ``[AGAIN, token]``.
 
 Runs in the broker's loop only.  With the broker's ``curve`` the link is CURVE as well (the ROUTER a
 server with the broker's keys, the DEALER a client of ``peer_key``) and only frames from ``peer_key``
@@ -161,8 +163,9 @@ class Pair:
                 self._on_state(frames[1:])
             elif kind == b"FOLLOW" and len(frames) == 4:
                 self.source.follow(identity, frames[2], unpack(frames[3]))
-            elif kind == b"ACK" and len(frames) == 4:
-                self.source.on_ack(identity, frames[2], unpack(frames[3]))
+            elif kind == b"ACK" and len(frames) in (4, 5):
+                self.source.on_ack(identity, frames[2], unpack(frames[3]),
+                                   unpack(frames[4]) if len(frames) == 5 else None)
             else:
                 self.broker.stats["pair_malformed"] += 1
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, msgpack.UnpackException) as exc:
@@ -176,6 +179,8 @@ class Pair:
                 self.replica.on_streams(frames[1], unpack(frames[2]), unpack(frames[3]))
             elif kind == b"REC" and len(frames) == 4:
                 self.replica.on_records(frames[1], frames[2], unpack(frames[3]))
+            elif kind == b"GREC" and len(frames) == 3:
+                self.replica.on_group_records(frames[1], unpack(frames[2]))
             elif kind == b"AGAIN" and len(frames) == 2:
                 self.replica.on_again(frames[1])
             else:
@@ -222,6 +227,7 @@ class Pair:
             if old == bstar.PASSIVE:
                 broker.stats["takeovers"] += 1
                 self.replica.new_epochs()   # what the old active handed out alone is another epoch
+                broker._groups_take_over()  # the copied groups: their pending entries redelivered after ack_wait
             log.warning("%s: active (%s)", broker.name, reason)
         elif new == bstar.PASSIVE:
             if old == bstar.ACTIVE:

@@ -19,8 +19,20 @@ The passive appends each record at the same sequence with its timestamp
 and producer (so idempotent publishing keeps deduplicating after a
 failover) and adopts the active's epoch history as it reaches each epoch.
 
+Consumer groups ride the same session: every record the active logs for a
+group (:mod:`.group_state`: create, deliveries, acks, dead letters, delete)
+goes to the passive in GREC batches, numbered one by one (on across
+sessions); a session starts with a snapshot of every group (``B``, the ``S`` records, ``E``).
+The passive applies and logs them as the active did (its own group store)
+and acknowledges the last number once its stores have it at its level (the
+ACK's third field); it is not ready before the snapshot is acknowledged.
+Group records not yet acknowledged are bounded by ``window`` bytes: past
+that, the passive starts over (AGAIN, a new snapshot).
+
 ``ack="replicated"``: a PING-OK and live delivery wait until the passive
-has acknowledged the record (:meth:`Source.when_replicated`, :meth:`Source.reached`).
+has acknowledged the record (:meth:`Source.when_replicated`, :meth:`Source.reached`);
+a JOIN-OK that created a group, and a GROUP-DELETED, until it has the group
+records logged so far (:meth:`Source.when_groups_replicated`).
 When the passive is absent or its acknowledgement lags ``passive_timeout``
 seconds behind: ``on_passive_lost="wait"`` answers the waiting PINGs with
 INVALID ``"PING: replication: ..."`` (the publisher's ``flush`` raises, its
@@ -48,6 +60,8 @@ from zactors.actors.journal import replica as jr
 from .names import stream_directory
 
 __all__ = ["Source", "Replica", "pack", "unpack"]
+
+_packer = msgpack.Packer(use_bin_type=True)
 
 log = logging.getLogger("zactors.patterns.zeps.broker")
 _monotonic = time.monotonic
@@ -87,7 +101,7 @@ class _Session:
     """The active's view of one following passive."""
 
     __slots__ = ("identity", "token", "cursors", "inflight", "inflight_bytes", "readers", "reading", "order",
-                 "heard")
+                 "heard", "gout", "gstart", "gfirst", "gbytes", "gbudget", "ginflight", "gtimer")
 
     def __init__(self, identity, token):
         self.identity = identity
@@ -99,6 +113,13 @@ class _Session:
         self.reading = False
         self.order = deque()      # streams, round-robin
         self.heard = _monotonic()
+        self.gout = []            # group records (packed [stream, record]) not sent yet
+        self.gstart = 0           # the number of this session's first group record (its snapshot's B)
+        self.gfirst = 0           # the number of gout[0]
+        self.gbudget = 0          # group record bytes not acknowledged at most (the window, or twice the snapshot)
+        self.gbytes = 0           # bytes of group records not yet acknowledged (sent or not)
+        self.ginflight = deque()  # (last number of a GREC sent, its bytes)
+        self.gtimer = None
 
 
 class Source:
@@ -117,6 +138,9 @@ class Source:
         self.behind_since = {}    # stream -> when acked first fell behind level (replicated)
         self.waiters = {}         # stream -> deque of (seq, deadline, ok, fail): replicated PINGs
         self.degraded = False
+        self.gseq = 0             # group records numbered so far (every session's go on from here)
+        self.gacked = 0           # the last one the passive has at its level
+        self.gwaiters = deque()   # (number, deadline, ok, fail): answers waiting for the group records
 
     # -- sessions -------------------------------------------------------------------
     def follow(self, identity, token, positions):
@@ -155,10 +179,19 @@ class Source:
         log.info("%s: passive %r follows: %d streams, %d to reset, %d to drop", broker.name, identity,
                  len(plan), sum(1 for v in plan.values() if v[1]), len(drop))
         self.pair.to_follower(identity, [b"STREAMS", token, pack(plan), pack(drop)])
+        session.gstart = session.gfirst = self.gseq + 1   # the groups as they are now, then what is logged after
+        self._group_item(None, ["B"])
+        for name, table in broker._tables.items():
+            for group in table.groups.values():
+                self._group_item(name, group.snapshot())
+        self._group_item(None, ["E"])
+        session.gbudget = max(self.window, 2 * session.gbytes)
         self.pump()
 
     def stop(self):
         session, self.session = self.session, None
+        if session is not None and session.gtimer is not None:
+            session.gtimer.cancel()
         if session is not None and not session.reading:   # else closed once its read is back (_got)
             _close_readers(session)
 
@@ -169,9 +202,11 @@ class Source:
         self.level.clear()
         self.behind_since.clear()
         self.waiters.clear()        # their peers were dropped with the DETACH
+        self.gwaiters.clear()
+        self.gacked = self.gseq     # (no lag to report while passive)
         self.degraded = False
 
-    def on_ack(self, identity, token, acks):
+    def on_ack(self, identity, token, acks, gack=None):
         session = self.session
         if not self.pair.active:
             return              # starting: not ours to answer yet
@@ -200,6 +235,15 @@ class Source:
                 waiters = self.waiters.get(name)
                 while waiters and waiters[0][0] <= seq:
                     waiters.popleft()[2]()
+        if gack is not None and session.gstart <= int(gack) <= self.gseq:
+            gack = int(gack)
+            flight = session.ginflight
+            while flight and flight[0][0] <= gack:
+                session.gbytes -= flight.popleft()[1]
+            self.gacked = max(self.gacked, gack)
+            waiters = self.gwaiters
+            while waiters and waiters[0][0] <= gack:
+                waiters.popleft()[2]()
         if self.degraded and self.pair.fsm.peer_state == bstar.PASSIVE:
             self.degraded = False
             broker.stats["pair_restored"] += 1
@@ -279,6 +323,60 @@ class Source:
                 return
         self.pump()
 
+    # -- consumer groups ------------------------------------------------------------
+    def group_record(self, name, record):
+        """The broker logged ``record`` of stream ``name``'s groups: number it, send it to the passive."""
+        session = self.session
+        if session is None:
+            self.gseq += 1      # (the next session's snapshot holds it)
+            return
+        self._group_item(name, record)
+        if session.gbytes > session.gbudget:    # the passive does not keep up: it starts over from a snapshot
+            self.broker.stats["pair_group_resyncs"] += 1
+            log.warning("%s: the passive lags %d bytes of group records: it copies them again", self.broker.name,
+                        session.gbytes)
+            self.pair.to_follower(session.identity, [b"AGAIN", session.token])
+            self.stop()
+
+    def _group_item(self, name, record):
+        session = self.session
+        self.gseq += 1
+        item = _packer.pack([None if name is None else name.decode("latin-1"), record])
+        session.gout.append(item)
+        session.gbytes += len(item)
+        if session.gtimer is None:
+            session.gtimer = self.broker.call_later(0, self._send_groups)
+
+    def _send_groups(self):
+        """Send the group records of this round, in GREC frames of up to ``_BATCH_BYTES``."""
+        session = self.session
+        if session is None:
+            return
+        session.gtimer = None
+        out = session.gout
+        while out:
+            n, size = 0, 0
+            while n < len(out) and (n == 0 or size + len(out[n]) <= _BATCH_BYTES):
+                size += len(out[n])
+                n += 1
+            body = _packer.pack_array_header(2) + _packer.pack(session.gfirst) + _packer.pack_array_header(n) \
+                + b"".join(out[:n])
+            if not self.pair.to_follower(session.identity, [b"GREC", session.token, body]):
+                session.gtimer = self.broker.call_later(0.05, self._send_groups)   # full, or gone: soon
+                return
+            session.gfirst += n
+            session.ginflight.append((session.gfirst - 1, size))
+            del out[:n]
+            self.broker.stats["replicated_group_records"] += n
+
+    def when_groups_replicated(self, ok, fail):
+        """``ok()`` once the passive has every group record logged so far (now if not replicating), or
+        ``fail(reason)`` after ``passive_timeout`` with the "wait" policy."""
+        if not self.replicated or self.degraded or self.gacked >= self.gseq:
+            ok()
+            return
+        self.gwaiters.append((self.gseq, _monotonic() + self.timeout, ok, fail))
+
     # -- ack="replicated" ---------------------------------------------------------
     def reached(self, stream, seq, deliver):
         """The active's journal has ``stream`` at its level up to ``seq``: replicate, and deliver what may be."""
@@ -307,7 +405,8 @@ class Source:
             return
         late = [name for name, since in self.behind_since.items() if now - since >= self.timeout]
         late += [name for name, w in self.waiters.items() if w and w[0][1] <= now]
-        if not late:
+        groups_late = bool(self.gwaiters) and self.gwaiters[0][1] <= now
+        if not late and not groups_late:
             return
         broker = self.broker
         status = "no passive follows" if self.session is None else "the passive lags"
@@ -316,7 +415,7 @@ class Source:
             broker.stats["pair_degraded"] += 1
             log.warning("%s: %s: ack=replicated degraded to %s (on_passive_lost='degrade')", broker.name, status,
                         broker.level)
-            for name, waiters in self.waiters.items():
+            for waiters in [*self.waiters.values(), self.gwaiters]:
                 while waiters:
                     waiters.popleft()[2]()
             for name, seq in self.level.items():
@@ -332,13 +431,19 @@ class Source:
                 broker.stats["replication_timeouts"] += 1
                 fail("replication: %s: stream %s sequence %d not confirmed by the passive within %gs"
                      % (status, name.decode("ascii", "replace"), seq, self.timeout))
+        waiters = self.gwaiters
+        while waiters and waiters[0][1] <= now:
+            waiters.popleft()[3]("replication: %s: group records not confirmed by the passive within %gs"
+                                 % (status, self.timeout))
+            broker.stats["replication_timeouts"] += 1
 
     def info(self):
         lag = {}
         for name, seq in self.level.items():
             lag[name.decode("ascii", "replace")] = max(0, seq - self.acked.get(name, 0))
         return {"following": self.session is not None, "degraded": self.degraded,
-                "on_passive_lost": self.policy, "replication_lag": lag}
+                "on_passive_lost": self.policy, "replication_lag": lag,
+                "group_replication_lag": self.gseq - self.gacked}
 
 
 class Replica:
@@ -354,6 +459,13 @@ class Replica:
         self.acks = {}            # stream -> level reached, not yet sent
         self.ack_timer = None
         self.truncated = 0        # records dropped as lone (split brain) or divergent, ever
+        self.gnext = None         # the number of the next group record expected (None: a snapshot's B)
+        self.gsnap = None         # streams whose groups the snapshot under way replaced
+        self.gready = None        # the number of the snapshot's E
+        self.gkept = False        # the snapshot is at our level: ready as far as groups go
+        self.gdone = deque()      # [number, stores still writing] per GREC, in order
+        self.gack = None          # the last group record at our level, not yet sent
+        self.gqueue = deque()     # (first, items) of GRECs to apply, in order (waiting for a group store to open)
 
     def ensure_following(self):
         now = _monotonic()
@@ -373,12 +485,18 @@ class Replica:
         self.token = secrets.token_bytes(8)
         self.asked = _monotonic()
         self.targets = {}
+        self.gnext = self.gsnap = self.gready = self.gack = None
+        self.gkept = False
+        self.gdone = deque()
+        self.gqueue = deque()
         self.pair.fsm.ready = False
         self.pair.to_peer([b"FOLLOW", self.token, pack(positions)])
 
     def stop(self):
         self.token = None
         self.targets = {}
+        self.gdone = deque()
+        self.gqueue = deque()
 
     def on_again(self, token):
         fsm = self.pair.fsm
@@ -506,11 +624,119 @@ class Replica:
     def _send_acks(self):
         self.ack_timer = None
         acks, self.acks = self.acks, {}
-        if acks and self.token is not None:
-            self.pair.to_peer([b"ACK", self.token, pack(acks)])
+        gack, self.gack = self.gack, None
+        if (acks or gack is not None) and self.token is not None:
+            self.pair.to_peer([b"ACK", self.token, pack(acks)] + ([] if gack is None else [pack(gack)]))
+
+    # -- consumer groups ------------------------------------------------------------
+    def on_group_records(self, token, payload):
+        """GREC: apply and log the active's group records in order; acknowledged once our stores have them."""
+        if token != self.token:
+            return
+        broker = self.broker
+        self.heard = _monotonic()
+        first, items = payload
+        first = int(first)
+        if not items:
+            return
+        in_order = first == self.gnext if self.gnext is not None else items[0] == [None, ["B"]]  # a session: B first
+        if not in_order:
+            broker.stats["pair_resyncs"] += 1
+            log.warning("%s: group record %d after %s: following again", broker.name, first, self.gnext)
+            self.token = None       # (a frame lost on the link): the next heartbeat follows again
+            return
+        self.gnext = first + len(items)
+        self.gqueue.append((first, items))
+        self._drain_groups()
+
+    def _drain_groups(self):
+        """Apply the GRECs received, in order; a stream whose groups are not loaded yet has its store opened
+        off the loop (:meth:`Groups._table_soon`) and the records wait for it."""
+        broker = self.broker
+        while self.gqueue and self.token is not None:
+            first, items = self.gqueue[0]
+            try:
+                names = {key.encode("latin-1") for key, _ in items if key is not None}
+                missing = [name for name in names if name not in broker._tables]
+                stores = None if missing else self._apply_groups(first, items)
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+                broker.stats["pair_malformed"] += 1
+                log.warning("%s: bad group records from the active (%s): following again", broker.name, exc)
+                self.token = None       # the next heartbeat follows again: a new snapshot
+                return
+            if missing:
+                for name in missing:
+                    broker._table_soon(name, lambda table, token=self.token: self._table_ready(token, table))
+                return
+            self.gqueue.popleft()
+            self._keep_groups(first + len(items) - 1, stores)
+
+    def _table_ready(self, token, table):
+        if token != self.token:
+            return
+        if table is None:
+            self.broker.stats["pair_journal_errors"] += 1
+            log.error("%s: a stream's groups cannot be kept; following again soon", self.broker.name)
+            self.token = None
+            return
+        self._drain_groups()
+
+    def _keep_groups(self, last, stores):
+        """Acknowledge the GREC just applied (up to number ``last``) once ``stores`` have it at our level
+        (after the ones before)."""
+        broker = self.broker
+        done = [last, len(stores)]
+        self.gdone.append(done)
+        gdone, level = self.gdone, broker.level
+
+        def kept():
+            done[1] -= 1
+            if gdone is not self.gdone:
+                return          # (a new session since)
+            while gdone and gdone[0][1] <= 0:
+                self._group_reached(gdone.popleft()[0])
+
+        if not stores:
+            done[1] = 1
+            kept()
+        for store in stores:
+            store.when(level, kept)
+
+    def _apply_groups(self, first, items):
+        """Apply GREC ``items`` (their streams' groups loaded); the stores they were logged to."""
+        broker = self.broker
+        stores = set()
+        for n, (key, record) in enumerate(items, first):
+            kind = record[0]
+            if key is None:
+                if kind == "B":
+                    self.gsnap = set()
+                elif kind == "E" and self.gsnap is not None:
+                    for name in list(broker._tables):   # groups of streams the active has none of
+                        if name not in self.gsnap:
+                            stores.add(broker._groups_drop(name))
+                    self.gsnap, self.gready = None, n
+                continue
+            name = key.encode("latin-1")
+            if self.gsnap is not None and name not in self.gsnap:
+                self.gsnap.add(name)            # the snapshot replaces what we held of this stream's groups
+                stores.add(broker._groups_drop(name))
+            stores.add(broker._groups_copy(name, record))
+        stores.discard(None)
+        return stores
+
+    def _group_reached(self, number):
+        if self.token is None:
+            return
+        self.gack = number
+        if self.ack_timer is None:
+            self.ack_timer = self.broker.call_later(0, self._send_acks)
+        if not self.gkept and self.gready is not None and number >= self.gready:
+            self.gkept = True
+            self._check_ready()
 
     def _check_ready(self):
-        if self.targets or self.pair.fsm.ready or self.token is None:
+        if self.targets or self.pair.fsm.ready or self.token is None or not self.gkept:
             return
         self.pair.fsm.ready = True
         self.broker.stats["pair_caught_up"] += 1

@@ -70,9 +70,17 @@ def test_a_passive_that_has_not_caught_up_refuses_the_vote_then_takes_over_once_
             Publisher(backup.endpoint, "s", timeout=1)
         assert "PASSIVE" in str(caught.value) and "not caught up" in str(caught.value)
         assert pair_info(backup)["state"] == "passive"
-        # the last record arrives: caught up, and the next vote makes it active
+        # the last record arrives: the streams are caught up, but not the consumer groups yet
         active.send(b"REC", token, b"s", msgpack.packb([epochs, [[3, 1003.0, b"k", b"m3", None, 0]]],
                                                         use_bin_type=True))
+        while msgpack.unpackb(active.recv(b"ACK")[3]) != {"s": 3}:
+            pass                                        # (an empty ACK: the passive's probe)
+        assert not pair_info(backup)["ready"]
+        # the groups' snapshot (none here) arrives: caught up, and the next vote makes it active
+        active.send(b"GREC", token, msgpack.packb([1, [[None, ["B"]], [None, ["E"]]]]))
+        while len(frames := active.recv(b"ACK")) < 5:
+            pass
+        assert msgpack.unpackb(frames[4]) == 2
         wait_for(lambda: pair_info(backup)["ready"], 5, "the backup ready")
         with Publisher(backup.endpoint, "s", idempotent=True, timeout=5) as pub:
             pub.publish("k", b"m4")
