@@ -222,6 +222,10 @@ class Zeps(Source):
             for name, lag in pair.get("replication_lag", {}).items():
                 out.append(("zeps_pair_replication_lag", "Messages at our level not yet confirmed by the passive",
                             {"stream": name}, lag))
+            if "group_replication_lag" in pair:
+                out.append(("zeps_pair_group_replication_lag",
+                            "Consumer-group records not yet confirmed by the passive", labels,
+                            pair["group_replication_lag"]))
             last = pair.get("last_failover")
             out.append(("zeps_pair_last_change_time", "When the pair state last changed (unix time)", labels,
                         last["time"] if last else 0))

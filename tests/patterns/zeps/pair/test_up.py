@@ -40,6 +40,8 @@ def test_two_nodes_run_a_pair_and_the_dashboard_shows_role_lag_and_last_failover
         metrics = _metrics(primary)
         assert metrics[("zactors_zeps_pair_replication_lag", (("stream", "orders"),))] == 0
         assert metrics[("zactors_zeps_pair_degraded", (("role", "primary"),))] == 0
+        wait_for(lambda: _metrics(primary).get(("zactors_zeps_pair_group_replication_lag", (("role", "primary"),)))
+                 == 0, 10, "the group records' replication gauge")
         assert metrics[("zactors_zeps_pair_last_change_time", (("role", "primary"),))] > 0
         assert _metrics(backup)[("zactors_zeps_pair_active", (("role", "backup"),))] == 0
         wait_for(lambda: get_json(primary.url + "api/status")["sources"]["zeps"]["status"] == "ok", 10, "ok")
