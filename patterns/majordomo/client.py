@@ -217,7 +217,7 @@ class Client:
         """Drop what a reused socket received after its last FINAL (a broker's or
         worker's extra replies): MDP has no request id, so they would pass for
         the next request's answer."""
-        while True:
+        while sock.ready(POLLIN):  # nearly always empty: look before a recv that would raise
             try:
                 sock.recv_frames()
             except zmq.Again:
