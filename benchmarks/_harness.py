@@ -20,14 +20,41 @@ import contextlib
 import faulthandler
 import json
 import os
+import statistics
 import sys
 import threading
 import time
 
-__all__ = ["Steps", "wait_until", "StepTimeout", "add_deadline_option"]
+__all__ = ["Steps", "wait_until", "StepTimeout", "add_deadline_option", "load_average", "median_rows"]
 
 #: default deadline per step, seconds (a loaded 2-core machine; the big default runs take minutes)
 DEADLINE = 900.0
+
+
+def load_average(when):
+    """Print the machine's load average (1, 5, 15 min) ``when`` ("start", "end"): a figure
+    measured on a loaded machine says so itself."""
+    print("load average at %s: %.2f %.2f %.2f (%d cores)" % ((when,) + os.getloadavg() + (os.cpu_count(),)),
+          flush=True)
+
+
+def median_rows(rounds):
+    """One ``{run: {figure: value}}`` from several rounds' (interleaved with the other stacks'):
+    each number the median over the rounds that measured it (``lost``: the most any round lost);
+    a round that failed (a string) counts only when every round did."""
+    measured = [r for r in rounds if isinstance(r, dict)]
+    if not measured:
+        return rounds[-1] if rounds else {}
+    out = {}
+    for run in dict.fromkeys(run for r in measured for run in r):
+        rows = [r[run] for r in measured if run in r]
+        row = {}
+        for key in dict.fromkeys(k for one in rows for k in one):
+            values = [one[key] for one in rows if isinstance(one.get(key), (int, float))]
+            if values:
+                row[key] = max(values) if key == "lost" else statistics.median(values)
+        out[run] = row
+    return out
 
 
 class StepTimeout(TimeoutError):

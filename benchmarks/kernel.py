@@ -1,6 +1,6 @@
 """Kernel benchmark: pipe round trips and actor streaming beside their baselines.
 
-    python benchmarks/kernel.py [--calls 20000] [--messages 500000]
+    python benchmarks/kernel.py [--calls 20000] [--messages 500000] [--rounds 3] [--quick]
 
 Prints, measured in this one run:
   * pipe round trips/s (and p50/p99 latency): a zactors actor's ``call`` vs a
@@ -8,7 +8,9 @@ Prints, measured in this one run:
   * one-way tcp loopback throughput of 100-byte messages from a plain pyzmq
     PUSH in another process, received by a zactors actor vs by plain pyzmq
     PULL (the ceiling) vs by zmq.green PULL.
-Targets: actor round trips >= 3x zmq.green PAIR; actor streaming >= 0.5x plain.
+Targets: actor round trips >= 3x zmq.green PAIR and >= 0.5x gevent.queue; actor streaming >= 0.5x plain.
+The figures run ``--rounds`` times, interleaved; the table gives medians, and
+the load average is printed at the start and at the end.
 Each figure is printed as it is measured; the run has a deadline
 (``--deadline``; see ``_harness.py``).
 """
@@ -27,7 +29,7 @@ import zmq  # noqa: E402
 import zmq.green as gzmq  # noqa: E402
 from gevent.queue import Queue  # noqa: E402
 
-from _harness import Steps, add_deadline_option  # noqa: E402
+from _harness import Steps, add_deadline_option, load_average  # noqa: E402
 from zactors.actors import Actor, command  # noqa: E402
 
 SIZE = 100
@@ -180,37 +182,53 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=20000, help="round trips per pipe (default %(default)s)")
     parser.add_argument("--messages", type=int, default=500000, help="messages per stream (default %(default)s)")
-    parser.add_argument("--rounds", type=int, default=3, help="repeat each figure, report the median (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="a short pass: 2000 calls, 50000 messages, 1 round")
     add_deadline_option(parser, 600)
     args = parser.parse_args()
+    if args.quick:
+        args.calls, args.messages, args.rounds = min(args.calls, 2000), min(args.messages, 50000), 1
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
-    def median(fn, *a):
-        runs = [fn(*a) for _ in range(args.rounds)]
-        if isinstance(runs[0], tuple):
-            return tuple(statistics.median(r[i] for r in runs) for i in range(len(runs[0])))
-        return statistics.median(runs)
-
+    pipe_benches = (("zactors actor pipe", bench_actor_pipe), ("zmq.green PAIR pipe", bench_green_pair),
+                    ("gevent.queue.Queue", bench_queue))
+    stream_benches = (("plain pyzmq PULL", pull_rate, zmq), ("zactors actor", actor_pull),
+                      ("zmq.green PULL", pull_rate, gzmq))
     with Steps(args.deadline).guard("kernel", "%d rounds of pipe round trips and tcp streams" % args.rounds):
-        print("zactors kernel benchmark (%d cores, pyzmq %s, libzmq %s), medians of %d rounds"
+        print("zactors kernel benchmark (%d cores, pyzmq %s, libzmq %s), medians of %d interleaved rounds"
               % (os.cpu_count(), zmq.__version__, zmq.zmq_version(), args.rounds))
+        load_average("start")
+        runs = {}  # rounds interleave every figure, so that the machine's load drifts over them alike
+        for n in range(args.rounds):
+            for name, bench in pipe_benches:
+                rate, p50, p99 = result = bench(args.calls)
+                runs.setdefault(name, []).append(result)
+                print("  round %d %-22s %9.0f /s   p50 %6.1f us   p99 %6.1f us" % (n + 1, name, rate, p50, p99),
+                      file=sys.stderr, flush=True)
+            for name, bench, *extra in stream_benches:
+                rate = bench(*extra, args.messages)
+                runs.setdefault(name, []).append(rate)
+                print("  round %d %-22s %9.0f msg/s" % (n + 1, name, rate), file=sys.stderr, flush=True)
+
         print("\npipe round trips, %d calls" % args.calls)
         pipes = {}
-        for name, bench in (("zactors actor pipe", bench_actor_pipe), ("zmq.green PAIR pipe", bench_green_pair),
-                            ("gevent.queue.Queue", bench_queue)):
-            rate, p50, p99 = pipes[name] = median(bench, args.calls)
+        for name, _ in pipe_benches:
+            rate, p50, p99 = pipes[name] = tuple(statistics.median(r[i] for r in runs[name]) for i in range(3))
             print("  %-22s %9.0f /s   p50 %6.1f us   p99 %6.1f us" % (name, rate, p50, p99))
-        print("  actor / zmq.green = %.2fx  (target >= 3x)"
-              % (pipes["zactors actor pipe"][0] / pipes["zmq.green PAIR pipe"][0]))
+        print("  actor / zmq.green = %.2fx  (target >= 3x);  actor / gevent.queue = %.2fx  (target >= 0.5x)"
+              % (pipes["zactors actor pipe"][0] / pipes["zmq.green PAIR pipe"][0],
+                 pipes["zactors actor pipe"][0] / pipes["gevent.queue.Queue"][0]))
 
         print("\none-way tcp loopback, %d x %d-byte messages from a plain PUSH process" % (args.messages, SIZE))
         streams = {}
-        for name, bench, *extra in (("plain pyzmq PULL", pull_rate, zmq), ("zactors actor", actor_pull),
-                                    ("zmq.green PULL", pull_rate, gzmq)):
-            rate = streams[name] = median(bench, *extra, args.messages)
+        for name, *_ in stream_benches:
+            rate = streams[name] = statistics.median(runs[name])
             print("  %-22s %9.0f msg/s" % (name, rate))
         ours = streams["zactors actor"]
         print("  actor / plain = %.2fx  (target >= 0.5x);  actor / zmq.green = %.1fx"
               % (ours / streams["plain pyzmq PULL"], ours / streams["zmq.green PULL"]))
+        load_average("end")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 Run: ``/tmp/venv/bin/python benchmarks/majordomo.py [--sync SECONDS] [--load SECONDS]``
 
 Every party is its own process on loopback TCP.  Stacks run interleaved
-for ``--rounds`` rounds and each figure is the best round's: the machine is
-shared, and noise only ever makes a figure worse.  For each stack:
+for ``--rounds`` rounds (default 3) and each figure is the median of the
+rounds; the load average is printed at the start and at the end.  For each stack:
 
 - sync: 1 client process + 1 worker process, one request at a time
   (req/s, p50/p99 latency);
@@ -22,6 +22,7 @@ under a deadline (``--deadline``) and says what it waits for (``_harness.py``).
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from _harness import Steps, add_deadline_option  # noqa: E402 - after the path
+from _harness import Steps, add_deadline_option, load_average  # noqa: E402 - after the path
 
 BODY = b"x" * 64
 
@@ -212,8 +213,9 @@ def main():
     parser.add_argument("--sync", type=float, default=4.0, help="seconds of the sync phase (default 4)")
     parser.add_argument("--load", type=float, default=5.0, help="seconds of the load phase (default 5)")
     parser.add_argument("--stacks", default="raw,majortomo,zactors", help="comma-separated subset to run")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="rounds, stacks interleaved; each figure is the best of the rounds (default 2)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds, stacks interleaved; each figure is the median of the rounds (default 3)")
+    parser.add_argument("--quick", action="store_true", help="a short pass: 1 s phases, 1 round")
     add_deadline_option(parser, 300)
     args = parser.parse_args()
     if args.role:
@@ -221,9 +223,13 @@ def main():
         {"broker": role_broker, "worker": role_worker,
          "client": lambda s, e, t, n: role_client(s, e, float(t), int(n))}[role](*rest)
         return
+    if args.quick:
+        args.sync, args.load, args.rounds = min(args.sync, 1.0), min(args.load, 1.0), 1
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     import psutil
-    print("Majordomo benchmark: %d cores, load average %.2f, %d-byte requests, loopback TCP"
-          % (psutil.cpu_count(), os.getloadavg()[0], len(BODY)))
+    print("Majordomo benchmark: %d cores, %d-byte requests, loopback TCP" % (psutil.cpu_count(), len(BODY)))
+    load_average("start")
     runs = {}
     steps = Steps(args.deadline)
     for n in range(args.rounds):
@@ -234,18 +240,12 @@ def main():
                 % (stack, args.sync + args.load), _rounded(run_stack), stack, args.sync, args.load)
             if measured is not None:
                 runs.setdefault(stack, []).append(measured)
-    # The machine is shared and noisy: keep each figure's best round.
-    results = {}
+    results = {}  # each figure's median over the rounds
     for stack, rounds in runs.items():
-        best = []
-        for which in range(3):
-            merged = {}
-            for key, pick in (("rate", max), ("p50", min), ("p99", min), ("cpu", min), ("main", min),
-                              ("clients", min), ("workers", min)):
-                values = [r[which][key] for r in rounds if r[which].get(key) is not None]
-                merged[key] = pick(values) if values else None
-            best.append(merged)
-        results[stack] = best
+        results[stack] = [{key: statistics.median(values) if values else None
+                           for key in ("rate", "p50", "p99", "cpu", "main", "clients", "workers")
+                           for values in [[r[which][key] for r in rounds if r[which].get(key) is not None]]}
+                          for which in range(3)]
 
     def cell(stack, which, key, fmt):
         value = results[stack][which].get(key)
@@ -268,7 +268,7 @@ def main():
     ]
     stacks = [s for s in ("raw", "majortomo", "zactors") if s in results]
     names = {"raw": "raw ceiling", "majortomo": "majortomo", "zactors": "zactors"}
-    print("\nbest of %d round(s):" % args.rounds)
+    print("\nmedians of %d round(s):" % args.rounds)
     print("%-44s" % "" + "".join("%13s" % names[s] for s in stacks))
     for label, which, key, fmt in rows:
         print("%-44s" % label + "".join("%13s" % cell(s, which, key, fmt) for s in stacks))
@@ -277,10 +277,15 @@ def main():
         print("\nzactors vs majortomo (targets in brackets):")
         print("  broker CPU/request, sync  %.2fx  [<= 0.5x]" % (zs["cpu"] / ms["cpu"]))
         print("  broker CPU/request, load  %.2fx  [<= 0.5x]" % (zl["cpu"] / ml["cpu"]))
+        print("  client CPU/request, sync  %.2fx  [<= 0.7x]" % (zs["clients"] / ms["clients"]))
+        print("  worker CPU/request, sync  %.2fx  [<= 0.7x]" % (zs["workers"] / ms["workers"]))
+        print("  client CPU/request, load  %.2fx  [<= 0.7x]" % (zl["clients"] / ml["clients"]))
+        print("  worker CPU/request, load  %.2fx  [<= 0.7x]" % (zl["workers"] / ml["workers"]))
         print("  sync p50                  %.2fx  [<= 1.0x]" % (zs["p50"] / ms["p50"]))
         print("  throughput under load     %.2fx  [>= 1.5x]  (8 x 1 in flight, like for like)" % (zl["rate"] / ml["rate"]))
         print("  throughput, 8 x 8 greenlets against majortomo's 8 x 1: %.2fx (its client has one request"
               " in flight at most)" % (zm["rate"] / ml["rate"]))
+    load_average("end")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Scatter-gather benchmark: zactors Scatter->Gather beside plain pyzmq PUSH->PULL.
 
-    python benchmarks/scatter.py [--messages 300000] [--rounds 3] [--latency 5000]
+    python benchmarks/scatter.py [--messages 300000] [--rounds 3] [--latency 5000] [--quick]
 
 Each zactors figure is given for both wires side by side: the emulation
 (PUSH/PULL, the default) and libzmq's native SCATTER/GATHER (``native=True``),
@@ -24,6 +24,8 @@ Also one-way latency (p50/p99, CLOCK_MONOTONIC is shared by both processes)
 of paced messages, plain vs zactors, and the CPU the process uses while ten
 callers (five greenlets, five plain threads) are blocked on an empty Gather.
 
+The configurations run ``--rounds`` times, interleaved, and the table gives
+medians; the load average is printed at the start and at the end.
 Each round's figure is printed as it is measured, then the medians; the run
 has a deadline too (``--deadline``; see ``_harness.py``).
 """
@@ -42,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import zmq  # noqa: E402
 
-from _harness import Steps, add_deadline_option  # noqa: E402
+from _harness import Steps, add_deadline_option, load_average  # noqa: E402
 
 from zactors.patterns.scatter import Gather, Scatter, native_available  # noqa: E402
 
@@ -268,8 +270,11 @@ def main():
     parser.add_argument("--latency", type=int, default=5000, help="paced messages for latency (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=TIMEOUT,
                         help="seconds any one blocking call may take (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="a short pass: 30000 messages, 1 round, 500 paced")
     add_deadline_option(parser, 1200)
     args = parser.parse_args()
+    if args.quick:
+        args.messages, args.rounds, args.latency = min(args.messages, 30000), 1, min(args.latency, 500)
     if args.messages < 2 or args.rounds < 1 or args.latency < 1 or args.timeout <= 0:
         parser.error("--messages needs at least 2, --rounds and --latency at least 1, --timeout > 0")
     globals()["TIMEOUT"] = args.timeout
@@ -292,6 +297,7 @@ def measure(args):
     wires = ("emulated", "native")
     print("zactors scatter-gather benchmark (%d cores, pyzmq %s, libzmq %s, draft %s), medians of %d rounds"
           % (os.cpu_count(), zmq.__version__, zmq.zmq_version(), zmq.has("draft"), args.rounds))
+    load_average("start")
     print("\none-way tcp loopback, %d x %d-byte messages, sender in another process" % (n, SIZE))
     print("  %-24s %-26s %s" % ("", "emulated (default)", "native (native=True)"))
     # Rounds interleave the configurations, so that load from elsewhere on
@@ -331,6 +337,7 @@ def measure(args):
         result = _cell(lambda: idle_cpu(wire == "native"))
         print("  %-24s %s" % (wire, "n/a (%s)" % result if isinstance(result, Skipped)
                                   else "%5.2f%% of a core" % (result * 100)))
+    load_average("end")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """ZEPS benchmark: zactors beside Redis Streams (the real server) and the raw ceilings, in one run.
 
-Run: ``python benchmarks/zeps.py [--messages N] [--replay N] [--rate R] [--runs deliver1,deliver10,replay]``
+Run: ``python benchmarks/zeps.py [--messages N] [--replay N] [--rate R] [--rounds N] [--runs deliver1,deliver10,replay]``
 (smoke run: ``--messages 2000 --replay 5000 --paced 0.5``; ``--quick``: a short pass of every row).
 
 Every party is its own process on loopback TCP; 100-byte messages.
@@ -27,6 +27,11 @@ appends to a file.
 The Redis rows need ``redis-server`` on the PATH and the ``redis``/``hiredis``
 clients (``pip install '.[bench]'``).
 
+The stacks run ``--rounds`` times (default 3), interleaved, and the table
+gives each figure's median (lost: the most any round lost); the load
+average is printed at the start and at the end.  The ZEPS rows also give the
+broker process's CPU per message (user + system, all its threads, over both
+the unpaced and the paced run): a figure the machine's load hardly moves.
 Each row is printed as it is measured, then the table; every step runs under
 a deadline (``--deadline``) and says what it waits for (``_harness.py``).
 """
@@ -46,7 +51,7 @@ sys.path.insert(0, ROOT)
 
 import _jetstream as jetstream  # noqa: E402 - after the path
 import zeps_groups  # noqa: E402
-from _harness import Steps, add_deadline_option  # noqa: E402 - after the path
+from _harness import Steps, add_deadline_option, load_average, median_rows  # noqa: E402 - after the path
 
 SIZE = 100
 _STAMP = struct.Struct("<dQ")  # send time (monotonic), index
@@ -245,7 +250,7 @@ def catch_up(sub_args, n):
             "lost": n - result["received"]}
 
 
-ROW = "%-32s %-16s %12s %10s %10s %6s"
+ROW = "%-32s %-16s %12s %10s %10s %6s %s"
 
 
 def show(stack, run, row):
@@ -253,7 +258,8 @@ def show(stack, run, row):
     print(ROW % (stack, run, "%.0f" % row["rate"],
                  "%.3f" % (row["p50"] * 1e3) if row.get("p50") is not None else "-",
                  "%.3f" % (row["p99"] * 1e3) if row.get("p99") is not None else "-",
-                 row.get("lost", "-")), flush=True)
+                 row.get("lost", "-"),
+                 "broker %.1f us CPU/msg" % row["broker_us"] if "broker_us" in row else ""), flush=True)
 
 
 def zeps_rows(args):
@@ -263,9 +269,13 @@ def zeps_rows(args):
     broker = spawn("zeps_broker", journal)
     endpoint = broker.stdout.readline().strip()
     try:
+        import psutil
+        node = psutil.Process(broker.pid)
         for subs in args.fans:
-            rows["deliver %d sub" % subs] = deliver("zeps_pub", "zeps_sub", endpoint, args, subs)
-            show(stack, "deliver %d sub" % subs, rows["deliver %d sub" % subs])
+            cpu = sum(node.cpu_times()[:2])
+            row = rows["deliver %d sub" % subs] = deliver("zeps_pub", "zeps_sub", endpoint, args, subs)
+            row["broker_us"] = (sum(node.cpu_times()[:2]) - cpu) / (args.messages + int(args.rate * args.paced)) * 1e6
+            show(stack, "deliver %d sub" % subs, row)
     finally:
         broker.kill()
         broker.wait()
@@ -415,6 +425,8 @@ def main():
                         "NATS JetStream, _jetstream.py)")
     parser.add_argument("--runs", default="deliver1,deliver10,replay,groups",
                         help="comma-separated subset of deliver1,deliver10,replay,groups (default: all)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds, the stacks interleaved in each; every figure is the median (default 3)")
     parser.add_argument("--quick", action="store_true", help="a short pass: 20000 messages, replay 50000, paced 0.5 s")
     zeps_groups.add_options(parser)
     add_deadline_option(parser)
@@ -425,6 +437,8 @@ def main():
     unknown = set(runs) - {"deliver1", "deliver10", "replay", "groups"}
     if unknown:
         parser.error("unknown run(s): %s" % ", ".join(sorted(unknown)))
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     args.fans = [n for n in (1, 10) if "deliver%d" % n in runs]
     args.replay_run = "replay" in runs
     if args.role:
@@ -436,25 +450,31 @@ def main():
     import zeps_pair  # the broker pair's rows (issue #23)
     args.catchup = args.replay
     steps = Steps(args.deadline, out=sys.stderr)  # the rows print themselves as measured
-    table = {}
-    print(ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost"), flush=True)  # rows print as measured
+    load_average("start")
+    print(ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost", ""), flush=True)  # rows print as measured
     what = "%d messages to reach every subscriber, then the replay of %d" % (args.messages, args.replay)
-    for key, stack, rows, *extra in (("raw", "raw", raw_rows), ("zeps", "zactors ZEPS (fsync 100 ms)", zeps_rows),
-                                     ("redis-aof", "Redis Streams (AOF everysec)", redis_rows, True),
-                                     ("redis-none", "Redis Streams (no persistence)", redis_rows, False),
-                                     ("pair", zeps_pair.PAIR_STACK, zeps_pair.pair_rows),
-                                     ("redis-wait", zeps_pair.REDIS_STACK, zeps_pair.redis_wait_rows),
-                                     ("jetstream", "NATS JetStream (file)", jetstream.rows, spawn, fan, catch_up,
-                                      show)):
-        if key in stacks:
-            result = steps.run(stack, what, rows, args, *extra)
-            table[stack] = "failed: %s" % steps.results[stack]["error"] if result is None else result
-    if "ack" in stacks:
-        import _zeps_ack as zeps_ack
-        table.update(zeps_ack.run(args, steps))
-    print("\n%d messages of %d bytes per delivery run; latency at %d msg/s paced; replay of %d"
-          % (args.messages, SIZE, args.rate, args.replay))
-    print(ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost"))
+    rounds = {}  # stack -> its rows (or why not) in each round
+    for n in range(args.rounds):  # interleaved: the machine's load drifts over every stack alike
+        for key, stack, rows, *extra in (("raw", "raw", raw_rows), ("zeps", "zactors ZEPS (fsync 100 ms)", zeps_rows),
+                                         ("redis-aof", "Redis Streams (AOF everysec)", redis_rows, True),
+                                         ("redis-none", "Redis Streams (no persistence)", redis_rows, False),
+                                         ("pair", zeps_pair.PAIR_STACK, zeps_pair.pair_rows),
+                                         ("redis-wait", zeps_pair.REDIS_STACK, zeps_pair.redis_wait_rows),
+                                         ("jetstream", "NATS JetStream (file)", jetstream.rows, spawn, fan, catch_up,
+                                          show)):
+            if key in stacks:
+                name = stack if args.rounds == 1 else "%s, round %d" % (stack, n + 1)
+                result = steps.run(name, what, rows, args, *extra)
+                rounds.setdefault(stack, []).append("failed: %s" % steps.results[name]["error"]
+                                                    if result is None else result)
+        if "ack" in stacks:
+            import _zeps_ack as zeps_ack
+            for stack, rows in zeps_ack.run(args, steps).items():
+                rounds.setdefault(stack, []).append(rows)
+    table = {stack: median_rows(rows) for stack, rows in rounds.items()}
+    print("\n%d messages of %d bytes per delivery run; latency at %d msg/s paced; replay of %d; medians of %d "
+          "interleaved round(s)" % (args.messages, SIZE, args.rate, args.replay, args.rounds))
+    print(ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost", ""))
     for stack, rows in table.items():
         if isinstance(rows, str):
             print("%-32s skipped: %s" % (stack, rows))
@@ -472,6 +492,7 @@ def main():
         print("\n" + "\n".join("ack levels: " + line for line in zeps_ack.ratios(table)))
     for line in zeps_pair.ratios(table):
         print(line)
+    load_average("end")
     return 0
 
 

@@ -285,7 +285,7 @@ def main():
         args.messages, args.paced, args.catchup, args.rate = 5000, 0.5, 20000, 2000
     args.fans = [1]
     steps = Steps(args.deadline, out=sys.stderr)
-    print(base.ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost"), flush=True)
+    print(base.ROW % ("stack", "run", "msg/s", "p50 ms", "p99 ms", "lost", ""), flush=True)
     table = {}
     for stack, func in (("zactors ZEPS (fsync 100 ms)", base.zeps_rows), (PAIR_STACK, pair_rows),
                         (REDIS_STACK, redis_wait_rows)):

@@ -52,6 +52,7 @@ from zactors.actors.auth import Keypair
 from zactors.actors.auth import curve_client
 from zactors.actors.monitor import HANDSHAKE, HandshakeFailed, Monitor, describe
 from zactors.actors.sockets import POLLIN, Socket, context, limit_size
+from zactors.actors.speedups import events as _events, recv_message, send_message
 from zactors.actors.values import to_bytes
 
 from .protocol import FINAL, MAX_MESSAGE, ProtocolError, frame_limit, framing as _framing, parse_error
@@ -60,6 +61,8 @@ __all__ = ["Client", "RequestTimeout", "HandshakeFailed", "ServiceError"]
 
 log = logging.getLogger(__name__)
 
+
+_monotonic = time.monotonic
 
 #: while a new socket's handshake is not done, replies are awaited in slices this long (s)
 _HANDSHAKE_SLICE = 0.05
@@ -140,10 +143,11 @@ class Client:
         """Send a request and yield each reply (a list of frames) as it arrives; the FINAL comes last."""
         if self._closed:
             raise RuntimeError("client is closed")
-        service = to_bytes(service, "service")
+        if type(service) is not bytes:
+            service = to_bytes(service, "service")
         if not service:
             raise ValueError("a service name cannot be empty")
-        body = [to_bytes(f, "a request frame") for f in frames]
+        body = [f if type(f) is bytes else to_bytes(f, "a request frame") for f in frames]
         if not body:
             raise ValueError("a request needs at least one body frame")
         timeout = self.timeout if timeout is None else timeout
@@ -152,20 +156,22 @@ class Client:
         decode = self.framing.decode_for_client
         stats = self.stats
         stats["requests"] += 1
-        deadline = time.monotonic() + timeout * attempts  # the whole call, pool wait included
+        deadline = _monotonic() + timeout * attempts  # the whole call, pool wait included
         handshakes = self._handshakes
-        if not self._slots.acquire(timeout=timeout * attempts):
+        if not self._slots.acquire(True, timeout * attempts):
             stats["failed"] += 1
             raise RequestTimeout("no reply from service %r at %s within %gs: all %d pooled sockets stayed busy"
                                  % (service.decode("ascii", "replace"), self.endpoint, timeout * attempts,
                                     self.pool_size), connected=self._handshakes > handshakes)
         sock = self._idle.pop() if self._idle else self._socket()
-        connected = sock not in self._watches  # a pooled socket has answered before
-        self._drop_stale(sock)
+        watches = self._watches
+        connected = sock not in watches  # a pooled socket has answered before
+        if connected and _events(sock, sock.handle) & POLLIN:  # (nearly never: look before reading)
+            self._drop_stale(sock)
         done = False
         try:
             for attempt in range(attempts):
-                wait = min(timeout, deadline - time.monotonic())
+                wait = min(timeout, deadline - _monotonic())
                 if wait <= 0:
                     break
                 if attempt:
@@ -174,12 +180,18 @@ class Client:
                     self._discard(sock)
                     sock = self._socket()
                 try:
-                    sock.send_multipart(message, timeout=wait)
-                except zmq.Again:  # not even queued: count it as a lost attempt
-                    continue
-                while self._wait(sock, wait):  # a reply is there (no recv-EAGAIN round first)
+                    send_message(sock, sock.handle, message)  # one C call, when libzmq takes it now
+                except zmq.Again:
+                    try:
+                        sock.send_multipart(message, timeout=wait)
+                    except zmq.Again:  # not even queued: count it as a lost attempt
+                        continue
+                # a reply is there (no recv-EAGAIN round first); a new socket also watches its handshake
+                while sock.wait(POLLIN, wait) if sock not in watches else self._wait(sock, wait):
                     connected = True
-                    frames = sock.recv_frames()  # the reply's (the request's are in message)
+                    frames = recv_message(sock, sock.handle)  # the reply's (the request's are in message)
+                    if frames is None:
+                        continue
                     try:
                         reply = decode(frames)
                     except ProtocolError as exc:
@@ -191,7 +203,7 @@ class Client:
                         continue
                     if reply.command is FINAL:
                         done = True
-                        error = parse_error(reply.body)
+                        error = parse_error(reply.body) if len(reply.body) == 3 else None
                         if error is not None:
                             stats["errors"] += 1
                             raise ServiceError(service, *error)
@@ -200,7 +212,7 @@ class Client:
                     yield reply.body
                     # progress: this attempt's clock starts again, and the call's bound moves with it
                     wait = timeout
-                    deadline = max(deadline, time.monotonic() + timeout * (attempts - attempt))
+                    deadline = max(deadline, _monotonic() + timeout * (attempts - attempt))
             stats["failed"] += 1
             connected = connected or self._handshakes > handshakes
             raise RequestTimeout("no reply from service %r at %s after %d attempt(s) of %gs"
@@ -217,7 +229,7 @@ class Client:
         """Drop what a reused socket received after its last FINAL (a broker's or
         worker's extra replies): MDP has no request id, so they would pass for
         the next request's answer."""
-        while True:
+        while sock.ready(POLLIN):  # nearly always empty: look before a recv that would raise
             try:
                 sock.recv_frames()
             except zmq.Again:

@@ -58,6 +58,7 @@ REQUEST/PARTIAL/FINAL (else None); ``body`` the list of body frames.
 """
 
 _printable = re.compile(rb"[\x20-\x7e]+\Z").match
+_message = tuple.__new__  # Message(...) without the namedtuple's Python-level __new__
 
 #: first body frame of an error reply (a zactors extension: see the module docstring)
 ERROR = b"\x00MDP-ERROR"
@@ -195,7 +196,8 @@ class Framing:
 
     def decode_for_client(self, frames):
         """A PARTIAL or FINAL the broker sent to a client."""
-        frames = self._strip(frames)
+        if self._skip or len(frames) < 2:  # (a client's every reply comes here: no call for the spec's)
+            frames = self._strip(frames)
         if frames[0] != CLIENT:
             raise ProtocolError("expected header MDPC02, got %r" % (frames[0][:8],))
         command = self._cdec.get(frames[1])
@@ -204,14 +206,15 @@ class Framing:
         if self._reply_service:
             if len(frames) < 4:
                 raise ProtocolError("%s needs a service and a body" % command)
-            return Message(CLIENT, command, _service(frames[2]), None, frames[3:])
+            return _message(Message, (CLIENT, command, _service(frames[2]), None, frames[3:]))
         if len(frames) < 3:
             raise ProtocolError("%s needs a body" % command)
-        return Message(CLIENT, command, None, None, frames[2:])
+        return _message(Message, (CLIENT, command, None, None, frames[2:]))
 
     def decode_for_worker(self, frames):
         """A REQUEST, HEARTBEAT or DISCONNECT the broker sent to a worker."""
-        frames = self._strip(frames)
+        if self._skip or len(frames) < 2:  # (a worker's every request comes here: no call for the spec's)
+            frames = self._strip(frames)
         if frames[0] != WORKER:
             raise ProtocolError("expected header MDPW02, got %r" % (frames[0][:8],))
         command = self._wdec.get(frames[1])
@@ -219,7 +222,7 @@ class Framing:
         if command == REQUEST:
             if n < 5 or not frames[2] or frames[3] != b"":
                 raise ProtocolError("REQUEST needs a client address, an empty frame and a body")
-            return Message(WORKER, REQUEST, None, frames[2], frames[4:])
+            return _message(Message, (WORKER, REQUEST, None, frames[2], frames[4:]))
         if command == HEARTBEAT or command == DISCONNECT:
             if n != 2:
                 raise ProtocolError("%s has exactly 2 frames, got %d" % (command, n))

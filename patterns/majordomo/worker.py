@@ -70,6 +70,7 @@ import zmq
 from zactors.actors.actor import Actor
 from zactors.actors.auth import curve_client
 from zactors.actors.sockets import NOBLOCK, Socket, context, limit_size
+from zactors.actors.speedups import send_message
 from zactors.actors.values import to_bytes
 
 from zactors.actors.auth import Keypair
@@ -94,7 +95,7 @@ def _frames(reply):
     if isinstance(reply, (bytes, str)):
         reply = [reply]
     try:
-        frames = [to_bytes(f, "a reply frame") for f in reply]
+        frames = [f if type(f) is bytes else to_bytes(f, "a reply frame") for f in reply]
     except TypeError:
         raise TypeError("a reply is bytes, str or a list of them, not %.200r" % (reply,)) from None
     return frames or [b""]
@@ -207,10 +208,13 @@ class Worker(Actor):
         if sock is None:
             return
         try:
-            sock.send_multipart(frames, timeout=self.heartbeat * self.liveness)
+            send_message(sock, sock.handle, frames)  # one C call, when libzmq takes it now
         except zmq.Again:
-            self.stats["send_timeouts"] += 1
-            return
+            try:
+                sock.send_multipart(frames, timeout=self.heartbeat * self.liveness)
+            except zmq.Again:
+                self.stats["send_timeouts"] += 1
+                return
         self._sent = _monotonic()
 
     def _tick(self):

@@ -11,10 +11,14 @@ to replay (:mod:`.broker_replay`).  Runs in the broker's loop only.
 """
 from __future__ import annotations
 
+import struct
+from bisect import bisect_right
+from itertools import accumulate as _accumulate
+
 from zmq import ZMQError
 
 from zactors.actors.journal import JournalError
-from zactors.actors.speedups import send_message
+from zactors.actors.speedups import send_each
 
 from . import protocol as p
 from .broker_peers import _LIVE, _REPLAY
@@ -25,6 +29,30 @@ __all__: list[str] = []
 #: at most this many client keys noted from ATTACHes not handled yet
 _MAX_PENDING_KEYS = 10000
 _parse_publish = p.parse_publish
+_unpack_u64 = struct.Struct(">Q").unpack_from
+
+
+def _shares(match, fresh):
+    """Each subscriber's share of the records ``fresh``: ``{owner: [(start, end), ...]}``, index
+    spans in order.  Consecutive records with the same owners (the matcher's cached tuple per key)
+    are one span, so a subscriber costs a few slices per round, not a step per message."""
+    shares = {}
+    owners = None
+    start = 0
+    for i, record in enumerate(fresh):
+        now = match(record[2])
+        if now is not owners and now != owners:
+            for sub in owners or ():
+                shares.setdefault(sub, []).append((start, i))
+            owners, start = now, i
+    for sub in owners or ():
+        shares.setdefault(sub, []).append((start, len(fresh)))
+    return shares
+
+
+def _index_of(frames, frame):
+    """The index of DELIVER ``frame`` among this round's ``frames`` (by its sequence)."""
+    return _unpack_u64(frame, 3)[0] - _unpack_u64(frames[0], 3)[0]
 
 
 class HotPath:
@@ -181,35 +209,54 @@ class HotPath:
         matcher = stream.matcher
         if not matcher:
             return
-        match = matcher.match
-        send, pending = self._outbox_send, self._outbox_pending
-        sock = self.router.socket
-        handle = sock.handle
-        direct = {}  # identity -> nothing waits in the outbox for it (asked once per call, not per message)
         frames = _frames(fresh, 0, fresh[-1][0], 1 << 62, None)[0]  # every DELIVER frame, in one call
-        for (seq, _, key, _), frame in zip(fresh, frames):
-            owners = match(key)
-            if owners:
-                cost = len(frame)
-                for sub in owners:
-                    if seq < sub.floor or sub.mode is not _LIVE:
-                        continue
-                    if sub.credit >= cost and not sub.held:
-                        sub.credit -= cost
-                        sub.delivered += 1
-                        identity = sub.identity
-                        ok = direct.get(identity)
-                        if ok is None:
-                            ok = direct[identity] = not pending(identity)
-                        if ok:
-                            try:  # straight to libzmq (one C call), the kernel outbox when it would block
-                                send_message(sock, handle, (identity, frame))
-                                continue
-                            except ZMQError:
-                                direct[identity] = False
-                        send(identity, [frame])  # behind what waits already, in order (or dropped: gone)
-                    else:
-                        self._to_replay(sub, seq)
+        sizes = list(_accumulate(map(len, frames), initial=0))      # sizes[j]: the first j frames' bytes
+        for sub, spans in _shares(matcher.match, fresh).items():
+            if sub.mode is _LIVE:
+                self._deliver_live(sub, spans, frames, sizes, fresh[0][0])
+
+    def _deliver_live(self, sub, spans, frames, sizes, first):
+        """Send live subscriber ``sub`` its share of this round's ``frames`` (index ``spans``; the
+        first is sequence ``first``; ``sizes[j]``: the first j frames' bytes) as far as its credit
+        goes: in one C call while libzmq takes them (:func:`send_each`), the rest behind the kernel
+        outbox; from the first one its credit (or a full transport) does not cover, it replays."""
+        floor = sub.floor - first
+        credit = sub.credit
+        share = []
+        stop = None   # the index of the first frame not covered
+        for start, end in spans:
+            if end <= floor:
+                continue
+            if start < floor:
+                start = floor
+            cost = sizes[end] - sizes[start]
+            if cost > credit:  # the frames its credit covers, and the first it does not
+                stop = bisect_right(sizes, sizes[start] + credit, start, end) - 1
+                cost = sizes[stop] - sizes[start]
+            share.extend(frames[start:end if stop is None else stop])
+            credit -= cost
+            if stop is not None:
+                break
+        identity = sub.identity
+        sent = 0
+        if share and not sub.held:
+            if not self._outbox_pending(identity):
+                sock = self.router.socket
+                sent = send_each(sock, sock.handle, identity, share)  # straight to libzmq, while it takes them
+                sub.credit = credit if sent == len(share) else sub.credit - sum(map(len, share[:sent]))
+                sub.delivered += sent
+            send = self._outbox_send
+            while sent < len(share) and not sub.held:  # behind what waits already, in order
+                frame = share[sent]
+                sub.credit -= len(frame)
+                sub.delivered += 1
+                sent += 1
+                if not send(identity, [frame]):  # gone: dropped (by on_unroutable)
+                    return
+        if sent < len(share):
+            stop = _index_of(frames, share[sent])
+        if stop is not None:
+            self._to_replay(sub, first + stop)
 
     def _to_replay(self, sub, seq):
         """``sub`` could not take message ``seq`` live: replay from it."""
