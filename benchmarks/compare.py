@@ -27,7 +27,7 @@ QUICK = {"zeps.py": ["--messages", "20000", "--replay", "100000", "--paced", "1"
          "clone.py": ["--keys", "20000", "--updates", "20000", "--failover-seconds", "2"]}
 FULL = {"zeps.py": ["--stacks", "zeps"], "clone.py": []}
 #: a row of zeps.py's table (every version prints it): run, msg/s, p50 ms, p99 ms, lost
-_ZEPS_ROW = re.compile(r"^zactors ZEPS \(.*?\)\s+(deliver \d+ sub|replay)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\d+)$")
+_ZEPS_ROW = re.compile(r"^zactors ZEPS \(.*?\)\s+(deliver \d+ sub|replay)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\d+)(?:\s.*)?$")
 #: figures where lower is better (latencies, seconds, losses)
 LOWER = ("p50", "p99", "seconds", "failover_s", "lost", "missed")
 
@@ -56,8 +56,15 @@ def run(ref, src, site, script, args, deadline):
     env = dict(os.environ, PYTHONPATH=site)
     path = os.path.join(src, "benchmarks", script)
     with open(path, encoding="utf-8") as f:
-        knows_deadline = "--deadline" in f.read()   # (older benchmarks had no such option)
-    argv = [sys.executable, path] + (["--deadline", str(deadline)] if knows_deadline else []) + args
+        text = f.read()
+    extra = []   # options that older benchmarks lack
+    if "--deadline" in text:
+        extra += ["--deadline", str(deadline)]
+    if '"--rounds"' in text:   # newer ones take medians of their own rounds: here we interleave commits instead
+        extra += ["--rounds", "1"]
+    if script == "zeps.py" and '"--runs"' in text:   # the rows both commits have (no consumer groups)
+        extra += ["--runs", "deliver1,deliver10,replay"]
+    argv = [sys.executable, path] + extra + args
     print("== %s at %s: %s (load average %s)" % (script, ref, " ".join(argv[2:]),
                                                  " ".join("%.2f" % x for x in os.getloadavg())), flush=True)
     proc = subprocess.Popen(argv, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
