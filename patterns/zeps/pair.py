@@ -222,6 +222,8 @@ class Pair:
             if old == bstar.PASSIVE:
                 broker.stats["takeovers"] += 1
                 self.replica.new_epochs()   # what the old active handed out alone is another epoch
+                if self.fsm.peer_silent(_monotonic()):   # a vote: the peer is gone
+                    self.source.taken_over()
             log.warning("%s: active (%s)", broker.name, reason)
         elif new == bstar.PASSIVE:
             if old == bstar.ACTIVE:
