@@ -1160,8 +1160,8 @@ def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) ->
         return merged
     found: list[dict[str, Any]] = []
     for one in _endpoints(endpoint):
-        try:
-            info = _query(one, curve, timeout / len(_endpoints(endpoint)) if found else timeout)
+        try:   # a pair: each broker its share of the timeout (a dead first one must not take it all)
+            info = _query(one, curve, timeout / len(_endpoints(endpoint)))
         except ZepsError:
             if one == _endpoints(endpoint)[-1] and not found:
                 raise
