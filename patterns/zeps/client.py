@@ -1066,6 +1066,8 @@ class Subscriber(Actor):
                 if self._link is not None:   # (after setup: soon, a failover may be under way)
                     self.call_later(_PASSIVE_RETRY, self._keep_alive)
                 return
+            if not self._attached and reason.endswith("(no peering: attach first)"):
+                return  # a command pipelined behind an ATTACH the broker refused (a passive): that refusal says why
             if not reason.startswith("NO-STREAM:"):  # (raised as NoSuchStream: said once, by the caller)
                 log.warning("%s: broker says: %s", self.name, reason)
             if reason.startswith("REPLAY:"):

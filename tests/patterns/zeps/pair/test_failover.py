@@ -210,3 +210,27 @@ def test_a_takeover_from_a_silent_peer_degrades_at_once_not_after_passive_timeou
         assert info["state"] == "active" and info["degraded"] and backup.call("INFO")["counters"]["pair_degraded"] == 1
     finally:
         pub.close()
+
+
+def test_a_waiting_subscriber_goes_on_when_a_passive_refuses_its_pipelined_commands(make_pair):
+    """Subscriber(wait=True) pipelines FEATURES, EPOCH, SUBSCRIBE and CREDIT behind its ATTACH: when a
+    passive refuses the ATTACH during a failover, it refuses those too ("... before ATTACH"); they are
+    answers to a refused peering, not errors of the subscription, which goes on with the new active."""
+    pair = make_pair(ack="replicated", on_passive_lost="degrade", passive_timeout=0.5)
+    primary, backup = pair.up()
+    endpoints = "%s,%s" % (primary.endpoint, backup.endpoint)
+    sub = Subscriber(endpoints, "s", wait=True, heartbeat=0.2, expiry=1.0)
+    pub = Publisher(endpoints, "s", idempotent=True, heartbeat=0.2, expiry=1.0)
+    try:
+        pub.publish("k", "before")
+        pub.flush()
+        assert sub.get(timeout=10).body == b"before"
+        pair.stop("primary")     # its connection drops: the subscriber tries the backup before its vote can win
+        wait_for(lambda: sub.stats["invalid"] > 1, 10, "the backup's refusals")
+        pub.publish("k", "after")
+        pub.flush(timeout=10)
+        message = sub.get(timeout=10)
+        assert (message.seq, message.body) == (2, b"after") and sub.error is None
+    finally:
+        sub.destroy()
+        pub.close()
