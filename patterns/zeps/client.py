@@ -297,6 +297,8 @@ def _wait(sock, watch, timeout, curve, endpoint):
             if event.event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 watch = None
                 break
+            if event.event == zmq.EVENT_CONNECT_RETRIED:   # (only when asked for: a pair's query)
+                raise ZepsError("no answer from %s: nothing listens there (connection refused)" % endpoint)
             if event.event != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL or curve:
                 raise HandshakeFailed("%s at %s" % (describe(event, "the ZEPS broker", bool(curve)), endpoint),
                                       event)
@@ -1163,7 +1165,7 @@ def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) ->
     found: list[dict[str, Any]] = []
     for one in _endpoints(endpoint):
         try:   # a pair: each broker its share of the timeout (a dead first one must not take it all)
-            info = _query(one, curve, timeout / len(_endpoints(endpoint)))
+            info = _query(one, curve, timeout / len(_endpoints(endpoint)), len(_endpoints(endpoint)) > 1)
         except ZepsError:
             if one == _endpoints(endpoint)[-1] and not found:
                 raise
@@ -1174,10 +1176,11 @@ def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) ->
     return found[0]
 
 
-def _query(endpoint, curve, timeout):
+def _query(endpoint, curve, timeout, pair=False):
+    """One broker's report; ``pair``: a refused connection (a dead broker of a pair) fails at once."""
     import json
 
-    sock, watch = _dealer(endpoint, curve, _MAX_REPORT, watch=True)
+    sock, watch = _dealer(endpoint, curve, _MAX_REPORT, watch=HANDSHAKE | zmq.EVENT_CONNECT_RETRIED if pair else True)
     try:
         sock.send(p.encode(p.Query()))
         if not _wait(sock, watch, timeout, curve, endpoint):

@@ -84,3 +84,38 @@ def test_read_a_stream_on_the_second_pair_by_the_map_and_after_a_failover(spark,
     cluster[1].kill("primary")                                # replicated: the backup has every record
     assert _read(spark, cluster_map, name) == want            # the read fails over to the backup
     assert query(cluster[1].endpoints)["pair"]["state"] == "active"
+
+
+def _stream_run(spark, cluster_map, name, checkpoint):
+    """One streaming run of ``name`` by the map to the end of what is there (AvailableNow), resumed from
+    ``checkpoint``; the (seq, body) rows it added."""
+    out = str(checkpoint) + "-out"
+    before = set()
+    if os.path.isdir(os.path.join(out, "_spark_metadata")):
+        before = {(r.seq, r.body) for r in spark.read.parquet(out).collect()}
+    query = (spark.readStream.format("zeps").option("broker", cluster_map).option("stream", name)
+             .option("timeout", 6).load().selectExpr("seq", "cast(body as string) as body").writeStream
+             .format("parquet").option("path", out).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert not query.isActive and query.exception() is None, query.exception()
+    rows = [(r.seq, r.body) for r in spark.read.parquet(out).collect()]
+    assert len(rows) == len(set(rows)), "a row twice"
+    return sorted(set(rows) - before)
+
+
+def test_a_streaming_read_by_the_map_resumes_across_a_failover(spark, cluster, tmp_path):
+    cluster_map = ";".join(pair.endpoints for pair in cluster)
+    name = next("s%d" % i for i in range(100) if ClusterMap.parse(cluster_map).index_for(b"s%d" % i) == 1)
+    with Publisher(cluster_map, name, idempotent=True, heartbeat=0.2, expiry=1.0) as pub:
+        for i in range(500):
+            pub.publish("k", "a%d" % i)
+        pub.flush()
+        checkpoint = tmp_path / "checkpoint"
+        assert _stream_run(spark, cluster_map, name, checkpoint) == [(i + 1, "a%d" % i) for i in range(500)]
+        cluster[1].kill("primary")                # the stream's pair fails over; the query's offsets hold
+        for i in range(500):
+            pub.publish("k", "b%d" % i)
+        pub.flush(timeout=15)
+    assert _stream_run(spark, cluster_map, name, checkpoint) == [(501 + i, "b%d" % i) for i in range(500)]
+    assert query(cluster[1].endpoints)["pair"]["state"] == "active"
