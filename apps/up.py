@@ -38,6 +38,10 @@ Config file (TOML), every key optional::
     # peer = "tcp://10.0.0.2:5571"       # the other broker's pair_bind
     # pair_bind = "tcp://*:5571"         # a fixed port: the peer must find us after a restart
     # on_passive_lost = "wait"           # ack = "replicated": "wait" (flush fails) or "degrade"
+    # streams over several pairs (optional): the cluster map, one entry per pair (or single broker);
+    # a stable hash of its name places each stream on one pair; the dashboard shows and tails them all.
+    # Static: no rebalancing (a pair added moves the streams whose hash lands elsewhere): size it up front
+    # cluster = ["tcp://a1:5570,tcp://b1:5570", "tcp://a2:5570,tcp://b2:5570"]
     [clone]
     host = "127.0.0.1"
     port = 5556                # "*" or 0: any free ports
@@ -98,7 +102,7 @@ DEFAULTS = {
     "majordomo": {"enabled": True, "bind": "tcp://127.0.0.1:5555"},
     "zeps": {"enabled": True, "bind": "tcp://127.0.0.1:5570", "fsync": "100ms", "ack": "written",
              "role": None, "peer": None, "pair_bind": None, "replica_ack": "written", "on_passive_lost": "wait",
-             "passive_timeout": 5.0},
+             "passive_timeout": 5.0, "cluster": None},
     "clone": {"enabled": True, "host": "127.0.0.1", "port": 5556},
     "harmony": {"enabled": True, "name": None, "beacon": False, "interface": None, "endpoints": [], "groups": [],
                 "host": "127.0.0.1", "tcp_port": 0},
@@ -174,6 +178,19 @@ def parse_ack(text):
     if text not in ("written", "synced", "replicated"):
         raise ConfigError("ack is 'written', 'synced' or 'replicated', not %r" % (text,))
     return text
+
+
+def parse_cluster(zeps):
+    """``[zeps] cluster``: the cluster map (:class:`~zactors.patterns.zeps.cluster.ClusterMap`), or None."""
+    from zactors.patterns.zeps.cluster import ClusterMap
+    pairs = zeps.get("cluster")
+    if pairs is None:
+        return None
+    if not isinstance(pairs, list) or not pairs or not all(isinstance(p, str) and p.strip() for p in pairs) \
+            or any(";" in p for p in pairs):
+        raise ConfigError("[zeps] cluster is a list of pairs, each \"tcp://a:5570,tcp://b:5570\" (or one "
+                          "broker), not %r" % (pairs,))
+    return ClusterMap(pairs)
 
 
 def parse_pair(zeps):
@@ -400,6 +417,7 @@ class Up:
             fsync = parse_period(cfg["zeps"]["fsync"])
             ack = parse_ack(cfg["zeps"]["ack"])
             pair = parse_pair(cfg["zeps"])
+            parse_cluster(cfg["zeps"])
             parts.append(ChildSpec("zeps", _same_endpoints(
                 lambda endpoint: ZepsBroker(zeps_dir, endpoint, fsync=fsync, ack=ack, name="zeps", **pair),
                 cfg["zeps"]["bind"])))
@@ -484,7 +502,7 @@ class Up:
         if self.config["majordomo"]["enabled"]:
             parts.append(sources.Majordomo(tree.proxy("majordomo")))
         if self.config["zeps"]["enabled"]:
-            parts.append(sources.Zeps(tree.proxy("zeps")))
+            parts.append(sources.Zeps(tree.proxy("zeps"), cluster=parse_cluster(self.config["zeps"])))
         if self.config["clone"]["enabled"]:
             parts.append(sources.Clone(tree.proxy("clone")))
         if self.config["harmony"]["enabled"]:  # the node running now, whichever it is

@@ -10,7 +10,8 @@
 - failover: SIGKILL of the active under a paced load (an idempotent publisher, a subscriber, both given
   the pair): seconds from the kill to the first delivery by the new active, messages lost and duplicated;
 - catch-up: ``--catchup`` messages (default 1,000,000) journaled by a lone primary, then a fresh backup
-  copies them: messages/s until it is ready (may take over).
+  copies them while ``--rate`` msg/s flow to another stream: messages/s until it is ready (may take over);
+  the row fails if the backup ever says it is ready without all of them.
 
 Every step runs under the harness's deadline; each row is printed as it is measured.
 """
@@ -180,22 +181,56 @@ def failover(args):
 
 
 def catch_up(args):
-    """--catchup messages on a lone primary; a fresh backup copies them: msgs/s until it is ready."""
+    """--catchup messages on a lone primary; a fresh backup copies them while --rate msg/s flow: msgs/s
+    until it is ready (may take over).  Fails if it ever says ready without all of them."""
+    import gevent
+    from zactors.patterns.zeps import Publisher
     pair = Pair(start_backup=False)
+    stop = []
     try:
         pub = base.spawn("zeps_pub", pair.endpoint, args.catchup, 0)
         pub.stdin.write("go\n")
         pub.stdin.flush()
         json.loads(pub.stdout.readline())
         pub.wait(600)
+        live = Publisher(pair.endpoint, "live", idempotent=True)
+        published = [0]
+
+        def publish():   # paced at --rate while the backup copies
+            begun = time.monotonic()
+            while not stop:
+                due = int((time.monotonic() - begun) * args.rate)
+                while published[0] < due:
+                    published[0] += 1
+                    live.publish("k", b"%d" % published[0])
+                gevent.sleep(0.005)
+
+        worker = gevent.spawn(publish)
         started = time.monotonic()
         pair.start("backup")
-        wait_until(lambda: pair.ready("backup"), args.deadline, "the backup to copy %d messages" % args.catchup,
-                   interval=0.05)
+        looks = []
+
+        def ready():
+            info = pair.info("backup")
+            looks.append((info["pair"]["state"] == "passive" and info["pair"]["ready"],
+                          info["streams"].get(base.STREAM, {}).get("last_seq", 0)))
+            return looks[-1][0]
+        wait_until(ready, args.deadline, "the backup to copy %d messages" % args.catchup, interval=0.05,
+                   sleep=gevent.sleep)
         elapsed = time.monotonic() - started
-        copied = pair.info("backup")["streams"][base.STREAM]["last_seq"]
+        stop.append(True)
+        worker.join()
+        live.flush(timeout=30)
+        live.close()
+        copied = looks[-1][1]
+        early = [last for is_ready, last in looks if is_ready and last < args.catchup]
+        if early:
+            raise AssertionError("the backup said it was ready holding %d of %d messages" % (early[0], args.catchup))
+        print("  catch-up: %d messages copied at %d msg/s while %d msg/s flowed; not ready before (%d looks)"
+              % (copied, copied / elapsed, published[0] / elapsed, len(looks)), flush=True)
         return {"rate": copied / elapsed, "lost": args.catchup - copied}
     finally:
+        stop.append(True)
         pair.close()
 
 

@@ -144,9 +144,15 @@ class Zeps(Source):
     #: failing is how its tail learns it (and frees its place among ``max_tails``) within two of these
     tail_idle = 0.5
 
-    def __init__(self, broker, endpoint=None, permissions=None):
+    #: seconds a sample waits for each other pair of the cluster map
+    cluster_timeout = 1.0
+
+    def __init__(self, broker, endpoint=None, permissions=None, cluster=None):
         self.broker = broker
         self.endpoint = endpoint or client_endpoint(broker.endpoint)
+        #: a ClusterMap (streams over several pairs): the page shows every pair's streams, the tail
+        #: reads a stream from the pair that holds it
+        self.cluster = cluster
         self.tails = 0
         self.tails_refused = 0   # past max_tails
         #: the broker's per-stream permissions: what a client key may see here (None: every stream)
@@ -155,6 +161,8 @@ class Zeps(Source):
     def sample(self):
         info = self.broker.call("INFO", timeout=CALL_TIMEOUT)
         streams = info["streams"]
+        if self.cluster is not None:
+            info["cluster"] = self._cluster(streams)
         # totals of the whole broker, before the streams are cut to the busiest: messages journaled
         # (every stream's last sequence) and delivered (to every subscriber since the broker started)
         info["totals"] = {"published": sum(s["last_seq"] for s in streams.values()),
@@ -176,6 +184,26 @@ class Zeps(Source):
             info["groups"] = sorted(groups, key=lambda x: (-x["lag"], -x["pending"]))[:self.max_groups]
             info["groups_not_shown"] = len(groups) - self.max_groups
         return info
+
+    def _cluster(self, streams):
+        """Each pair of the map as its active broker reports it (QUERY); its streams join ``streams``
+        (those not this broker's marked ``remote``: the pair's index).  Parks this greenlet."""
+        import zmq
+
+        from zactors.patterns.zeps import ZepsError, query
+        pairs = []
+        for index, pair in enumerate(self.cluster.pairs):
+            try:
+                report = query(pair, timeout=self.cluster_timeout)
+            except (ZepsError, OSError, ValueError, zmq.ZMQError) as exc:
+                pairs.append({"pair": pair, "error": str(exc)[:200]})
+                continue
+            state = (report.get("pair") or {}).get("state", "single")
+            pairs.append({"pair": pair, "state": state, "streams": len(report["streams"]), "peers": report["peers"]})
+            for name, stream in report["streams"].items():
+                if name not in streams:
+                    streams[name] = dict(stream, remote=index)
+        return pairs
 
     def totals(self, sample):
         return dict(sample["totals"])
@@ -201,6 +229,8 @@ class Zeps(Source):
                 "written (survives a process crash) or synced (an fsync covered it: survives a power loss)",
                 {"level": sample.get("ack", "written")}, 1)]
         for name, s in sample["streams"].items():
+            if "remote" in s:   # another pair's: its own node exports it
+                continue
             labels = {"stream": name}
             out.append(("zeps_stream_last_seq", "Last sequence journaled", labels, s["last_seq"]))
             out.append(("zeps_stream_bytes", "Journal bytes on disk", labels, s["bytes"]))
@@ -284,7 +314,9 @@ class Zeps(Source):
             pair = self.broker.call("INFO", timeout=CALL_TIMEOUT).get("pair") or {}
         except ActorError:
             pair = {}
-        if pair.get("peer_endpoint"):
+        if self.cluster is not None:   # the stream's pair, by the map
+            endpoint = str(self.cluster)
+        elif pair.get("peer_endpoint"):
             endpoint = "%s,%s" % (endpoint, client_endpoint(pair["peer_endpoint"]))
         try:  # a Subscriber never creates a stream: a GET creates nothing
             sub = Subscriber(endpoint, stream, pattern, new=True, window=256 << 10, timeout=3.0,

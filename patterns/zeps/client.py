@@ -21,7 +21,10 @@ several pairs: a cluster map, the pairs separated by ``;`` (:mod:`.cluster`).
 A client attaches to whichever is active: a passive answers INVALID
 ``"PASSIVE: ..."`` and the client tries the next endpoint (until ``timeout``
 in the constructor; for as long as it runs after that).  On failover (the
-active silent for ``expiry``, or it DETACHes us) the subscriber resumes after
+active silent for ``expiry``, it DETACHes us, or its connection drops: a client of a pair
+watches its connection and tries the other broker as soon as the active's process is gone,
+so a crash fails over in well under 2 s whatever ``expiry`` is; a silent machine takes ``expiry``)
+the subscriber resumes after
 the last sequence it received (no gap, no duplicate: the passive holds the
 same sequences) and an idempotent publisher resends what was not confirmed
 (the broker drops what it has already, by producer id).
@@ -207,7 +210,8 @@ def _dealer(endpoint, curve, limit, sndhwm=None, watch=False):
     """A DEALER to the broker; a frame over ``limit`` bytes from it drops the connection (ZMQ_MAXMSGSIZE).
 
     With ``watch``, returns ``(sock, monitor)``: the Monitor of its handshake,
-    for :func:`_wait` (close it once the broker has answered).
+    for :func:`_wait` (close it once the broker has answered); of the events of the mask ``watch``
+    if it is one.
     """
     sock = context().socket(zmq.DEALER, socket_class=Socket)
     sock.linger = 0
@@ -216,7 +220,7 @@ def _dealer(endpoint, curve, limit, sndhwm=None, watch=False):
         sock.sndhwm = sndhwm
     if curve:
         curve_client(sock, curve[1], curve[0])
-    monitor = Monitor(sock, HANDSHAKE) if watch else None  # before connect: no event missed
+    monitor = Monitor(sock, HANDSHAKE if watch is True else watch) if watch else None  # before connect
     sock.connect(endpoint)
     return (sock, monitor) if watch else sock
 
@@ -226,7 +230,8 @@ def _actor_dealer(actor, old, endpoint, curve, limit, watch=False):
 
     No receive HWM: the credit window bounds what comes in, and a frame over ``limit``
     bytes drops the connection.  ``monitor`` watches the handshake (for :func:`_wait`)
-    with ``watch``, else is None.  Runs in the actor's greenlet.
+    with ``watch`` True, the events of the mask ``watch`` if it is one, else is None.
+    Runs in the actor's greenlet.
     """
     if old is not None:
         actor.close_socket(old)
@@ -234,7 +239,7 @@ def _actor_dealer(actor, old, endpoint, curve, limit, watch=False):
     limit_size(sock, limit)
     if curve:
         curve_client(sock, curve[1], curve[0])
-    monitor = Monitor(sock, HANDSHAKE) if watch else None  # before connect: no event missed
+    monitor = Monitor(sock, HANDSHAKE if watch is True else watch) if watch else None  # before connect
     sock.connect(endpoint)
     return sock, monitor
 
@@ -260,6 +265,15 @@ def _busy(reason):
 #: seconds between two ATTACHes while the brokers of a pair say they are passive (a failover under way)
 _PASSIVE_RETRY = 0.1
 
+#: a pair client's connection events that mean "try the other broker now": the connection to the
+#: broker dropped (its process is gone), or nothing listens there (connection refused)
+_LINK_LOST = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+
+
+def _link_lost(monitor):
+    """True if ``monitor`` (a pair client's, or None) saw its connection drop or be refused; drains it."""
+    return monitor is not None and any(event.event & _LINK_LOST for event in monitor.events())
+
 #: while a new connection's handshake has not ended, answers are awaited in slices this long (s)
 _HANDSHAKE_SLICE = 0.05
 
@@ -283,6 +297,8 @@ def _wait(sock, watch, timeout, curve, endpoint):
             if event.event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 watch = None
                 break
+            if event.event == zmq.EVENT_CONNECT_RETRIED:   # (only when asked for: a pair's query)
+                raise ZepsError("no answer from %s: nothing listens there (connection refused)" % endpoint)
             if event.event != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL or curve:
                 raise HandshakeFailed("%s at %s" % (describe(event, "the ZEPS broker", bool(curve)), endpoint),
                                       event)
@@ -399,7 +415,17 @@ class Publisher:
         self.refusal: str | None = None  # and why (the answer to a PING when one came)
         self._resend = False      # the broker refused some: flush sends the unconfirmed again first
         self._attaching = False   # an ATTACH was sent again: the old peering's DETACHes are stale
+        self._link = None         # a pair: the Monitor of our connection (see _watch_link)
+        self._dropped = False     # it saw the connection drop or be refused: try the other broker
+        self._since = _monotonic()    # when the current peering started
+        self._watch_link()
         self._keepalive = gevent.spawn(self._keep_alive)
+
+    def _watch_link(self):
+        """A pair: watch the new socket's connection (created after its connect: a drop before is
+        left to ``expiry``)."""
+        if len(self.endpoints) > 1:
+            self._link = Monitor(self._sock, _LINK_LOST)
 
     def publish(self, key: bytes | str, body: bytes | str) -> None:
         """Publish ``body`` under routing ``key`` (each bytes or str: :mod:`zactors.actors.values`).
@@ -631,8 +657,15 @@ class Publisher:
         self.stats["reattached"] += 1
         log.info("publisher: peering on %s lost; attaching again", self.stream.decode())
         if new_socket:
+            if self._link is not None:
+                self._link.close()
             self._sock.close(0)
-            self._sock = _dealer(self.endpoint, self.curve, _MAX_ANSWER, self._sndhwm)
+            if len(self.endpoints) > 1:
+                self._sock, self._link = _dealer(self.endpoint, self.curve, _MAX_ANSWER, self._sndhwm, _LINK_LOST)
+            else:
+                self._sock = _dealer(self.endpoint, self.curve, _MAX_ANSWER, self._sndhwm)
+            self._since = _monotonic()
+            self._dropped = False
         self._sock.send(p.attach(self.stream))  # pipelined: publishes queue behind it
         if self._unconfirmed:  # idempotent: again, in order; the broker drops what it journaled already
             self.stats["resent"] += len(self._unconfirmed)
@@ -643,7 +676,9 @@ class Publisher:
 
     def _keep_alive(self):
         while not self._closed:
-            gevent.sleep(self.heartbeat / 2)
+            # a pair: look at the connection often (its Monitor is replaced under us by a flush, so
+            # it is read, never waited on): a drop is seen within 50 ms
+            gevent.sleep(self.heartbeat / 2 if self._link is None else min(self.heartbeat / 2, _PASSIVE_RETRY / 2))
             if self._closed:
                 return
             with self._lock:
@@ -653,8 +688,12 @@ class Publisher:
 
     def _peering_lost(self):
         """Attach again (the lock held) when the broker said so (a passive; busy) or went silent for
-        ``expiry``; True if it did.  The keep-alive checks, and a flush while it waits (it holds the lock)."""
-        if not (self._passive or self._busy or _monotonic() - self._heard > self.expiry):
+        ``expiry``, or (a pair) our connection to it dropped or was refused; True if it did.  The
+        keep-alive checks, and a flush while it waits (it holds the lock)."""
+        now = _monotonic()
+        self._dropped = _link_lost(self._link) or self._dropped
+        dropped = self._dropped and now - self._since >= _PASSIVE_RETRY   # (both down: no busy loop)
+        if not (self._passive or self._busy or dropped or now - self._heard > self.expiry):
             return False
         if not self._busy:
             self._next_endpoint()
@@ -668,6 +707,8 @@ class Publisher:
             return
         self._closed = True
         self._keepalive.kill()
+        if self._link is not None:
+            self._link.close()
         try:
             self._sock.send(p.DETACH_FRAME, zmq.NOBLOCK)
         except zmq.ZMQError:
@@ -836,6 +877,7 @@ class Subscriber(Actor):
         self._heard = _monotonic()
         self._stats = self.stats
         self._passive = False       # the broker said it is a passive: attach to the next endpoint
+        self._link = None           # a pair: the Monitor of our connection (see _reconnect)
         deadline = _monotonic() + self.timeout
         slice_ = self.timeout if len(self.endpoints) == 1 else max(0.5, self.heartbeat)
         while True:
@@ -861,9 +903,30 @@ class Subscriber(Actor):
             self._next_endpoint()
             gevent.sleep(_PASSIVE_RETRY)
         self.add_reader(self._sock, self._on_frames)
+        if len(self.endpoints) > 1:   # (watched from now on: a drop before is left to expiry)
+            self._watch_link(Monitor(self._sock, _LINK_LOST))
         self.call_every(self.heartbeat / 2, self._keep_alive)
 
+    def _watch_link(self, monitor):
+        self._link = monitor
+        self._since = _monotonic()
+        self.add_reader(monitor.pair, self._on_link)
+
+    def _unwatch_link(self):
+        if self._link is not None:
+            self.remove_reader(self._link.pair)
+            self._link.close()
+            self._link = None
+
+    def _on_link(self, frames):
+        """Our connection to the broker dropped, or was refused: try the other broker at once (not
+        sooner than _PASSIVE_RETRY after the last try: both down is no busy loop)."""
+        if Monitor.decode(frames).event & _LINK_LOST and not self._passive:
+            self._passive = "the connection to %s dropped" % self.endpoint
+            self.call_later(max(0.0, self._since + _PASSIVE_RETRY - _monotonic()), self._keep_alive)
+
     def teardown(self) -> None:
+        self._unwatch_link()
         if self._sock is not None and self._attached:  # (refused, or never answered: nothing to end)
             try:
                 self._sock.send(p.DETACH_FRAME, zmq.NOBLOCK)
@@ -1002,7 +1065,11 @@ class Subscriber(Actor):
             reason = message.reason
             if _passive(reason):  # a pair's passive: the keep-alive (or setup) tries the other broker
                 self._passive = reason
+                if self._link is not None:   # (after setup: soon, a failover may be under way)
+                    self.call_later(_PASSIVE_RETRY, self._keep_alive)
                 return
+            if not self._attached and reason.endswith("(no peering: attach first)"):
+                return  # a command pipelined behind an ATTACH the broker refused (a passive): that refusal says why
             if not reason.startswith("NO-STREAM:"):  # (raised as NoSuchStream: said once, by the caller)
                 log.warning("%s: broker says: %s", self.name, reason)
             if reason.startswith("REPLAY:"):
@@ -1053,9 +1120,12 @@ class Subscriber(Actor):
 
     def _reconnect(self):
         was_reading = self._sock is not None
-        self._connect()
+        self._unwatch_link()      # (before its socket closes)
+        link = self._connect(watch=_LINK_LOST if len(self.endpoints) > 1 else False)
         if was_reading:
             self.add_reader(self._sock, self._on_frames)
+        if link is not None:
+            self._watch_link(link)
 
     def _keep_alive(self):
         if self._sock is None:  # stopped by a rollback
@@ -1064,7 +1134,7 @@ class Subscriber(Actor):
         if self._passive or quiet > self.expiry:
             self._stats["reattached"] += 1
             if self._passive:
-                log.info("%s: %s is passive; trying the next broker", self.name, self.endpoint)
+                log.info("%s: %s; trying the next broker", self.name, self._passive)
             else:
                 log.info("%s: broker silent for %.1fs; connecting again from %s", self.name, quiet, self.last_seq)
             self._passive = False
@@ -1094,8 +1164,8 @@ def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) ->
         return merged
     found: list[dict[str, Any]] = []
     for one in _endpoints(endpoint):
-        try:
-            info = _query(one, curve, timeout / len(_endpoints(endpoint)) if found else timeout)
+        try:   # a pair: each broker its share of the timeout (a dead first one must not take it all)
+            info = _query(one, curve, timeout / len(_endpoints(endpoint)), len(_endpoints(endpoint)) > 1)
         except ZepsError:
             if one == _endpoints(endpoint)[-1] and not found:
                 raise
@@ -1106,10 +1176,11 @@ def query(endpoint: str, *, curve: Curve | None = None, timeout: float = 5.0) ->
     return found[0]
 
 
-def _query(endpoint, curve, timeout):
+def _query(endpoint, curve, timeout, pair=False):
+    """One broker's report; ``pair``: a refused connection (a dead broker of a pair) fails at once."""
     import json
 
-    sock, watch = _dealer(endpoint, curve, _MAX_REPORT, watch=True)
+    sock, watch = _dealer(endpoint, curve, _MAX_REPORT, watch=HANDSHAKE | zmq.EVENT_CONNECT_RETRIED if pair else True)
     try:
         sock.send(p.encode(p.Query()))
         if not _wait(sock, watch, timeout, curve, endpoint):

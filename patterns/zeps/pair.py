@@ -228,6 +228,8 @@ class Pair:
                 broker.stats["takeovers"] += 1
                 self.replica.new_epochs()   # what the old active handed out alone is another epoch
                 broker._groups_take_over()  # the copied groups: their pending entries redelivered after ack_wait
+                if self.fsm.peer_silent(_monotonic()):   # a vote: the peer is gone
+                    self.source.taken_over()
             log.warning("%s: active (%s)", broker.name, reason)
         elif new == bstar.PASSIVE:
             if old == bstar.ACTIVE:

@@ -37,7 +37,8 @@ When the passive is absent or its acknowledgement lags ``passive_timeout``
 seconds behind: ``on_passive_lost="wait"`` answers the waiting PINGs with
 INVALID ``"PING: replication: ..."`` (the publisher's ``flush`` raises, its
 messages are kept and resent) and keeps delivery waiting; ``"degrade"``
-acknowledges at the local level instead, logs it, and says so in INFO
+acknowledges at the local level instead (at once on a takeover from a silent
+peer: no passive can follow then), logs it, and says so in INFO
 (``degraded``) until a ready passive follows again.
 
 Runs in the broker's loop only.
@@ -411,18 +412,7 @@ class Source:
         broker = self.broker
         status = "no passive follows" if self.session is None else "the passive lags"
         if self.policy == "degrade":
-            self.degraded = True
-            broker.stats["pair_degraded"] += 1
-            log.warning("%s: %s: ack=replicated degraded to %s (on_passive_lost='degrade')", broker.name, status,
-                        broker.level)
-            for waiters in [*self.waiters.values(), self.gwaiters]:
-                while waiters:
-                    waiters.popleft()[2]()
-            for name, seq in self.level.items():
-                stream = broker._streams.get(name)
-                if stream is not None:
-                    broker._written(stream, seq)
-            self.behind_since.clear()
+            self._degrade(status)
             return
         for name in late:
             waiters = self.waiters.get(name)
@@ -436,6 +426,27 @@ class Source:
             waiters.popleft()[3]("replication: %s: group records not confirmed by the passive within %gs"
                                  % (status, self.timeout))
             broker.stats["replication_timeouts"] += 1
+
+    def taken_over(self):
+        """We became active on a client's vote with the peer silent: no passive can confirm anything
+        now, so "degrade" degrades at once (not ``passive_timeout`` later: a failover's service time)."""
+        if self.replicated and not self.degraded and self.policy == "degrade" and self.session is None:
+            self._degrade("took over from a silent peer")
+
+    def _degrade(self, status):
+        broker = self.broker
+        self.degraded = True
+        broker.stats["pair_degraded"] += 1
+        log.warning("%s: %s: ack=replicated degraded to %s (on_passive_lost='degrade')", broker.name, status,
+                    broker.level)
+        for waiters in [*self.waiters.values(), self.gwaiters]:
+            while waiters:
+                waiters.popleft()[2]()
+        for name, seq in self.level.items():
+            stream = broker._streams.get(name)
+            if stream is not None:
+                broker._written(stream, seq)
+        self.behind_since.clear()
 
     def info(self):
         lag = {}

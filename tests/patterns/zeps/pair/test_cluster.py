@@ -59,3 +59,23 @@ def test_streams_over_three_pairs_each_on_one_pair_with_failover(tmp_path, capsy
     finally:
         for pair in pairs:
             pair.close()
+
+
+def test_a_query_of_a_pair_whose_first_broker_is_dead_answers_at_once(tmp_path):
+    """A dead broker of a pair (nothing listens: connection refused) costs no share of the timeout: the
+    dashboard, the CLI and the Spark source ask a pair after its failover."""
+    import socket
+    import time
+
+    from zactors.patterns.zeps.broker import Broker
+    live = Broker(str(tmp_path / "live"), "ipc://%s/live.zeps" % tmp_path)
+    left = socket.socket(socket.AF_UNIX)        # the socket file a SIGKILLed broker leaves behind
+    left.bind(str(tmp_path / "dead.zeps"))
+    left.close()
+    try:
+        for dead in ("ipc://%s/dead.zeps" % tmp_path, "tcp://127.0.0.1:1"):
+            started = time.monotonic()
+            assert query("%s,%s" % (dead, live.endpoint), timeout=6)["endpoint"] == live.endpoint
+            assert time.monotonic() - started < 2.0, dead
+    finally:
+        live.destroy()
