@@ -22,6 +22,7 @@ is ``_jobs_lock``'s).
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -32,6 +33,9 @@ from functools import partial
 
 from zactors.actors.group_commit import GroupCommit
 from zactors.actors.journal import Journal, JournalError
+from zactors.actors.journal.files import OS_FILES
+from zactors.actors.journal.format import HEADER_SIZE, list_segments
+from zactors.actors.journal.replica import position
 
 from . import protocol as p
 from .matcher import Matcher
@@ -54,16 +58,48 @@ _MAX_HELD_BYTES = 4 << 20
 _MAX_HELD_TOTAL = 64 << 20
 
 
-def _open_stream_budget(max_streams):
-    """Streams open at once by default: a quarter of half the open-file limit (the rest for connections)."""
+def _open_stream_budget(max_streams, wanted=None):
+    """Streams open at once: ``wanted`` (default ``max_streams``), never more than a quarter of half the
+    open-file limit (the rest is for connections): a budget the descriptors cannot keep is no budget."""
+    wanted = wanted or max_streams
     try:
         import resource
     except ImportError:  # not POSIX
-        return max_streams
+        return wanted
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY:
-        return max_streams
-    return max(1, min(max_streams, soft // 2 // _FDS_PER_STREAM))
+        return wanted
+    return max(1, min(wanted, soft // 2 // _FDS_PER_STREAM))
+
+
+def _lock_directory(directory):
+    """An exclusive ``flock`` on ``directory`` itself, held while the broker runs: its closed streams
+    are its own.  Raises if another broker holds it."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise RuntimeError("journal directory %s is in use by another broker" % directory) from None
+    return fd
+
+
+def _headers_only(directory):
+    """True if every segment file in ``directory`` is a bare header (a journal that never held a record;
+    the reader also sees a damaged one as empty, and that one is kept)."""
+    try:
+        return all(os.path.getsize(path) <= HEADER_SIZE for _, path in list_segments(directory, OS_FILES))
+    except OSError:
+        return False
+
+
+def _disk_bytes(directory):
+    """Bytes of the files in ``directory`` (0 if it cannot be listed)."""
+    try:
+        with os.scandir(directory) as entries:
+            return sum(e.stat().st_size for e in entries if e.is_file())
+    except OSError:
+        return 0
 
 
 class _Stream:
@@ -118,6 +154,7 @@ class Streams:
     ``_unclaimed`` (journals opened, not yet taken by the loop), ``_jobs_stopped``."""
 
     def _setup_streams(self):
+        self._dir_lock = _lock_directory(self.journal_dir)
         self._closed_streams = {}       # on disk, not open: name -> its INFO then
         self._creators = {}             # peer (key or identity) -> existing streams it created
         self._opening = {}
@@ -140,6 +177,43 @@ class Streams:
             if name is not None and os.path.isdir(os.path.join(self.journal_dir, entry)):
                 names.append(name)
         return names
+
+    def _start_streams(self):
+        """At start: the declared streams open (pinned; one that cannot open stops the start), and those
+        on disk up to the open budget; the rest are listed from their files, closed (each opens on its
+        first ATTACH), so a node with more journals than descriptors starts.  A journal that cannot
+        open is logged, counted and listed closed (an ATTACH tries again, INVALID if it fails).  One
+        that never held a message is deleted.  Blocks on the disk: setup only."""
+        for name in self.declared:
+            stream = self._streams.get(name) or self._open_now(name)
+            if stream is None:
+                raise RuntimeError("cannot open declared stream %s under %s" % (name.decode(), self.journal_dir))
+            stream.pinned = True
+        for name in self._existing():
+            if name in self._streams:
+                continue
+            directory = os.path.join(self.journal_dir, stream_directory(name))
+            first = last = 0   # a journal that cannot be read is kept as it is: listed, its ATTACHes refused
+            if len(self._streams) < self._max_open:
+                stream = self._open_now(name)
+                if stream is not None:
+                    stream.idle_since -= _MIN_IDLE  # no peer yet: closed first for the first ATTACH of another
+                    if not stream.journal.last_seq:
+                        self._close_stream(stream, block=True)  # never used: deleted
+                    continue
+            else:
+                try:
+                    _, first, last = position(directory)
+                except (JournalError, OSError) as exc:
+                    self.stats["journal_open_errors"] += 1
+                    log.error("%s: cannot read stream %s: %s", self.name, name.decode("ascii", "replace"), exc)
+                else:
+                    if last == 0 and _headers_only(directory):
+                        shutil.rmtree(directory, ignore_errors=True)  # never used: deleted
+                        continue
+            self._closed_streams[name] = {
+                "first_seq": first, "last_seq": last, "written_seq": last, "synced_seq": last, "rate": 0.0,
+                "bytes": _disk_bytes(directory), "peers": 0, "subscribers": [], "open": False}
 
     # -- opening ----------------------------------------------------------------------
     def _open_now(self, name):
