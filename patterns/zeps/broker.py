@@ -26,8 +26,12 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   ``max_open_streams`` are open at once (never more than a quarter of half
   the open-file limit, ~4 descriptors a stream, which is also the default; the idlest
   is closed first for a new one).  A stream that never held a message is
-  deleted when it closes, and at start: junk names do not outlive their
-  peers, nor a restart.  Journals open and close on the threadpool, never
+  closed a second after its last peer left, and deleted then (and at start):
+  junk names do not outlive their peers, nor a restart, nor hold the
+  ``max_streams`` budget.  Without CURVE the quota is per connection (its
+  routing id): a client that reconnects again and again can still fill
+  ``max_streams`` with streams holding a message; give such a node CURVE and
+  the ``create`` permission.  Journals open and close on the threadpool, never
   in the loop (a few fsyncs each), a few at once and at most 64 pending (an
   ATTACH past that is refused: busy); a peer's commands sent before its
   ATTACH-OK wait for the journal and are served in order.
@@ -345,7 +349,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         self._max_open = _open_stream_budget(self.max_streams, self.max_open_streams)
         self._groups_setup()  # before the streams: their journals' first writes reach the groups
         self._start_streams()  # pre-declared streams, and journals already there
-        self.call_every(max(0.5, min(self.stream_idle / 2, 10.0)), self._close_idle)
+        self.call_every(max(0.5, min(self.stream_idle / 2, 1.0)), self._close_idle)  # (empty ones: after 1 s)
         self.call_every(1.0, self._sample)
         self.call_every(self.heartbeat, self._reclaim)
         self.call_every(10.0, self._retain)

@@ -6,7 +6,9 @@ it, its matcher and peers.  Streams on disk are opened at start; others are
 created on an ATTACH within the stream budgets (permission ``create``,
 ``max_streams_per_peer``, ``max_streams``); at most ``max_open_streams`` are
 open at once (the idlest is closed for a new one), and one idle for
-``stream_idle`` seconds is closed; one that never held a message is deleted.
+``stream_idle`` seconds is closed; one that never held a message is closed
+(deleted) once idle for ``_MIN_IDLE``: streams a flood creates and leaves
+empty free the ``max_streams`` budget within seconds.
 
 After setup, journals open and close on the threadpool, never in the loop
 (each costs fsyncs: tens of milliseconds on a busy disk): at most
@@ -390,9 +392,13 @@ class Streams:
 
     # -- closing ----------------------------------------------------------------------
     def _closable(self, stream, now, idle):
-        """No peer for ``idle`` seconds, not declared, and nothing left for its journal to write or sync."""
+        """No peer for ``idle`` seconds (``_MIN_IDLE`` for a stream that never held a message: closing
+        deletes it, and a flood's junk does not hold the stream budget), not declared, and nothing left
+        for its journal to write or sync."""
         since = stream.idle_since
         journal = stream.journal
+        if not journal.last_seq:
+            idle = min(idle, _MIN_IDLE)
         return (since is not None and now - since >= idle and not stream.pinned and not stream.fresh
                 and not stream.reads
                 and journal.written_seq == journal.last_seq
