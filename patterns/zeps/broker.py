@@ -321,11 +321,16 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
                              high=self.transport_high, backlog=self.transport_high * 2,
                              sndhwm=self.sndhwm,
+                             router_handover=1,  # a routing id in use goes to the newest connection (below)
                              max_message=max(self.max_message + _PUBLISH_OVERHEAD, _MAX_COMMAND),
                              max_frames=8, max_bytes=max(self.max_message + _PUBLISH_OVERHEAD, _MAX_COMMAND) + 256,
                              max_connections=fd_budget())  # half the fds: the other half is the streams'
         # (every ZEPS message is one frame after the ROUTER's identity, of 255 bytes at most: a few frames
         # more get INVALID "one ZEPS command per message", a larger message is dropped unread and counted)
+        # Handover: without it libzmq never reads a connection whose routing id is in use, yet buffers up
+        # to RCVHWM frames of it (1,000 of max_message each): five such took the broker to 1.5 GiB.  Now
+        # its messages are read (and refused, counted); the connection it replaced is left idle, counted
+        # in the connection budget; with permissions a message of another key ends the peering it took.
         self._outbox_send = self.router.outbox.send
         self._outbox_pending = self.router.outbox.pending
         if self.curve is not None:

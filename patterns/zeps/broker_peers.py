@@ -110,6 +110,16 @@ class Peers:
             self._served(self._windows.forget(identity))
         self._unstale(identity)
 
+    def _taken_over(self, peer):
+        """``peer``'s routing id is another connection's now (ROUTER_HANDOVER), one with another key: its
+        peering ends as an expired one does (what it did not drain leaves the credit budget)."""
+        self.stats["peers_taken_over"] += 1
+        if self.stats["peers_taken_over"] % 1000 == 1:
+            log.warning("%s: routing id %r taken over by another key; its peering ends (%d so far)", self.name,
+                        peer.identity, self.stats["peers_taken_over"])
+        self._drop(peer)
+        self._abandon(peer.identity)
+
     def _on_overflow(self, identity, frames):
         self.stats["overflow"] += 1  # never for subscribers: held at transport_high, limit is twice that
 
