@@ -88,6 +88,8 @@ class Peers:
         self._delivered_gone += peer.delivered
         if not peer.stream.peers:
             peer.stream.idle_since = _monotonic()
+            self._idle.pop(peer.stream.name, None)
+            self._idle[peer.stream.name] = peer.stream  # (the last in idle order)
         if peer.filter is not None:
             peer.stream.matcher.remove(peer.filter)
         self._replaying.pop(identity, None)

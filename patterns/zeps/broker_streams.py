@@ -149,7 +149,8 @@ class _Held(list):
 
 class Streams:
     """Stream lifecycle.  State: ``_streams`` (name -> open _Stream), ``_closed_streams`` (name -> its INFO
-    when closed), ``_creators`` (peer -> streams it created), ``_max_open``; the journal jobs:
+    when closed), ``_idle`` (name -> open _Stream without peers, the idlest first), ``_creators`` (peer ->
+    streams it created), ``_max_open``; the journal jobs:
     ``_opening`` (name -> _Opening), ``_closing`` (name -> _Stream whose journal closes), ``_deleting``
     (how many of those are deleted after), ``_attaching`` (identity -> commands held), ``_held_bytes``,
     ``_jobs`` (queued), ``_jobs_running``, and under ``_jobs_lock``: ``_jobs_in_thread``,
@@ -158,6 +159,7 @@ class Streams:
     def _setup_streams(self):
         self._dir_lock = _lock_directory(self.journal_dir)
         self._closed_streams = {}       # on disk, not open: name -> its INFO then
+        self._idle = {}                 # open streams without peers, in the order they became so
         self._creators = {}             # peer (key or identity) -> existing streams it created
         self._opening = {}
         self._closing = {}
@@ -191,6 +193,7 @@ class Streams:
             if stream is None:
                 raise RuntimeError("cannot open declared stream %s under %s" % (name.decode(), self.journal_dir))
             stream.pinned = True
+            self._idle.pop(name, None)
         for name in self._existing():
             if name in self._streams:
                 continue
@@ -337,6 +340,8 @@ class Streams:
                                         on_written=deliver, on_error=partial(self._write_failed, stream))
         stream.commit.start()
         self._streams[name] = stream
+        self._idle.pop(name, None)
+        self._idle[name] = stream       # (no peer yet: the last in idle order)
         self._closed_streams.pop(name, None)
         stream.creator = owner
         stream.samples.append((_monotonic(), journal.last_seq))
@@ -411,12 +416,25 @@ class Streams:
             self._close_stream(stream)
 
     def _close_idlest(self):
-        """Close the stream idle longest (at least _MIN_IDLE) for a new one; False if there is none."""
+        """Close the stream idle longest (at least _MIN_IDLE) for a new one; False if there is none.
+        Walks ``_idle`` from its oldest, up to the first idle less than that: not every open stream
+        for each new one (a stream flood's every ATTACH)."""
         now = _monotonic()
-        idle = [s for s in self._streams.values() if self._closable(s, now, _MIN_IDLE)]
-        if not idle:
+        gone = []
+        found = None
+        for name, stream in self._idle.items():
+            if self._streams.get(name) is not stream or stream.idle_since is None:
+                gone.append(name)       # closed or attached since (stale): forgotten below
+            elif now - stream.idle_since < _MIN_IDLE:
+                break                   # (and every later one)
+            elif self._closable(stream, now, _MIN_IDLE):
+                found = stream
+                break
+        for name in gone:
+            del self._idle[name]
+        if found is None:
             return False
-        self._close_stream(min(idle, key=lambda s: s.idle_since))
+        self._close_stream(found)
         return True
 
     def _close_stream(self, stream, block=False):
@@ -424,6 +442,7 @@ class Streams:
         it if it never held a message."""
         name = stream.name
         del self._streams[name]
+        self._idle.pop(name, None)
         stream.commit.stop(sync=False)  # (nothing left to write: _closable) the close fsyncs, off the loop
         journal = stream.journal
         self.stats["streams_closed"] += 1
