@@ -157,7 +157,9 @@ class Peers:
             peer = self._peers.get(identity)
             if peer is not None:
                 self.stats["peers_expired"] += 1
-                log.info("%s: peer %r silent for %gs; dropped", self.name, identity, self.expiry)
+                if self.stats["peers_expired"] % 1000 == 1:  # (a line per peer: a flood of them is a flood)
+                    log.info("%s: peer %r silent for %gs; dropped (%d so far)", self.name, identity, self.expiry,
+                             self.stats["peers_expired"])
                 self._send(identity, p.DETACH_FRAME)
                 self._drop(peer)
                 self._abandon(identity)  # what it did not drain: out of the credit budget

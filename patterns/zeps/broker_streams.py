@@ -345,7 +345,7 @@ class Streams:
         self._closed_streams.pop(name, None)
         stream.creator = owner
         stream.samples.append((_monotonic(), journal.last_seq))
-        log.info("%s: stream %s open (sequences %d..%d)", self.name, name.decode(), journal.first_seq,
+        log.debug("%s: stream %s open (sequences %d..%d)", self.name, name.decode(), journal.first_seq,
                  journal.last_seq)
         return stream
 
