@@ -7,7 +7,7 @@ from zactors.patterns.zeps import protocol as p
 from zactors.patterns.zeps.client import Publisher, Subscriber
 
 from .conftest import Raw
-from .test_budgets import junk_streams, spawn  # noqa: F401 - spawn: the fixture
+from .test_budgets import junk_streams, poll, spawn  # noqa: F401 - spawn: the fixture
 
 pytestmark = pytest.mark.timeout(120)
 pytest.importorskip("zactors.actors.journal")
@@ -52,3 +52,25 @@ def test_a_flooding_connection_is_held_to_its_quota_and_its_empty_streams_free_t
     with Subscriber(broker.endpoint, "good", from_seq=0) as sub:
         assert sub.get(timeout=10).body == b"kept"
     assert broker.info()["stream_budget"]["max_streams"] == 24
+
+
+
+def test_idle_open_streams_arm_no_timers(journal_dir):
+    """Issue 20 (the hostile soak's profile): every open stream's group commit ticked every 0.1 s, written or
+    not: at the ~500 streams a flood keeps open, 5,000 timer calls a second on the hub for nothing.  A write
+    arms the next fsync now, and an idle stream arms nothing."""
+    from zactors.patterns.zeps.broker import Broker
+    broker = Broker(journal_dir, max_streams_per_peer=64)
+    try:
+        reactor = broker._reactor                   # (the test's greenlet and the broker's share the thread)
+
+        def armed():
+            return len(reactor._timers) - reactor._cancelled
+        before = armed()
+        names = [b"s-%d" % i for i in range(30)]
+        assert junk_streams(broker.endpoint, names, publish=True) == []   # 30 open streams, a message each
+        assert poll(lambda: all(s["synced_seq"] == 1 for s in broker.call("INFO")["streams"].values()), timeout=30)
+        assert poll(lambda: armed() < before + 10, timeout=10), (before, armed())    # was 30 more: one per stream
+        assert broker.call("INFO")["stream_budget"]["open"] == 30
+    finally:
+        broker.destroy()
