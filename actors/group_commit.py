@@ -109,8 +109,8 @@ class GroupCommit:
         self._halted = False            # an fsync failed: the journal stopped for good
 
     def start(self) -> None:
-        if self.fsync == "interval":
-            self._sync_timer = self.actor.call_every(self.interval, self._sync)
+        """Nothing to arm: under ``"interval"`` a write arms the next fsync (a timer only while something
+        written waits for one, so a thousand idle journals cost the loop nothing)."""
 
     def kick(self) -> None:
         """Records were appended: write them at the start of the next round."""
@@ -208,6 +208,12 @@ class GroupCommit:
         self._release(self._wait_written, seq)
         if self.fsync == "batch" or self._sync_again:
             self._sync()
+        elif self.fsync == "interval" and self._sync_timer is None and not self._stopped:
+            self._sync_timer = self.actor.call_later(self.interval, self._sync_due)
+
+    def _sync_due(self):
+        self._sync_timer = None
+        self._sync()
 
     def _write_failed(self, exc):
         if self.journal.broken:

@@ -9,8 +9,12 @@
 
 Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
 
-- Streams whose journals are in ``journal_dir`` are opened at start, and
-  ``streams=`` pre-declares more; others are created on their first ATTACH,
+- Streams whose journals are in ``journal_dir`` are served from start (opened
+  up to the open budget, the rest listed from their files and opened on
+  their first ATTACH; one whose journal cannot be opened is logged, counted
+  in ``journal_open_errors`` and its ATTACHes refused with the reason), and
+  ``streams=`` pre-declares more (these must open, or the broker does not
+  start); ``journal_dir`` is locked: one broker at a time.  Others are created on their first ATTACH,
   within budgets (each refusal is an INVALID with the reason, counted in
   ``streams_refused``): with ``permissions`` only by a key granted
   ``create`` on the name; without (no CURVE: a local, unauthenticated
@@ -19,11 +23,15 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   ``max_streams`` in all.  A stream without peers for ``stream_idle``
   seconds is closed, its descriptors released (reopened by the next
   ATTACH; INFO shows it as it was, ``"open": false``), and at most
-  ``max_open_streams`` are open at once (default: a
-  quarter of half the open-file limit, ~4 descriptors a stream; the idlest
+  ``max_open_streams`` are open at once (never more than a quarter of half
+  the open-file limit, ~4 descriptors a stream, which is also the default; the idlest
   is closed first for a new one).  A stream that never held a message is
-  deleted when it closes, and at start: junk names do not outlive their
-  peers, nor a restart.  Journals open and close on the threadpool, never
+  closed a second after its last peer left, and deleted then (and at start):
+  junk names do not outlive their peers, nor a restart, nor hold the
+  ``max_streams`` budget.  Without CURVE the quota is per connection (its
+  routing id): a client that reconnects again and again can still fill
+  ``max_streams`` with streams holding a message; give such a node CURVE and
+  the ``create`` permission.  Journals open and close on the threadpool, never
   in the loop (a few fsyncs each), a few at once and at most 64 pending (an
   ATTACH past that is refused: busy); a peer's commands sent before its
   ATTACH-OK wait for the journal and are served in order.
@@ -313,11 +321,16 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
                              on_overflow=self._on_overflow, on_held=self._on_held, on_drained=self._on_drained,
                              high=self.transport_high, backlog=self.transport_high * 2,
                              sndhwm=self.sndhwm,
+                             router_handover=1,  # a routing id in use goes to the newest connection (below)
                              max_message=max(self.max_message + _PUBLISH_OVERHEAD, _MAX_COMMAND),
                              max_frames=8, max_bytes=max(self.max_message + _PUBLISH_OVERHEAD, _MAX_COMMAND) + 256,
                              max_connections=fd_budget())  # half the fds: the other half is the streams'
         # (every ZEPS message is one frame after the ROUTER's identity, of 255 bytes at most: a few frames
         # more get INVALID "one ZEPS command per message", a larger message is dropped unread and counted)
+        # Handover: without it libzmq never reads a connection whose routing id is in use, yet buffers up
+        # to RCVHWM frames of it (1,000 of max_message each): five such took the broker to 1.5 GiB.  Now
+        # its messages are read (and refused, counted); the connection it replaced is left idle, counted
+        # in the connection budget; with permissions a message of another key ends the peering it took.
         self._outbox_send = self.router.outbox.send
         self._outbox_pending = self.router.outbox.pending
         if self.curve is not None:
@@ -338,25 +351,24 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
             group, port = self.multicast
             self._multicast = MulticastSender(group, port, interface=self.multicast_interface, ttl=self.multicast_ttl)
             self.call_every(self.heartbeat, self._multicast_heads)
-        self._max_open = self.max_open_streams or _open_stream_budget(self.max_streams)
+        self._max_open = _open_stream_budget(self.max_streams, self.max_open_streams)
         self._groups_setup()  # before the streams: their journals' first writes reach the groups
-        for name in self.declared + self._existing():  # pre-declared streams, and journals already there
-            if name in self._streams:
-                continue
-            stream = self._open_now(name)
-            if stream is None:
-                raise RuntimeError("cannot open stream %s under %s" % (name.decode(), self.journal_dir))
-            if name in self.declared:
-                stream.pinned = True
-            elif not stream.journal.last_seq or len(self._streams) >= self._max_open:
-                self._close_stream(stream, block=True)  # never used (deleted), or over the open budget
-        self.call_every(max(0.5, min(self.stream_idle / 2, 10.0)), self._close_idle)
+        self._start_streams()  # pre-declared streams, and journals already there
+        self.call_every(max(0.5, min(self.stream_idle / 2, 1.0)), self._close_idle)  # (empty ones: after 1 s)
         self.call_every(1.0, self._sample)
         self.call_every(self.heartbeat, self._reclaim)
         self.call_every(10.0, self._retain)
         log.debug("%s: serving %s, journal %s", self.name, self.endpoint, self.journal_dir)
 
     def teardown(self) -> None:
+        try:
+            self._teardown()
+        finally:
+            if vars(self).get("_dir_lock") is not None:
+                os.close(self._dir_lock)   # (last: no journal of ours is open now)
+                self._dir_lock = None
+
+    def _teardown(self):
         if "_multicast" not in vars(self): return  # noqa: E701 - setup failed before binding: nothing to close
         if self._multicast is not None:
             self._multicast.close()

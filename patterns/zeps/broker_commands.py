@@ -138,6 +138,7 @@ class Commands:
     def _attached(self, identity, stream, key):
         """The ATTACH of ``identity`` to the open ``stream``: its peering, and ATTACH-OK."""
         stream.idle_since = None
+        self._idle.pop(stream.name, None)
         peer = self._peers[identity] = stream.peers[identity] = _Peer(identity, stream, key)
         old = self._gone.pop(identity, None) or self._restore(identity)
         if old is not None:  # the same connection, attached again: what is still on its way to it stays counted

@@ -60,15 +60,21 @@ class HotPath:
     (the producers of PUBLISH-ID: the journal's table, :meth:`Journal.producer`); with permissions, ``_keys`` (the ZAP User-Id of ATTACHes not handled yet)."""
 
     def _on_keyed_frames(self, frames):
-        """With permissions: note the ZAP User-Id of each ATTACH, then as :meth:`_on_frames`."""
+        """With permissions: note the ZAP User-Id of each ATTACH, then as :meth:`_on_frames`.  A message
+        whose key is not its peering's (another key's connection took the routing id over: the ROUTER
+        hands an id over to its newest connection) ends that peering first: no key acts with another's."""
         data = [f.bytes for f in frames]
+        try:
+            key = frames[0].get("User-Id") or None
+        except ZMQError:
+            key = None
+        peer = self._peers.get(data[0])
+        if peer is not None and peer.key != key:
+            self._taken_over(peer)
         if len(data) == 2 and len(data[1]) > 2 and data[1][2] in (p.ATTACH, p.ATTACH_EXISTING, p.QUERY):
             if len(self._keys) >= _MAX_PENDING_KEYS:       # ATTACHes the handler has not taken: bounded
                 self._keys.clear()
-            try:
-                self._keys[data[0]] = frames[0].get("User-Id") or None
-            except ZMQError:
-                self._keys[data[0]] = None
+            self._keys[data[0]] = key
         self._on_frames(data)
 
     def _on_frames(self, frames):

@@ -88,6 +88,8 @@ class Peers:
         self._delivered_gone += peer.delivered
         if not peer.stream.peers:
             peer.stream.idle_since = _monotonic()
+            self._idle.pop(peer.stream.name, None)
+            self._idle[peer.stream.name] = peer.stream  # (the last in idle order)
         if peer.filter is not None:
             peer.stream.matcher.remove(peer.filter)
         self._replaying.pop(identity, None)
@@ -109,6 +111,16 @@ class Peers:
             del self._gone[identity]
             self._served(self._windows.forget(identity))
         self._unstale(identity)
+
+    def _taken_over(self, peer):
+        """``peer``'s routing id is another connection's now (ROUTER_HANDOVER), one with another key: its
+        peering ends as an expired one does (what it did not drain leaves the credit budget)."""
+        self.stats["peers_taken_over"] += 1
+        if self.stats["peers_taken_over"] % 1000 == 1:
+            log.warning("%s: routing id %r taken over by another key; its peering ends (%d so far)", self.name,
+                        peer.identity, self.stats["peers_taken_over"])
+        self._drop(peer)
+        self._abandon(peer.identity)
 
     def _on_overflow(self, identity, frames):
         self.stats["overflow"] += 1  # never for subscribers: held at transport_high, limit is twice that
@@ -145,7 +157,9 @@ class Peers:
             peer = self._peers.get(identity)
             if peer is not None:
                 self.stats["peers_expired"] += 1
-                log.info("%s: peer %r silent for %gs; dropped", self.name, identity, self.expiry)
+                if self.stats["peers_expired"] % 1000 == 1:  # (a line per peer: a flood of them is a flood)
+                    log.info("%s: peer %r silent for %gs; dropped (%d so far)", self.name, identity, self.expiry,
+                             self.stats["peers_expired"])
                 self._send(identity, p.DETACH_FRAME)
                 self._drop(peer)
                 self._abandon(identity)  # what it did not drain: out of the credit budget

@@ -6,7 +6,9 @@ it, its matcher and peers.  Streams on disk are opened at start; others are
 created on an ATTACH within the stream budgets (permission ``create``,
 ``max_streams_per_peer``, ``max_streams``); at most ``max_open_streams`` are
 open at once (the idlest is closed for a new one), and one idle for
-``stream_idle`` seconds is closed; one that never held a message is deleted.
+``stream_idle`` seconds is closed; one that never held a message is closed
+(deleted) once idle for ``_MIN_IDLE``: streams a flood creates and leaves
+empty free the ``max_streams`` budget within seconds.
 
 After setup, journals open and close on the threadpool, never in the loop
 (each costs fsyncs: tens of milliseconds on a busy disk): at most
@@ -22,6 +24,7 @@ is ``_jobs_lock``'s).
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -32,6 +35,9 @@ from functools import partial
 
 from zactors.actors.group_commit import GroupCommit
 from zactors.actors.journal import Journal, JournalError
+from zactors.actors.journal.files import OS_FILES
+from zactors.actors.journal.format import HEADER_SIZE, list_segments
+from zactors.actors.journal.replica import position
 
 from . import protocol as p
 from .matcher import Matcher
@@ -54,16 +60,48 @@ _MAX_HELD_BYTES = 4 << 20
 _MAX_HELD_TOTAL = 64 << 20
 
 
-def _open_stream_budget(max_streams):
-    """Streams open at once by default: a quarter of half the open-file limit (the rest for connections)."""
+def _open_stream_budget(max_streams, wanted=None):
+    """Streams open at once: ``wanted`` (default ``max_streams``), never more than a quarter of half the
+    open-file limit (the rest is for connections): a budget the descriptors cannot keep is no budget."""
+    wanted = wanted or max_streams
     try:
         import resource
     except ImportError:  # not POSIX
-        return max_streams
+        return wanted
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY:
-        return max_streams
-    return max(1, min(max_streams, soft // 2 // _FDS_PER_STREAM))
+        return wanted
+    return max(1, min(wanted, soft // 2 // _FDS_PER_STREAM))
+
+
+def _lock_directory(directory):
+    """An exclusive ``flock`` on ``directory`` itself, held while the broker runs: its closed streams
+    are its own.  Raises if another broker holds it."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise RuntimeError("journal directory %s is in use by another broker" % directory) from None
+    return fd
+
+
+def _headers_only(directory):
+    """True if every segment file in ``directory`` is a bare header (a journal that never held a record;
+    the reader also sees a damaged one as empty, and that one is kept)."""
+    try:
+        return all(os.path.getsize(path) <= HEADER_SIZE for _, path in list_segments(directory, OS_FILES))
+    except OSError:
+        return False
+
+
+def _disk_bytes(directory):
+    """Bytes of the files in ``directory`` (0 if it cannot be listed)."""
+    try:
+        with os.scandir(directory) as entries:
+            return sum(e.stat().st_size for e in entries if e.is_file())
+    except OSError:
+        return 0
 
 
 class _Stream:
@@ -111,14 +149,17 @@ class _Held(list):
 
 class Streams:
     """Stream lifecycle.  State: ``_streams`` (name -> open _Stream), ``_closed_streams`` (name -> its INFO
-    when closed), ``_creators`` (peer -> streams it created), ``_max_open``; the journal jobs:
+    when closed), ``_idle`` (name -> open _Stream without peers, the idlest first), ``_creators`` (peer ->
+    streams it created), ``_max_open``; the journal jobs:
     ``_opening`` (name -> _Opening), ``_closing`` (name -> _Stream whose journal closes), ``_deleting``
     (how many of those are deleted after), ``_attaching`` (identity -> commands held), ``_held_bytes``,
     ``_jobs`` (queued), ``_jobs_running``, and under ``_jobs_lock``: ``_jobs_in_thread``,
     ``_unclaimed`` (journals opened, not yet taken by the loop), ``_jobs_stopped``."""
 
     def _setup_streams(self):
+        self._dir_lock = _lock_directory(self.journal_dir)
         self._closed_streams = {}       # on disk, not open: name -> its INFO then
+        self._idle = {}                 # open streams without peers, in the order they became so
         self._creators = {}             # peer (key or identity) -> existing streams it created
         self._opening = {}
         self._closing = {}
@@ -140,6 +181,44 @@ class Streams:
             if name is not None and os.path.isdir(os.path.join(self.journal_dir, entry)):
                 names.append(name)
         return names
+
+    def _start_streams(self):
+        """At start: the declared streams open (pinned; one that cannot open stops the start), and those
+        on disk up to the open budget; the rest are listed from their files, closed (each opens on its
+        first ATTACH), so a node with more journals than descriptors starts.  A journal that cannot
+        open is logged, counted and listed closed (an ATTACH tries again, INVALID if it fails).  One
+        that never held a message is deleted.  Blocks on the disk: setup only."""
+        for name in self.declared:
+            stream = self._streams.get(name) or self._open_now(name)
+            if stream is None:
+                raise RuntimeError("cannot open declared stream %s under %s" % (name.decode(), self.journal_dir))
+            stream.pinned = True
+            self._idle.pop(name, None)
+        for name in self._existing():
+            if name in self._streams:
+                continue
+            directory = os.path.join(self.journal_dir, stream_directory(name))
+            first = last = 0   # a journal that cannot be read is kept as it is: listed, its ATTACHes refused
+            if len(self._streams) < self._max_open:
+                stream = self._open_now(name)
+                if stream is not None:
+                    stream.idle_since -= _MIN_IDLE  # no peer yet: closed first for the first ATTACH of another
+                    if not stream.journal.last_seq:
+                        self._close_stream(stream, block=True)  # never used: deleted
+                    continue
+            else:
+                try:
+                    _, first, last = position(directory)
+                except (JournalError, OSError) as exc:
+                    self.stats["journal_open_errors"] += 1
+                    log.error("%s: cannot read stream %s: %s", self.name, name.decode("ascii", "replace"), exc)
+                else:
+                    if last == 0 and _headers_only(directory):
+                        shutil.rmtree(directory, ignore_errors=True)  # never used: deleted
+                        continue
+            self._closed_streams[name] = {
+                "first_seq": first, "last_seq": last, "written_seq": last, "synced_seq": last, "rate": 0.0,
+                "bytes": _disk_bytes(directory), "peers": 0, "subscribers": [], "open": False}
 
     # -- opening ----------------------------------------------------------------------
     def _open_now(self, name):
@@ -261,10 +340,12 @@ class Streams:
                                         on_written=deliver, on_error=partial(self._write_failed, stream))
         stream.commit.start()
         self._streams[name] = stream
+        self._idle.pop(name, None)
+        self._idle[name] = stream       # (no peer yet: the last in idle order)
         self._closed_streams.pop(name, None)
         stream.creator = owner
         stream.samples.append((_monotonic(), journal.last_seq))
-        log.info("%s: stream %s open (sequences %d..%d)", self.name, name.decode(), journal.first_seq,
+        log.debug("%s: stream %s open (sequences %d..%d)", self.name, name.decode(), journal.first_seq,
                  journal.last_seq)
         return stream
 
@@ -316,9 +397,13 @@ class Streams:
 
     # -- closing ----------------------------------------------------------------------
     def _closable(self, stream, now, idle):
-        """No peer for ``idle`` seconds, not declared, and nothing left for its journal to write or sync."""
+        """No peer for ``idle`` seconds (``_MIN_IDLE`` for a stream that never held a message: closing
+        deletes it, and a flood's junk does not hold the stream budget), not declared, and nothing left
+        for its journal to write or sync."""
         since = stream.idle_since
         journal = stream.journal
+        if not journal.last_seq:
+            idle = min(idle, _MIN_IDLE)
         return (since is not None and now - since >= idle and not stream.pinned and not stream.fresh
                 and not stream.reads
                 and journal.written_seq == journal.last_seq
@@ -331,12 +416,25 @@ class Streams:
             self._close_stream(stream)
 
     def _close_idlest(self):
-        """Close the stream idle longest (at least _MIN_IDLE) for a new one; False if there is none."""
+        """Close the stream idle longest (at least _MIN_IDLE) for a new one; False if there is none.
+        Walks ``_idle`` from its oldest, up to the first idle less than that: not every open stream
+        for each new one (a stream flood's every ATTACH)."""
         now = _monotonic()
-        idle = [s for s in self._streams.values() if self._closable(s, now, _MIN_IDLE)]
-        if not idle:
+        gone = []
+        found = None
+        for name, stream in self._idle.items():
+            if self._streams.get(name) is not stream or stream.idle_since is None:
+                gone.append(name)       # closed or attached since (stale): forgotten below
+            elif now - stream.idle_since < _MIN_IDLE:
+                break                   # (and every later one)
+            elif self._closable(stream, now, _MIN_IDLE):
+                found = stream
+                break
+        for name in gone:
+            del self._idle[name]
+        if found is None:
             return False
-        self._close_stream(min(idle, key=lambda s: s.idle_since))
+        self._close_stream(found)
         return True
 
     def _close_stream(self, stream, block=False):
@@ -344,6 +442,7 @@ class Streams:
         it if it never held a message."""
         name = stream.name
         del self._streams[name]
+        self._idle.pop(name, None)
         stream.commit.stop(sync=False)  # (nothing left to write: _closable) the close fsyncs, off the loop
         journal = stream.journal
         self.stats["streams_closed"] += 1
