@@ -1,6 +1,6 @@
 """The README's Quick start on a clean Debian 12 with no system Java, in a chroot this script makes.
 
-    sudo python3 tests/fresh/debian12.py [--rev HEAD] [--dir DIR] [--keep] [--mirror URL]
+    sudo python3 tests/fresh/debian12.py [--rev HEAD] [--dir DIR] [--keep] [--mirror URL] [--tests TEST...]
 
 What it does: ``debootstrap --variant=minbase bookworm`` into a fresh folder, ``apt-get install
 python3 python3-venv`` there (the one system package the README asks for; no gcc, so the pure-Python
@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -106,6 +107,8 @@ def main():
     parser.add_argument("--dir", help="where to make the chroot (default: a new folder under /var/tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the chroot afterwards")
     parser.add_argument("--mirror", default="http://deb.debian.org/debian")
+    parser.add_argument("--tests", nargs="+", metavar="TEST",
+                        help="run only these tests in the test command (to check failures again quickly)")
     parser.add_argument("--ca-bundle", default=os.environ.get("PIP_CERT"),
                         help="a CA bundle pip needs here (default: $PIP_CERT)")
     args = parser.parse_args()
@@ -128,7 +131,8 @@ def main():
         result["debootstrap_s"] = round(time.monotonic() - started)
         shutil.copy("/etc/resolv.conf", os.path.join(path, "etc", "resolv.conf"))
         with open(os.path.join(path, "etc", "hosts"), "w") as hosts:   # what Debian's installer writes
-            hosts.write("127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n")
+            hosts.write("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
+                        % socket.gethostname())
         env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb"}
         if args.ca_bundle:
             shutil.copy(args.ca_bundle, os.path.join(path, "etc", "zactors-ca.pem"))
@@ -145,6 +149,8 @@ def main():
             java = root.shell("command -v java || test -n \"${JAVA_HOME:-}\"", env, os.path.join(logs, "java.log"))
             result["system_java"] = java == 0
             for i, command in enumerate(quick_start(open(os.path.join(checkout, "README.md")).read())):
+                if args.tests and command.endswith("-m pytest"):
+                    command += " " + " ".join(args.tests)
                 log = os.path.join(logs, "command%d.log" % (i + 1))
                 say("running", command, "(log:", log + ")")
                 begun = time.monotonic()
