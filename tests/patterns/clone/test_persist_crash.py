@@ -59,7 +59,8 @@ class MapOwner(Actor):
 
     @command(reply=True)
     def recovered(self):
-        return self.sequence, {k: v.value for k, v in self.live.items()}
+        """The last change recovered (the sequence goes on past it after a loss) and the map."""
+        return max((e.sequence for e in self.live.values()), default=0), {k: v.value for k, v in self.live.items()}
 
 
 def _run(tmp_path, name, ack, fsync, rng):
