@@ -277,14 +277,32 @@ class MapJournal:
         return live, sequence, jumped, path
 
     def _commit(self, journal, main):
+        """The GroupCommit of ``journal``.  Its callbacks act only while ``journal`` is still the one they
+        were made for: a stopped commit may still report an fsync that was in flight (its journal
+        sequences are not the new journal's, and a compaction started since is not the one it synced)."""
         if main:
-            durable = self._durable
+            def durable(jseq):
+                if journal is self.journal:
+                    self._durable(jseq)
+
+            def written(jseq):
+                if journal is self.journal:
+                    self._append_voids()
+
+            def failed(exc):
+                if journal is self.journal:
+                    self._failed(exc)
             commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval, retry=self.retry,
-                                 on_written=durable if self.ack == "written" else self._written,
-                                 on_synced=durable if self.ack == "synced" else None, on_error=self._failed)
+                                 on_written=durable if self.ack == "written" else written,
+                                 on_synced=durable if self.ack == "synced" else None, on_error=failed)
         else:
+            def next_failed(exc):
+                if self._next is not None and self._next[1] is journal:
+                    log.error("%s: compaction abandoned: %s", self.actor.name, exc)
+                    self._task.cancel()
+                    self._abandon()
             commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval, retry=self.retry,
-                                 on_error=self._next_failed)
+                                 on_error=next_failed)
         commit.start()
         return commit
 
@@ -324,9 +342,6 @@ class MapJournal:
         if self.on_reserved is not None:
             self.on_reserved(error)
 
-    def _written(self, jseq):
-        self._append_voids()
-
     def _durable(self, jseq):
         self._append_voids()
         if self.on_durable is not None:
@@ -338,12 +353,6 @@ class MapJournal:
             self._abandon()
         if self.on_error is not None:
             self.on_error(exc)
-
-    def _next_failed(self, exc):
-        if self._next is not None:
-            log.error("%s: compaction abandoned: %s", self.actor.name, exc)
-            self._task.cancel()
-            self._abandon()
 
     def void(self, first, last):
         """Records ``first``..``last`` (journal sequences) do not count: written as soon as the journal
@@ -448,19 +457,21 @@ class MapJournal:
         commit.kick()
 
     def _cut_done(self, task):
-        if task.cancelled or self._next is None:
+        if task.cancelled or self._next is None or task is not self._task:
             return
         if task.error is not None:
             log.error("%s: compaction failed: %s", self.actor.name, task.error)
             self._abandon()
             return
-        n, journal, commit = self._next
-        commit.when_synced(lambda seq, n=n: self._switch(n))
-
-    def _switch(self, n):
-        if self._next is None or self._next[0] != n:
-            return
         _n, journal, commit = self._next
+        commit.when_synced(lambda seq: self._switch(journal))
+
+    def _switch(self, journal):
+        """The cut in ``journal`` is synced: make its generation the current one, if it still is the
+        compaction under way (a compaction restarted since may reuse the generation number)."""
+        if self._next is None or self._next[1] is not journal:
+            return
+        n, journal, commit = self._next
         try:  # the changes appended since the cut was synced: the new generation must hold them all
             journal.write()
             journal.sync()

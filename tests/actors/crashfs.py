@@ -102,12 +102,14 @@ class CrashFiles(Files):
                     pass
             self._fds.clear()
 
-    def restore(self, rng=None, torn=True):
+    def restore(self, rng=None, torn=True, revive=True):
         """Leave the directories as a power loss does (call after :meth:`crash`),
         then revive the layer with that state as durable.
 
         With ``rng`` and ``torn``, a file whose unsynced change was an append
-        keeps a random prefix of it, sometimes followed by garbage."""
+        keeps a random prefix of it, sometimes followed by garbage.  With
+        ``revive=False`` the layer stays dead: threads of the dead writer that
+        are still running never write again (use a new layer to go on)."""
         with self._lock:
             if not self.dead:
                 self.crash()
@@ -141,6 +143,8 @@ class CrashFiles(Files):
                     if now != data or not os.path.isfile(os.path.join(directory, name)):
                         with open(os.path.join(directory, name), "wb") as f:
                             f.write(data)
+            if not revive:
+                return
             directories = list(self._dirs)
             self._names.clear()
             self._dirs.clear()
