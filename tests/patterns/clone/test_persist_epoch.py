@@ -143,3 +143,25 @@ def test_a_damaged_sequences_file_is_refused_with_a_clear_error(tmp_path):
     (tmp_path / "SEQUENCES").write_bytes(b"zactors clone sequences 1\nseven\n")
     with pytest.raises(JournalError, match="SEQUENCES is damaged"):
         CloneServer(0, persist=str(tmp_path))
+
+
+def test_a_cut_in_the_active_segment_starts_a_new_epoch_past_the_lost_sequences(make, tmp_path):
+    """Bit rot in a record after a clean stop: recovery cuts it and what follows, so the next sequence
+    jumps past every sequence handed out (a client holding them re-syncs, even with ack="synced")."""
+    server = make(CloneServer, persist=str(tmp_path), ack="synced", fsync="batch")
+    a = make(Clone, [client_of(server)])
+    assert a.wait_synced(10)
+    seqs = [a.set("k%d" % i, "value-%d" % i, wait=10) for i in range(10)]
+    endpoints = list(server.endpoints)
+    server.destroy()
+    segment = tmp_path / "gen-00000000" / "00000000000000000001.seg"
+    data = bytearray(segment.read_bytes())
+    data[data.index(b"value-4")] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    server = rebind(make, CloneServer, snapshot=endpoints[0], publisher=endpoints[1], collector=endpoints[2],
+                    persist=str(tmp_path), ack="synced", fsync="batch")
+    info = server.call("INFO")
+    assert info["persist"]["epoch"] == 2 and info["sequence"] > seqs[-1]
+    assert sorted(server.call("DUMP")) == [b"k%d" % i for i in range(4)]
+    wait_for(lambda: dict(a.items()) == server.call("DUMP"), timeout=20, what="the client re-synced")
+    assert a.set("k9", "again", wait=10) > seqs[-1]
