@@ -492,7 +492,8 @@ class MapJournal:
         self.generation, self.journal = n, journal
         self.commit = self._commit(journal, main=True)
         self._next = self._task = None
-        self._remove(old_path)
+        # unlinks and a directory fsync, off the loop: a restart removes what a crash leaves of it
+        self.actor.run_in_thread(self._remove, old_path, on_done=lambda _r, _e: None)
         self.compactions += 1
         log.info("%s: journal compacted into generation %d", self.actor.name, n)
         if self.on_durable is not None:  # both generations were synced: everything so far is durable

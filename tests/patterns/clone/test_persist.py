@@ -53,7 +53,8 @@ def test_compaction_then_restart(make, tmp_path):
     wait_for(lambda: server.call("INFO")["persist"]["compactions"] >= 1, timeout=20, what="a compaction")
     a.set("after-compaction", "1", wait=5)
     before, seq = server.call("DUMP"), server.call("INFO")["sequence"]
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("gen-")] == ["gen-00000001"]  # the old one is gone
+    wait_for(lambda: [p.name for p in tmp_path.iterdir() if p.name.startswith("gen-")] == ["gen-00000001"],
+             timeout=10, what="the old generation removed")
     server = _restart(server, make, tmp_path)
     assert server.call("DUMP") == before and server.call("INFO")["sequence"] == seq
 
