@@ -507,10 +507,12 @@ class MapJournal:
         self._remove(self._path(n))
 
     def close(self):
+        """Write and fsync what is left and close the journal (clean: a restart keeps the epoch).  The
+        fsyncs run on the hub's threadpool: the calling greenlet waits, the rest of the process runs."""
         if self._task is not None:
             self._task.cancel()
         if self._next is not None:
             self._abandon()
         if self.commit is not None:
-            self.commit.stop()
-            self.journal.close()
+            self.commit.stop(sync=False)
+            get_hub().threadpool.apply(self.journal.close)
