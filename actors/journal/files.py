@@ -49,6 +49,13 @@ class Files:
     def listdir(self, directory: str) -> list[str]:
         return os.listdir(directory)
 
+    def mkdir(self, path: str, mode: int = 0o700) -> None:
+        """Create a directory (its entry is durable once its parent is :meth:`fsync_dir`-ed)."""
+        os.mkdir(path, mode)
+
+    def rmdir(self, path: str) -> None:
+        os.rmdir(path)
+
     def fsync_dir(self, directory: str) -> None:
         """Make the directory's entries (files created, renamed, removed) durable."""
         fd = os.open(directory, os.O_RDONLY)

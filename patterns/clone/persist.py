@@ -28,22 +28,42 @@ newest complete generation, keeping for each key the record with the highest
 sequence, so the cut and the changes made meanwhile may interleave in any
 order.  Incomplete generations are removed on open.
 
+Sequences are never handed out twice (issue #19).  A power loss in
+``ack="written"`` mode (or recovery cutting a corrupt record) can take
+changes whose KVPUBs clients already hold; handing their sequences to new
+changes would make those clients drop the new KVPUBs as old.  So
+``DIR/SEQUENCES`` keeps the map's *epoch* and a *reservation*: a sequence
+is handed out only once the reservation covers it (:meth:`MapJournal.covers`;
+the file is replaced durably, ``reserve`` sequences ahead, off the loop,
+well before they are needed).  A recovery that may have lost changes (the
+journal was not closed cleanly, or recovery cut records) starts a new epoch
+and goes on from the reservation, past every sequence the server may have
+published: a client holding one sees a newer snapshot and re-syncs.  A clean
+restart keeps the sequence.  The file is ASCII: ``zactors clone sequences 1``,
+then ``epoch reserved``.
+
+Every file and directory operation (generations made and removed, ``COMPLETE``
+markers, the sequences file, the journals) goes through the file layer
+``files`` (tests simulate power losses with it); every directory entry is
+fsynced before it is relied upon.
+
 Files are created 0600 in 0700 directories (they hold keys and values).
 
 Used from the server actor's loop only; not thread-safe.  Recovery reads
 the journal on the hub's threadpool: the server's ``setup`` waits for it,
-the rest of the process runs meanwhile.
+the rest of the process runs meanwhile.  Reservations are written on the
+threadpool too.
 """
 import logging
 import os
-import shutil
 import time
 
 import msgpack
 from gevent import get_hub
 
 from zactors.actors.group_commit import GroupCommit
-from zactors.actors.journal import Journal, JournalError
+from zactors.actors.journal import CLEAN_NAME, OS_FILES, Journal, JournalError
+from zactors.actors.journal.format import fresh_error, os_error
 from zactors.actors.journal.recovery import collector_paused
 
 from .hashmap import Entry
@@ -53,6 +73,39 @@ __all__ = ["MapJournal"]
 log = logging.getLogger(__name__)
 
 _COMPLETE = "COMPLETE"
+_SEQUENCES = "SEQUENCES"
+_SEQUENCES_HEAD = b"zactors clone sequences 1\n"
+
+
+def _read_sequences(directory):
+    """``(epoch, reserved)`` from the sequences file of ``directory``; None when there is none."""
+    path = os.path.join(directory, _SEQUENCES)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise os_error("read", path, exc) from None
+    try:
+        if not data.startswith(_SEQUENCES_HEAD):
+            raise ValueError("bad header")
+        epoch, reserved = (int(n) for n in data[len(_SEQUENCES_HEAD):].split())
+        if epoch < 1 or reserved < 0:
+            raise ValueError("out of range")
+    except ValueError as exc:
+        raise JournalError("%s is damaged (%s): the server cannot tell which sequences clients may hold"
+                           % (path, exc)) from None
+    return epoch, reserved
+
+
+def _write_sequences(files, directory, epoch, reserved):
+    """Replace the sequences file durably.  Blocks (fsyncs); any thread."""
+    path = os.path.join(directory, _SEQUENCES)
+    try:
+        files.write_atomic(path, _SEQUENCES_HEAD + b"%d %d\n" % (epoch, reserved))
+    except OSError as exc:
+        raise os_error("write", path, exc) from None
 
 
 def _generations(directory):
@@ -130,16 +183,23 @@ def _replay_entries(journal, voids):
 
 
 class MapJournal:
-    """The journal of one server's map in ``directory`` (see the module docstring)."""
+    """The journal of one server's map in ``directory`` (see the module docstring).
+
+    ``reserve``: how many sequences the sequences file reserves ahead.
+    ``on_reserved(error)`` runs in the loop when a reservation was written
+    (``error`` None: :meth:`covers` may now say yes to more) or failed."""
 
     def __init__(self, actor, directory, *, fsync="interval", interval=0.1, chunk=1000, ack="written",
-                 on_durable=None, on_error=None, retry=1.0, files=None):
+                 on_durable=None, on_error=None, retry=1.0, files=None, reserve=100000, on_reserved=None):
         if ack not in ("written", "synced"):
             raise ValueError("ack must be 'written' or 'synced', not %r" % (ack,))
+        if reserve < 2:
+            raise ValueError("reserve must be at least 2 sequences, not %r" % (reserve,))
         self.actor = actor
         self.ack = ack
         self.on_durable = on_durable
         self.on_error = on_error
+        self.on_reserved = on_reserved
         self.retry = retry
         self._voids = []            # (first, last) journal sequences to void once appends are taken again
         self.directory = os.fspath(directory)
@@ -147,50 +207,140 @@ class MapJournal:
         self.interval = interval
         self.chunk = chunk
         self.files = files          # the journals' file layer (Journal's files=: tests simulate power losses)
+        self._files = OS_FILES if files is None else files
         os.makedirs(self.directory, mode=0o700, exist_ok=True)   # keys and values: the owner's only
         self.generation = None
         self.journal = self.commit = None
         self._next = None           # (generation, journal, commit) being written by compaction
         self._task = None
         self.compactions = 0
+        self.reserve = reserve
+        self.epoch = None           # the map's epoch: a new one after each recovery that may have lost changes
+        self.reserved = 0           # the sequences file durably reserves sequences up to this one
+        self.reserve_error = None   # the last reservation write failed (retried after ``retry`` s)
+        self._reserving = False
+        self._retry_at = 0.0
 
     # -- recovery -------------------------------------------------------------
     def recover(self):
-        """``({key: Entry}, sequence)`` from the newest complete generation (the live keys only)."""
-        complete = [(n, path) for n, path in _generations(self.directory)
-                    if os.path.exists(os.path.join(path, _COMPLETE))]
-        for n, path in _generations(self.directory):
-            if not complete or n > complete[-1][0] or n < complete[-1][0]:
-                shutil.rmtree(path, ignore_errors=True)  # unfinished compaction, or superseded
+        """``({key: Entry}, sequence)`` from the newest complete generation (the live keys only).
+
+        ``sequence`` is where the server goes on: after a recovery that may
+        have lost changes, past every sequence it may have handed out."""
+        # seconds for a large map: on the hub's threadpool, so that only this actor waits for it
+        live, sequence, jumped, path = get_hub().threadpool.apply(self._recover)
+        self.commit = self._commit(self.journal, main=True)
+        if jumped:  # a mark: a clean restart before the next change still goes on from here
+            self.append(b"", msgpack.packb((sequence,)))
+        log.info("%s: recovered %d key(s) at sequence %d from %s (epoch %d)", self.actor.name, len(live),
+                 sequence, path, self.epoch)
+        return live, sequence
+
+    def _recover(self):
+        files = self._files
+        state = _read_sequences(self.directory)
+        for name in os.listdir(self.directory):
+            if name.endswith(".tmp"):
+                files.unlink(os.path.join(self.directory, name))
+        generations = _generations(self.directory)
+        complete = [(n, path) for n, path in generations if os.path.exists(os.path.join(path, _COMPLETE))]
+        for n, path in generations:
+            if not complete or n != complete[-1][0]:
+                self._remove(path)              # unfinished compaction, or superseded
         live, sequence = {}, 0
         if complete:
             self.generation, path = complete[-1]
-            # seconds for a large map: on the hub's threadpool, so that only this actor waits for it
-            self.journal, live, sequence = get_hub().threadpool.apply(_open_and_replay, (path, self.files))
+            clean = os.path.exists(os.path.join(path, CLEAN_NAME))
+            self.journal, live, sequence = _open_and_replay(path, self.files)
+            lost = not clean or self.journal.stats()["truncated_bytes"] > 0
         else:
             self.generation = 0
             path = self._path(0)
-            os.makedirs(path, mode=0o700, exist_ok=True)
+            if state is None:   # a new map: its directory's own entry must survive a power loss too
+                files.fsync_dir(os.path.dirname(os.path.abspath(self.directory)))
+            self._make_generation(path)
             self._mark_complete(path)
             self.journal = Journal(path, files=self.files)
-        self.commit = self._commit(self.journal, main=True)
-        log.info("%s: recovered %d key(s) at sequence %d from %s", self.actor.name, len(live), sequence, path)
-        return live, sequence
+            lost = state is not None            # the map had generations, and none is left
+        epoch, reserved = state if state is not None else (1, 0)
+        jumped = False
+        if lost:
+            epoch += 1
+            floor = reserved if state is not None else sequence + self.reserve  # older layout: a best guess
+            log.warning("%s: %s may have lost changes clients hold; epoch %d goes on from sequence %d",
+                        self.actor.name, path, epoch, max(floor, sequence))
+            if floor > sequence:
+                sequence, jumped = floor, True
+        self.epoch = epoch
+        self.reserved = sequence + self.reserve
+        _write_sequences(files, self.directory, epoch, self.reserved)
+        return live, sequence, jumped, path
 
     def _commit(self, journal, main):
+        """The GroupCommit of ``journal``.  Its callbacks act only while ``journal`` is still the one they
+        were made for: a stopped commit may still report an fsync that was in flight (its journal
+        sequences are not the new journal's, and a compaction started since is not the one it synced)."""
         if main:
-            durable = self._durable
+            def durable(jseq):
+                if journal is self.journal:
+                    self._durable(jseq)
+
+            def written(jseq):
+                if journal is self.journal:
+                    self._append_voids()
+
+            def failed(exc):
+                if journal is self.journal:
+                    self._failed(exc)
             commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval, retry=self.retry,
-                                 on_written=durable if self.ack == "written" else self._written,
-                                 on_synced=durable if self.ack == "synced" else None, on_error=self._failed)
+                                 on_written=durable if self.ack == "written" else written,
+                                 on_synced=durable if self.ack == "synced" else None, on_error=failed)
         else:
+            def next_failed(exc):
+                if self._next is not None and self._next[1] is journal:
+                    log.error("%s: compaction abandoned: %s", self.actor.name, exc)
+                    self._task.cancel()
+                    self._abandon()
             commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval, retry=self.retry,
-                                 on_error=self._next_failed)
+                                 on_error=next_failed)
         commit.start()
         return commit
 
-    def _written(self, jseq):
-        self._append_voids()
+    # -- sequence reservations ---------------------------------------------------
+    def covers(self, sequence):
+        """True when ``sequence`` may be handed out: the sequences file durably reserves it.
+
+        Never blocks: once ``sequence`` is past half the reservation a new one
+        is written on the threadpool (``on_reserved`` tells when).  Raises
+        :class:`~zactors.actors.journal.JournalError` for a sequence past the
+        reservation while the last reservation write failed (retried after
+        ``retry`` seconds)."""
+        if sequence > self.reserved - self.reserve // 2 and not self._reserving \
+                and (self.reserve_error is None or time.monotonic() >= self._retry_at):
+            target = max(sequence, self.reserved) + self.reserve
+            self._reserving = True
+            self.actor.run_in_thread(_write_sequences, self._files, self.directory, self.epoch, target,
+                                     on_done=lambda _r, error: self._reserved(target, error))
+        if sequence <= self.reserved:
+            return True
+        if self.reserve_error is not None and not self._reserving:
+            raise fresh_error(self.reserve_error)
+        return False
+
+    def _reserved(self, target, error):
+        self._reserving = False
+        if error is None:
+            self.reserved = max(self.reserved, target)
+            self.reserve_error = None
+        else:
+            if not isinstance(error, JournalError):
+                error = JournalError("reserving sequences in %s failed: %r" % (self.directory, error))
+            if self.reserve_error is None:
+                log.error("%s: %s (retried in %gs)", self.actor.name, error, self.retry)
+            self.reserve_error = error
+            self._retry_at = time.monotonic() + self.retry
+        if self.on_reserved is not None:
+            self.on_reserved(error)
 
     def _durable(self, jseq):
         self._append_voids()
@@ -203,12 +353,6 @@ class MapJournal:
             self._abandon()
         if self.on_error is not None:
             self.on_error(exc)
-
-    def _next_failed(self, exc):
-        if self._next is not None:
-            log.error("%s: compaction abandoned: %s", self.actor.name, exc)
-            self._task.cancel()
-            self._abandon()
 
     def void(self, first, last):
         """Records ``first``..``last`` (journal sequences) do not count: written as soon as the journal
@@ -227,17 +371,34 @@ class MapJournal:
     def _path(self, n):
         return os.path.join(self.directory, "gen-%08d" % n)
 
+    def _make_generation(self, path):
+        """Make the directory of a generation, its entry durable.  Blocks."""
+        self._files.mkdir(path, 0o700)
+        self._files.fsync_dir(self.directory)
+
     def _mark_complete(self, path):
-        fd = os.open(os.path.join(path, _COMPLETE), os.O_WRONLY | os.O_CREAT, 0o600)
+        """The ``COMPLETE`` marker of generation ``path``, durable.  Blocks."""
+        files = self._files
+        fd = files.open(os.path.join(path, _COMPLETE), os.O_WRONLY | os.O_CREAT, 0o600)
         try:
-            os.fsync(fd)
+            files.fsync(fd)
         finally:
-            os.close(fd)
-        dfd = os.open(path, os.O_RDONLY)
+            files.close(fd)
+        files.fsync_dir(path)
+
+    def _remove(self, path):
+        """Remove generation ``path`` (a journal directory: files only), durably.  Blocks; an error is
+        logged (the next recovery removes what is left)."""
+        files = self._files
         try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+            for name in os.listdir(path):
+                files.unlink(os.path.join(path, name))
+            files.rmdir(path)
+            files.fsync_dir(self.directory)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("%s: removing %s failed: %s", self.actor.name, path, exc)
 
     # -- appending -------------------------------------------------------------
     def record(self, key, sequence, uuid, properties, value, expires):
@@ -270,8 +431,14 @@ class MapJournal:
             self._abandon()
         n = self.generation + 1 if self._next is None else self._next[0] + 1
         path = self._path(n)
-        shutil.rmtree(path, ignore_errors=True)
-        journal = Journal(path, files=self.files)
+        self._remove(path)
+        try:
+            self._make_generation(path)
+            journal = Journal(path, files=self.files)
+        except (OSError, JournalError) as exc:   # a full disk: the map stays in the current generation
+            log.error("%s: compaction not started: %s", self.actor.name, exc)
+            self._remove(path)
+            return
         commit = self._commit(journal, main=False)
         journal.append(b"", msgpack.packb((sequence,)))
         for key, body in tail:
@@ -290,19 +457,21 @@ class MapJournal:
         commit.kick()
 
     def _cut_done(self, task):
-        if task.cancelled or self._next is None:
+        if task.cancelled or self._next is None or task is not self._task:
             return
         if task.error is not None:
             log.error("%s: compaction failed: %s", self.actor.name, task.error)
             self._abandon()
             return
-        n, journal, commit = self._next
-        commit.when_synced(lambda seq, n=n: self._switch(n))
-
-    def _switch(self, n):
-        if self._next is None or self._next[0] != n:
-            return
         _n, journal, commit = self._next
+        commit.when_synced(lambda seq: self._switch(journal))
+
+    def _switch(self, journal):
+        """The cut in ``journal`` is synced: make its generation the current one, if it still is the
+        compaction under way (a compaction restarted since may reuse the generation number)."""
+        if self._next is None or self._next[1] is not journal:
+            return
+        n, journal, commit = self._next
         try:  # the changes appended since the cut was synced: the new generation must hold them all
             journal.write()
             journal.sync()
@@ -310,7 +479,12 @@ class MapJournal:
             log.error("%s: compaction abandoned: %s", self.actor.name, exc)
             self._abandon()
             return
-        self._mark_complete(self._path(n))
+        try:
+            self._mark_complete(self._path(n))
+        except OSError as exc:
+            log.error("%s: compaction abandoned: %s", self.actor.name, exc)
+            self._abandon()
+            return
         old_path = self._path(self.generation)
         self.commit.stop()
         self.journal.close()
@@ -318,7 +492,8 @@ class MapJournal:
         self.generation, self.journal = n, journal
         self.commit = self._commit(journal, main=True)
         self._next = self._task = None
-        shutil.rmtree(old_path, ignore_errors=True)
+        # unlinks and a directory fsync, off the loop: a restart removes what a crash leaves of it
+        self.actor.run_in_thread(self._remove, old_path, on_done=lambda _r, _e: None)
         self.compactions += 1
         log.info("%s: journal compacted into generation %d", self.actor.name, n)
         if self.on_durable is not None:  # both generations were synced: everything so far is durable
@@ -329,13 +504,15 @@ class MapJournal:
         self._next = self._task = None
         commit.stop(sync=False)
         journal.close(sync=False)
-        shutil.rmtree(self._path(n), ignore_errors=True)
+        self._remove(self._path(n))
 
     def close(self):
+        """Write and fsync what is left and close the journal (clean: a restart keeps the epoch).  The
+        fsyncs run on the hub's threadpool: the calling greenlet waits, the rest of the process runs."""
         if self._task is not None:
             self._task.cancel()
         if self._next is not None:
             self._abandon()
         if self.commit is not None:
-            self.commit.stop()
-            self.journal.close()
+            self.commit.stop(sync=False)
+            get_hub().threadpool.apply(self.journal.close)

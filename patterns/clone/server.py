@@ -70,7 +70,13 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   ``KVERR`` with the update's UUID and the reason (see
   :func:`.protocol.encode_kverr`; :meth:`.Clone.set` raises
   :class:`.UpdateRefused`), voids the refused records in the journal and
-  goes on serving.
+  goes on serving.  A sequence is handed out only once the journal's
+  sequences file reserves it (:meth:`.MapJournal.covers`, ``reserve`` ahead;
+  updates wait for that meanwhile, at most ``max_pending``): a restart after a power loss
+  goes on past every sequence it may have published (a new *epoch*, in
+  ``INFO``), so a client holding one re-syncs instead of dropping new
+  updates as old.  ``files``: the journal's file layer (tests simulate
+  power losses with it).
 - ``curve=keys`` (an ``actors.auth`` Keypair or secret key) makes every
   socket CURVE; peers use ``peer_public`` (default: our own public key).
 
@@ -145,7 +151,8 @@ class CloneServer(Actor):
                  max_pending: int = 1000000, curve: Keypair | bytes | str | None = None,
                  peer_public: bytes | str | None = None, persist: str | os.PathLike[str] | None = None,
                  fsync: str | float = "interval", ack: str = "written", max_value: int = MAX_VALUE,
-                 max_uuids: int = 100000, name: str | None = None) -> None:
+                 max_uuids: int = 100000, reserve: int = 100000, files: Any = None,
+                 name: str | None = None) -> None:
         if role not in (None, "primary", "backup"):
             raise ValueError("role must be None (alone), 'primary' or 'backup'")
         if ack not in ("written", "synced"):
@@ -180,6 +187,8 @@ class CloneServer(Actor):
         self.ack = ack
         self.max_value = max_value
         self.max_uuids = max_uuids
+        self.reserve = reserve
+        self.files = files
         self.name = name or "clone-%s" % (role or "server")
 
     # -- setup ----------------------------------------------------------------
@@ -191,12 +200,14 @@ class CloneServer(Actor):
             period = isinstance(self.fsync, (int, float)) and not isinstance(self.fsync, bool)
             self.store = MapJournal(self, self.persist, fsync="interval" if period else self.fsync,
                                     interval=float(self.fsync) if period else 0.1, ack=self.ack,
-                                    on_durable=self._publish_durable, on_error=self._journal_failed)
+                                    on_durable=self._publish_durable, on_error=self._journal_failed,
+                                    reserve=self.reserve, files=self.files, on_reserved=self._reserved)
             self.map.replace(*self.store.recover())
         self.applied = RecentIds(self.max_uuids)   # UUIDs of the updates applied (or journaled): resends dropped
         self._remember(self.map.entries, self.map.sequence)
         self._assigned = self.map.sequence   # the last sequence handed out (journaled; published once durable)
         self._outbox: deque[tuple[Any, ...]] = deque()  # (journal seq, sequence, key, value, uuid, props, ttl)
+        self._waiting: deque[tuple[Any, ...]] = deque()  # (key, value, uuid, props, ttl): for a reservation
         curve = self.curve
         self.snapshots = Snapshots(self, self._on_snapshot, window=self.window, chunk=self.chunk,
                                    timeout=self.snapshot_timeout, hwm=self.snapshot_hwm, budget=self.snapshot_budget,
@@ -296,6 +307,8 @@ class CloneServer(Actor):
             "persist": None if store is None else {"directory": store.directory, "generation": store.generation,
                                                    "compactions": store.compactions, "ack": self.ack,
                                                    "unpublished": len(self._outbox),
+                                                   "waiting": len(self._waiting), "epoch": store.epoch,
+                                                   "reserved": store.reserved,
                                                    "error": str(store.journal.error or "") or None},
             "counters": dict(self.stats),
         }
@@ -389,7 +402,25 @@ class CloneServer(Actor):
 
     # -- persistence: journaled before published ----------------------------------
     def _journal(self, key, value, uid, props, ttl):
-        """Journal one change at the next sequence, to publish once durable; False if refused."""
+        """Journal one change at the next sequence, to publish once durable; False if refused.
+
+        While the sequence is not reserved yet the change waits (in order) for the reservation."""
+        seq = self._assigned + 1
+        try:
+            if self._waiting or not self.store.covers(seq):
+                if len(self._waiting) >= self.max_pending:
+                    raise JournalError("%d updates wait for a sequence reservation" % len(self._waiting))
+                self._waiting.append((key, value, uid, props, ttl))
+                if uid:
+                    self.applied.add(uid)
+                return True
+        except JournalError as exc:
+            self._refuse(uid, exc)
+            return False
+        return self._append(key, value, uid, props, ttl)
+
+    def _append(self, key, value, uid, props, ttl):
+        """Journal one change at the next sequence (reserved); False if refused."""
         seq = self._assigned + 1
         try:
             jseq = self.store.append(key, msgpack.packb((seq, uid, props, value, _expires(ttl, value))))
@@ -413,6 +444,17 @@ class CloneServer(Actor):
             put(key, value, seq, uid, props, ttl, now)
             send_message(pub, pub.handle, (key, pack_sequence(seq), uid, props, value))
             self.stats["updates"] += 1
+
+    def _reserved(self, error):
+        """A sequence reservation was written (journal the changes waiting for it), or failed (refuse them)."""
+        waiting = self._waiting
+        if error is not None:
+            self._waiting = deque()
+            for item in waiting:
+                self._refuse(item[2], error)
+            return
+        while waiting and self.store.covers(self._assigned + 1):
+            self._append(*waiting.popleft())
 
     def _journal_failed(self, exc):
         """A journal write (or fsync) failed: refuse every update waiting for it, and void their records."""
