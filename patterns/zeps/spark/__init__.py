@@ -79,7 +79,9 @@ def _check_workers(context):
     if not str(context.master).startswith("local"):
         return                    # a cluster's workers have their own interpreters: their setup decides
     found = shutil.which(python) or python
-    if os.path.realpath(found) == os.path.realpath(sys.executable):
+    # the same path, not the same file: a venv's python is a symlink to the system's, whose site-packages
+    # lack zactors (a fresh Debian 12: /usr/bin/python3 resolved "the same" and every Spark task failed)
+    if os.path.abspath(found) == os.path.abspath(sys.executable):
         return
     try:
         ok = subprocess.run([found, "-c", "import zactors.patterns.zeps.spark"], capture_output=True,

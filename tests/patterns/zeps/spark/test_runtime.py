@@ -110,3 +110,24 @@ def test_register_says_when_the_workers_python_lacks_zactors(tmp_path):
     assert "refused: Spark's Python workers run %s, which cannot import zactors" % python3 in done.stdout, \
         done.stdout[-2000:] + done.stderr[-2000:]
     assert "prepare()" in done.stdout
+
+
+def test_the_workers_check_is_not_fooled_by_a_venvs_symlink():
+    """On a fresh Debian 12 a venv's python is a symlink to /usr/bin/python3: the check took the two for one
+    interpreter (the same file) and let Spark's workers run the system python3, without zactors."""
+    pytest.importorskip("pyspark", reason="the Spark tests need the spark extra: pip install -e '.[test,spark]'")
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("runs in a virtual environment: its python and the base one are then the same file")
+    base = os.path.realpath(sys.executable)             # the venv's interpreter file, outside the venv
+    if subprocess.run([base, "-c", "import zactors"], capture_output=True).returncode == 0:
+        pytest.skip("the base interpreter has zactors installed too")
+    from zactors.patterns.zeps.spark import ZepsSparkError, _check_workers
+
+    class Context:
+        master = "local[1]"
+        pythonExec = base
+
+    with pytest.raises(ZepsSparkError, match="cannot import zactors"):
+        _check_workers(Context())
+    Context.pythonExec = sys.executable                  # this very interpreter: nothing to check
+    _check_workers(Context())
