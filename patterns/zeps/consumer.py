@@ -239,10 +239,14 @@ class Consumer(Actor):
         return monitor
 
     def _on_frames(self, frames):
+        """The reactor's handler: this message and up to 255 more waiting; the reactor calls it again
+        while messages wait, up to its drain cap a round (so a fast stream never holds the hub)."""
         self._heard = _monotonic()
         sock = self._sock
         self._receive(frames[0])
-        while self._sock is sock:
+        for _ in range(255):
+            if self._sock is not sock:
+                return
             try:
                 frame = sock.recv(zmq.NOBLOCK)
             except zmq.ZMQError:
