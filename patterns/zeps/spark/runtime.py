@@ -21,6 +21,7 @@ changes ``os.environ``, so call it once, early, from the main thread.
 """
 import os
 import shutil
+import socket
 import sys
 import tempfile
 
@@ -97,4 +98,15 @@ def prepare(environ=None):
     environ["JAVA_HOME"] = home
     environ.setdefault("PYSPARK_PYTHON", sys.executable)
     environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if "SPARK_LOCAL_IP" not in environ and not _hostname_resolves():
+        environ["SPARK_LOCAL_IP"] = "127.0.0.1"   # else Spark's launcher dies: UnknownHostException
     return home
+
+
+def _hostname_resolves():
+    """Whether this host's name resolves (a fresh container or chroot may have no /etc/hosts entry)."""
+    try:
+        socket.getaddrinfo(socket.gethostname(), None)
+    except (OSError, UnicodeError):
+        return False
+    return True

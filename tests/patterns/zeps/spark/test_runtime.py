@@ -131,3 +131,22 @@ def test_the_workers_check_is_not_fooled_by_a_venvs_symlink():
         _check_workers(Context())
     Context.pythonExec = sys.executable                  # this very interpreter: nothing to check
     _check_workers(Context())
+
+
+def test_prepare_sets_spark_local_ip_where_the_hostname_does_not_resolve():
+    """On a fresh container or chroot the host's name may not resolve, and Spark's launcher then dies
+    (UnknownHostException): prepare() points Spark at loopback there, and leaves a resolving host alone.
+    The unresolvable host is real: a private UTS namespace (``unshare --uts``) with a made-up hostname."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a private hostname needs root and unshare (util-linux)")
+    code = ("import os, json; from zactors.patterns.zeps.spark import prepare; env = {'JAVA_HOME': os.environ.get("
+            "'JAVA_HOME', '')}; env = {k: v for k, v in env.items() if v}; prepare(env); "
+            "print(json.dumps(env.get('SPARK_LOCAL_IP')))")
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_IP"}
+    made_up = subprocess.run(["unshare", "--uts", "sh", "-c", 'hostname zactors-no-such-host-7f3a && exec "$0" -c "$1"',
+                              sys.executable, code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert made_up.returncode == 0, made_up.stderr[-2000:]
+    assert made_up.stdout.strip().splitlines()[-1] == '"127.0.0.1"'
+    own = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert own.returncode == 0, own.stderr[-2000:]
+    assert own.stdout.strip().splitlines()[-1] == "null"     # this host's name resolves: nothing set
