@@ -165,6 +165,16 @@ class RecentIds:
         if len(ids) > self.limit:
             ids.popitem(last=False)
 
+    def add_new(self, uid: bytes) -> bool:
+        """Add ``uid`` and return True, or return False if it is here already (one call on a hot path)."""
+        ids = self._ids
+        if uid in ids:
+            return False
+        ids[uid] = None
+        if len(ids) > self.limit:
+            ids.popitem(last=False)
+        return True
+
     def update(self, uids: Iterator[bytes]) -> None:
         for uid in uids:
             if uid:

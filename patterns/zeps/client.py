@@ -444,30 +444,35 @@ class Publisher:
         if self.idempotent:
             self._publish_id(b"".join((_u8(len(key)), key, _u32(len(body)), body)))
             n = self.stats["published"]
-            sock = self._sock
-        else:
-            frame = b"".join((_PUBLISH_HEAD(p.SIGNATURE, p.PUBLISH, len(key)), key, _u32(len(body)), body))
-            sock = self._sock
+            if not n & 63:
+                self._every_64(n, self._sock)
+            if len(self._unconfirmed) >= self.max_unconfirmed or self._unconfirmed_bytes >= self.max_unconfirmed_bytes:
+                self.flush(self.timeout)  # backpressure: wait for the broker to confirm what it holds
+            return
+        # The plain path: nothing more per message than the frame, its send and the count.
+        frame = b"".join((_PUBLISH_HEAD(p.SIGNATURE, p.PUBLISH, len(key)), key, _u32(len(body)), body))
+        sock = self._sock
+        try:
+            send_message(sock, sock.handle, (frame,))
+        except zmq.Again:
+            with self._lock:  # parks this greenlet until the broker takes it; no reattach meanwhile
+                sock = self._sock
+                sock.send_multipart([frame])
+        stats = self.stats
+        n = stats["published"] = stats["published"] + 1
+        if not n & 63:
+            self._every_64(n, sock)
+
+    def _every_64(self, n, sock):
+        """After every 64th publish: see a DETACH (the broker restarted) before many more publishes,
+        and after every 4096th PING, so that confirmations keep coming (a loss names fewer messages)."""
+        if (not n & _CONFIRM_EVERY or _events(sock, sock.handle) & POLLIN) and self._lock.acquire(blocking=False):
             try:
-                send_message(sock, sock.handle, (frame,))
-            except zmq.Again:
-                with self._lock:  # parks this greenlet until the broker takes it; no reattach meanwhile
-                    sock = self._sock
-                    sock.send_multipart([frame])
-            stats = self.stats
-            n = stats["published"] = stats["published"] + 1
-        if not n & 63 and (not n & _CONFIRM_EVERY or _events(sock, sock.handle) & POLLIN) \
-                and self._lock.acquire(blocking=False):
-            try:  # a DETACH (the broker restarted) must be seen before many more publishes
                 self._service()
                 if not n & _CONFIRM_EVERY and len(self._marks) < 64:
-                    self._ping(block=False)  # confirmations keep coming: a loss names fewer messages
+                    self._ping(block=False)
             finally:
                 self._lock.release()
-
-        if self.idempotent and (len(self._unconfirmed) >= self.max_unconfirmed or
-                                self._unconfirmed_bytes >= self.max_unconfirmed_bytes):
-            self.flush(self.timeout)  # backpressure: wait for the broker to confirm what it holds
 
     def _publish_id(self, tail):
         """Send PUBLISH-ID with the next publish number.  The number is taken right before its send, and
