@@ -7,51 +7,24 @@ The killed primary restarts and catches up as passive while the clients go on; t
 is killed.  Where the failover time goes is printed: the new active's vote, the clients' peerings
 and the first delivery.
 """
-import os
-import signal
-import sys
 import time
 
 import gevent
 import gevent.event
 import pytest
 
-from zactors.patterns.zeps.client import Publisher, Subscriber, query
+from zactors.patterns.zeps.client import Publisher, Subscriber
 
+from ._broker_process import PairBrokerProcess
 from .conftest import pair_info, records, wait_for
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
-HERE = os.path.dirname(os.path.abspath(__file__))
 #: the issue's bound: from the SIGKILL to the first delivery by the new active
 SERVICE_BACK = 2.0
 #: messages per second offered by the 3 publishers together
 RATE = 10000
 #: seconds of traffic around each kill
 TRAFFIC = 1.0
-
-
-class Broker:
-    def __init__(self, processes, tmp_path, role):
-        self.processes = processes
-        self.role = role
-        self.dir = str(tmp_path / role)
-        self.endpoint = "ipc://%s/%s.zeps" % (tmp_path, role)
-        self.pair_endpoint = "ipc://%s/%s.pair" % (tmp_path, role)
-        self.proc = None
-
-    def start(self, peer):
-        self.proc = self.processes(
-            [sys.executable, os.path.join(HERE, "_pair_broker.py"), self.dir, self.endpoint, self.pair_endpoint,
-             peer.pair_endpoint, self.role], stdout=gevent.subprocess.PIPE)
-        line = self.proc.stdout.readline().decode().split()
-        assert line and line[0] == self.endpoint, line
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def pair(self):
-        return query(self.endpoint, timeout=5)["pair"]
 
 
 class Load:
@@ -129,7 +102,7 @@ def failover(load, victim, survivor):
 
 
 def test_sigkill_of_the_active_loses_nothing_and_subscribers_see_no_gap(processes, tmp_path):
-    primary, backup = Broker(processes, tmp_path, "primary"), Broker(processes, tmp_path, "backup")
+    primary, backup = PairBrokerProcess(processes, tmp_path, "primary"), PairBrokerProcess(processes, tmp_path, "backup")
     primary.start(backup)
     backup.start(primary)
     wait_for(lambda: (lambda pair: pair["state"] == "passive" and pair["ready"])(backup.pair()), 30, "the pair")
@@ -168,7 +141,7 @@ def test_clients_with_the_default_expiry_fail_over_at_once_when_the_active_proce
     """The clients watch their connection: the active's death is seen when its connection drops, not
     ``expiry`` (5 s by default) later, and the survivor degrades at once (the peer it took over from is
     silent) instead of holding deliveries ``passive_timeout``: service is back in under 2 s."""
-    primary, backup = Broker(processes, tmp_path, "primary"), Broker(processes, tmp_path, "backup")
+    primary, backup = PairBrokerProcess(processes, tmp_path, "primary"), PairBrokerProcess(processes, tmp_path, "backup")
     primary.start(backup)
     backup.start(primary)
     wait_for(lambda: (lambda pair: pair["state"] == "passive" and pair["ready"])(backup.pair()), 30, "the pair")

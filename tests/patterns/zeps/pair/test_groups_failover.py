@@ -10,7 +10,6 @@ active had no group: it started over from the stream's start and handed
 everything out again.
 """
 import os
-import signal
 import sys
 import time
 
@@ -18,8 +17,9 @@ import gevent
 import gevent.subprocess
 import pytest
 
-from zactors.patterns.zeps.client import Publisher, query
+from zactors.patterns.zeps.client import Publisher
 
+from ._broker_process import PairBrokerProcess
 from .conftest import wait_for
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -29,34 +29,6 @@ N = 20000
 #: what may come back besides what the active never saw acknowledged: the passive's lag behind the active's
 #: acks, and acks in flight (4 members' credit windows of 32 KiB hold about 1,100 of these messages)
 SLACK = 2048
-
-
-class BrokerProcess:
-    def __init__(self, processes, tmp_path, role):
-        self.processes = processes
-        self.role = role
-        self.dir = str(tmp_path / role)
-        self.endpoint = "ipc://%s/%s.zeps" % (tmp_path, role)
-        self.pair_endpoint = "ipc://%s/%s.pair" % (tmp_path, role)
-        self.proc = None
-
-    def start(self, peer):
-        self.proc = self.processes(
-            [sys.executable, os.path.join(HERE, "_pair_broker.py"), self.dir, self.endpoint, self.pair_endpoint,
-             peer.pair_endpoint, self.role], stdout=gevent.subprocess.PIPE)
-        line = self.proc.stdout.readline().decode().split()
-        assert line and line[0] == self.endpoint, line
-
-    def info(self):
-        return query(self.endpoint, timeout=5)
-
-    def group(self):
-        groups = self.info()["groups"]
-        return groups[0] if groups else None
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
 
 
 class Member:
@@ -83,7 +55,7 @@ class Member:
 
 
 def test_sigkill_of_the_active_the_group_goes_on_from_the_passives_copy(processes, tmp_path):
-    primary, backup = BrokerProcess(processes, tmp_path, "primary"), BrokerProcess(processes, tmp_path, "backup")
+    primary, backup = PairBrokerProcess(processes, tmp_path, "primary"), PairBrokerProcess(processes, tmp_path, "backup")
     primary.start(backup)
     backup.start(primary)
     wait_for(lambda: (lambda p: p["state"] == "passive" and p["ready"])(backup.info()["pair"]), 30, "the pair")
