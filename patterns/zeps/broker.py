@@ -97,7 +97,11 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   served; meanwhile credit others hold unspent beyond their fair share goes
   back in line (``credit_revoked``; granted again in turn), so peers
   sitting on credit cannot keep the others waiting, and a subscriber that
-  reads keeps its share whatever the others ask.  A subscriber that leaves with bytes still on their way
+  reads keeps its share whatever the others ask.  A subscriber whose credit
+  runs out while more waits (a stall) is PINGed at once, so what it read
+  comes back within a round trip: INFO ``credit.stalls`` counts the stalls
+  and how long they were (``credit_stalls``, ``credit_stalls_over_100ms``, ...).
+  A subscriber that leaves with bytes still on their way
   (a peer that stopped reading) keeps them in the budget under its
   identity until it answers a PING or its connection is gone, for
   ``expiry`` at most: then (or at once, if it was dropped as silent, or

@@ -27,7 +27,7 @@ class _Peer:
     __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
                  "key", "may_publish", "delivered", "held", "gaps", "honoured", "acked", "probes", "starved",
                  "reading", "fetched", "since", "resume", "left", "probed", "producer", "journaled", "ids",
-                 "fence")
+                 "fence", "stalled")
 
     def __init__(self, identity, stream, key):
         self.identity = identity
@@ -53,6 +53,7 @@ class _Peer:
         self.resume = None        # the client's EPOCH: the epoch its position is from, and that position
         self.left = None          # when it left with bytes not known drained (monotonic seconds)
         self.probed = None        # since when a PING of it waits for its answer, with none answered since
+        self.stalled = None       # since when its credit ran out while its CREDIT waited for the budget
         self.producer = None      # PUBLISH-ID: the producer id it publishes as (a refusal tells it "journaled")
         self.journaled = 0        # that producer's last sequence known at the acknowledgement level
         self.ids = deque()        # (journal seq, producer seq) of its PUBLISH-IDs appended, not yet at the level

@@ -1075,6 +1075,11 @@ class Subscriber(Actor):
                 return
             if not self._attached and reason.endswith("(no peering: attach first)"):
                 return  # a command pipelined behind an ATTACH the broker refused (a passive): that refusal says why
+            if reason.startswith("credit budget:"):  # more credit waits for others to drain: no error
+                self._stats["credit_budget_waits"] += 1  # (said once, then at DEBUG: a reader is told often)
+                (log.info if self._stats["credit_budget_waits"] == 1 else log.debug)("%s: broker says: %s",
+                                                                                   self.name, reason)
+                return
             if not reason.startswith("NO-STREAM:"):  # (raised as NoSuchStream: said once, by the caller)
                 log.warning("%s: broker says: %s", self.name, reason)
             if reason.startswith("REPLAY:"):
