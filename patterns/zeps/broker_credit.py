@@ -4,7 +4,12 @@
 Credit is honoured from one :class:`~zactors.actors.budget.Budget` for all
 subscribers (``max_credit_total``, at most ``max_credit`` each).  A
 subscriber holds what it was granted until it has drained it: PINGs (probes)
-note what had been sent before them, and their PING-OKs release it.  Credit
+note what had been sent before them, and their PING-OKs release it.  To a
+peering that asked (FEATURES ``tokens``) each probe is a PROBE with a random
+token, and only the PROBE-OK echoing the token of its oldest probe releases
+anything (another token: ``probes_forged``), so a peer that does not read
+cannot say it did; a spec-only peer's bare PING-OK is trusted, unless
+``require_tokens`` refuses its CREDIT (``refused_spec_only``).  Credit
 beyond the budget waits: what comes back goes to each waiter up to its fair
 share (the budget split evenly among the subscribers holding or waiting),
 then first come first served; credit held unspent beyond a fair share is
@@ -30,6 +35,7 @@ until it drains or their connection goes: the node holds at most twice
 """
 from __future__ import annotations
 
+import os
 import time
 
 from . import protocol as p
@@ -55,6 +61,12 @@ class CreditBudget:
 
     def _credit(self, peer, amount):
         identity = peer.identity
+        if self.require_tokens and not peer.tokens:
+            self.stats["refused_spec_only"] += 1
+            self._send(identity, p.invalid(
+                "CREDIT refused: this broker serves subscribers that answer PROBEs (FEATURES tokens, a zactors "
+                "extension): a bare PING-OK cannot show what was read"))
+            return
         windows = self._windows
         granted = windows.request(identity, amount)
         if granted:
@@ -138,29 +150,43 @@ class CreditBudget:
         peer = self._peers.get(identity) or self._gone.get(identity) or self._stale.get(identity)
         if peer is None:
             self._send(identity, p.PING_FRAME)
-        elif len(peer.probes) < _MAX_PROBES and self._send(identity, p.PING_FRAME):
-            peer.probes.append(peer.honoured - peer.credit)  # (full: it answers nothing; see _reclaim)
-            if peer.probed is None:
-                peer.probed = _monotonic()
+        elif len(peer.probes) < _MAX_PROBES:  # (full: it answers nothing; see _reclaim)
+            token = int.from_bytes(os.urandom(8), "big") if peer.tokens else None  # unpredictable
+            if self._send(identity, p.PING_FRAME if token is None else p.probe(token)):
+                peer.probes.append((peer.honoured - peer.credit, token))
+                if peer.probed is None:
+                    peer.probed = _monotonic()
 
-    def _ping_ok(self, identity):
+    def _answered(self, peer, token):
+        """If a PROBE-OK carrying ``token`` (a PING-OK: None) answers ``peer``'s oldest PING unanswered,
+        the bytes sent before that PING (drained now), else None.  A PROBE-OK whose token is not that
+        PING's is counted (``probes_forged``); a bare PING-OK answers only a bare PING."""
+        probes = peer.probes
+        if probes and probes[0][1] == token:
+            return probes.popleft()[0]
+        if token is not None:
+            self.stats["probes_forged"] += 1
+        return None
+
+    def _ping_ok(self, identity, token=None):
+        """A PING-OK (``token`` None) or a PROBE-OK from ``identity``: what its PING noted is drained."""
         peer = self._peers.get(identity)
         gone = peer is None
         if gone:
             peer = self._gone.get(identity)
             if peer is None:
                 peer = self._stale.get(identity)
-                if peer is not None and peer.probes:
-                    drained = peer.probes.popleft()
+                drained = None if peer is None else self._answered(peer, token)
+                if drained is not None:
                     if drained > peer.acked:
                         self._stale_bytes -= drained - peer.acked
                         peer.acked = drained
                     if drained >= peer.honoured:
                         del self._stale[identity]
                 return
-        if peer is None or not peer.probes:
+        drained = None if peer is None else self._answered(peer, token)
+        if drained is None:
             return
-        drained = peer.probes.popleft()
         peer.probed = _monotonic() if peer.probes else None
         if drained > peer.acked:
             grants = self._windows.release(identity, drained - peer.acked)
@@ -189,7 +215,7 @@ class CreditBudget:
             frame = frames[0]
             if frame[2] == p.DELIVER:
                 unsent += len(frame)
-            elif frame[2] == p.PING:
+            elif frame[2] == p.PING or frame[2] == p.PROBE:
                 pings += 1
         for _ in range(min(pings, len(peer.probes))):  # the newest PINGs were the ones still here
             peer.probes.pop()
