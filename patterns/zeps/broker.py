@@ -97,7 +97,11 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   served; meanwhile credit others hold unspent beyond their fair share goes
   back in line (``credit_revoked``; granted again in turn), so peers
   sitting on credit cannot keep the others waiting, and a subscriber that
-  reads keeps its share whatever the others ask.  A subscriber that leaves with bytes still on their way
+  reads keeps its share whatever the others ask.  A subscriber whose credit
+  runs out while more waits (a stall) is PINGed at once, so what it read
+  comes back within a round trip: INFO ``credit.stalls`` counts the stalls
+  and how long they were (``credit_stalls``, ``credit_stalls_over_100ms``, ...).
+  A subscriber that leaves with bytes still on their way
   (a peer that stopped reading) keeps them in the budget under its
   identity until it answers a PING or its connection is gone, for
   ``expiry`` at most: then (or at once, if it was dropped as silent, or
@@ -105,6 +109,15 @@ Behaviour (the ZEPS spec, and :mod:`.protocol` for what it leaves open):
   ``peers_stalled``) they are set apart (``credit_abandoned``) in a ledger of ``max_credit_total``
   bytes (past it they stay in the budget, ``credit_stale_full``), so the
   broker holds at most twice ``max_credit_total`` for subscribers.
+  Drained is known from PING-OKs: a peering that asked for them (FEATURES
+  ``tokens``, as our Subscriber and Consumer do) gets PROBEs carrying a random
+  token it must echo, which it sees only by reading all that was sent before
+  (:mod:`.protocol`): a peer that does not read cannot say it did.  A
+  spec-only subscriber's bare PING-OK is trusted, as the spec has it: one
+  that sends PING-OKs without reading is bounded only by libzmq's send queue
+  to it (``sndhwm`` messages); ``require_tokens=True`` refuses the CREDIT of
+  a peering that did not ask for tokens (INVALID, ``refused_spec_only``),
+  for nodes that expect hostile peers.
 - Heartbeats: the broker PINGs a peer silent for ``heartbeat`` seconds and
   drops a peer silent for ``expiry`` seconds (sending it DETACH).  Memory per
   peer is bounded: at most ``max_patterns`` patterns, credit capped at
@@ -225,7 +238,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
                  name: str | None = None, role: str | None = None, peer: str | None = None,
                  pair_endpoint: str = "tcp://127.0.0.1:*", replica_ack: str = "written",
                  on_passive_lost: str = "wait", passive_timeout: float = 5.0, replication_window: int = 16 << 20,
-                 peer_key: bytes | str | None = None) -> None:
+                 peer_key: bytes | str | None = None, require_tokens: bool = False) -> None:
         if fsync not in ("never", "batch") and not (isinstance(fsync, (int, float)) and fsync > 0):
             raise ValueError("fsync must be 'never', 'batch' or a period in seconds > 0, got %r" % (fsync,))
         if ack not in ACK_LEVELS:
@@ -259,6 +272,7 @@ class Broker(HotPath, Replay, Commands, CreditBudget, Peers, Streams, Introspect
         self.max_stream_name = max_stream_name
         self.max_credit = max_credit
         self.max_credit_total = max_credit_total
+        self.require_tokens = require_tokens
         self.max_streams_per_peer = max_streams_per_peer
         self.max_open_streams = max_open_streams
         self.stream_idle = stream_idle

@@ -67,6 +67,8 @@ class Commands:
             self._ping(identity, peer)
         elif kind is p.PingOk:
             self._ping_ok(identity)
+        elif kind is p.ProbeOk:  # (FEATURES "tokens": the credit budget's PING, with its token)
+            self._ping_ok(identity, message.token)
         elif kind is p.DetachOk:
             pass
         elif kind is p.Attach:
@@ -83,6 +85,7 @@ class Commands:
             if peer is not None:  # (before ATTACH: ignored, as the extension says)
                 names = message.features.split()
                 peer.gaps = b"gaps" in names
+                peer.tokens = peer.tokens or b"tokens" in names  # (for good: bare PING-OKs never count again)
                 if b"epochs" in names:  # the stream journal's epoch, and where it started
                     self._send(identity, p.epoch(*peer.stream.journal.epochs[-1]))
         elif kind is p.Epoch:  # the client says where its position is from (before its SUBSCRIBE)

@@ -260,9 +260,10 @@ class HotPath:
                 if not send(identity, [frame]):  # gone: dropped (by on_unroutable)
                     return
         if sent < len(share):
-            stop = _index_of(frames, share[sent])
-        if stop is not None:
+            self._to_replay(sub, first + _index_of(frames, share[sent]))
+        elif stop is not None:  # its credit ran out
             self._to_replay(sub, first + stop)
+            self._short(sub)
 
     def _to_replay(self, sub, seq):
         """``sub`` could not take message ``seq`` live: replay from it."""

@@ -66,7 +66,8 @@ class Introspection:
                                   "max_open": self._max_open, "max_streams": self.max_streams},
                 "credit": {"held": windows.used, "budget": windows.total, "per_subscriber": windows.per_holder,
                            "waiting": windows.waiting, "gone_holding": len(self._gone),
-                           "stale": self._stale_bytes, "stale_holding": len(self._stale)}}
+                           "stale": self._stale_bytes, "stale_holding": len(self._stale),
+                           "stalls": self._stalls_info()}}
         info["groups"] = self._groups_info(may_see)  # consumer groups (broker_groups)
         if may_see is None:
             info["journal"] = self.journal_dir

@@ -27,7 +27,7 @@ class _Peer:
     __slots__ = ("identity", "stream", "filter", "credit", "next", "floor", "mode", "published",
                  "key", "may_publish", "delivered", "held", "gaps", "honoured", "acked", "probes", "starved",
                  "reading", "fetched", "since", "resume", "left", "probed", "producer", "journaled", "ids",
-                 "fence")
+                 "fence", "stalled", "tokens")
 
     def __init__(self, identity, stream, key):
         self.identity = identity
@@ -45,7 +45,7 @@ class _Peer:
         self.gaps = False         # it asked (FEATURES "gaps") to be told of retention gaps with GAP
         self.honoured = 0         # credit granted from the budget, ever; sent so far: honoured - credit
         self.acked = 0            # of what was sent, bytes known drained (a PING-OK came back after them)
-        self.probes = deque()     # per unanswered PING: the bytes sent before it
+        self.probes = deque()     # per unanswered PING: (the bytes sent before it, its PROBE's token or None)
         self.starved = False      # its credit waits for the budget (and it was told)
         self.reading = False      # a replay read off the hub is queued or under way for it
         self.fetched = None       # what that read brought: (its first sequence, records or the error), served a batch per step
@@ -53,6 +53,8 @@ class _Peer:
         self.resume = None        # the client's EPOCH: the epoch its position is from, and that position
         self.left = None          # when it left with bytes not known drained (monotonic seconds)
         self.probed = None        # since when a PING of it waits for its answer, with none answered since
+        self.stalled = None       # since when its credit ran out while its CREDIT waited for the budget
+        self.tokens = False       # it asked (FEATURES "tokens") for PROBEs: its bare PING-OKs release nothing
         self.producer = None      # PUBLISH-ID: the producer id it publishes as (a refusal tells it "journaled")
         self.journaled = 0        # that producer's last sequence known at the acknowledgement level
         self.ids = deque()        # (journal seq, producer seq) of its PUBLISH-IDs appended, not yet at the level

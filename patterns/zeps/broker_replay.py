@@ -131,6 +131,8 @@ class Replay:
         peer.credit = credit
         peer.delivered += sent
         self.stats["replayed"] += sent
+        if short and not stopped:  # its credit ran out
+            self._short(peer)
         if not more:
             return False
         if peer.next > limit:

@@ -966,7 +966,7 @@ class Subscriber(Actor):
     def _subscribe(self):
         """FEATURES, SUBSCRIBE (one per pattern) and CREDIT on the peering just attached."""
         sock = self._sock
-        sock.send(p.features(b"gaps epochs"))  # GAP and EPOCH, before the SUBSCRIBE that may need them
+        sock.send(p.features(b"gaps epochs tokens"))  # GAP, EPOCH and PROBE, before the SUBSCRIBE that may need them
         if self.last_seq is not None and self._epoch is not None:  # resuming: was our position lost since?
             sock.send(p.epoch(self._epoch, self.last_seq))
         if self.last_seq is not None:
@@ -1047,6 +1047,8 @@ class Subscriber(Actor):
         # (every valid DELIVER took the inline path in _receive)
         if kind is p.Ping:
             self._sock.send(p.PING_OK_FRAME)
+        elif kind is p.Probe:  # (FEATURES "tokens"): we read all that came before it
+            self._sock.send(p.probe_ok(message.token))
         elif kind is p.PingOk:
             pass
         elif kind is p.AttachOk:
@@ -1075,6 +1077,11 @@ class Subscriber(Actor):
                 return
             if not self._attached and reason.endswith("(no peering: attach first)"):
                 return  # a command pipelined behind an ATTACH the broker refused (a passive): that refusal says why
+            if reason.startswith("credit budget:"):  # more credit waits for others to drain: no error
+                self._stats["credit_budget_waits"] += 1  # (said once, then at DEBUG: a reader is told often)
+                (log.info if self._stats["credit_budget_waits"] == 1 else log.debug)("%s: broker says: %s",
+                                                                                   self.name, reason)
+                return
             if not reason.startswith("NO-STREAM:"):  # (raised as NoSuchStream: said once, by the caller)
                 log.warning("%s: broker says: %s", self.name, reason)
             if reason.startswith("REPLAY:"):

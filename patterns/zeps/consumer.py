@@ -68,6 +68,7 @@ __all__ = ["Consumer", "GroupMessage", "START"]
 log = logging.getLogger(__name__)
 _monotonic = time.monotonic
 _DELIVER_HEAD = struct.Struct(">QHB").unpack_from  # GROUP-DELIVER after its signature and id
+_TOKENS = p.features(b"tokens")   # PROBEs, not bare PINGs, ask what we drained (protocol.py)
 _U32 = struct.Struct(">I").unpack_from
 #: ``start=`` names (a new group's start); an int is a sequence, a float a time (seconds since the epoch)
 START = {"earliest": g.START_EARLIEST, "latest": g.START_LATEST}
@@ -275,7 +276,10 @@ class Consumer(Actor):
         kind = type(message)
         if kind is p.Ping:
             self._sock.send(p.PING_OK_FRAME)
+        elif kind is p.Probe:  # the credit budget's PING (FEATURES "tokens"): we read all that came before it
+            self._sock.send(p.probe_ok(message.token))
         elif kind is p.AttachOk:
+            self._sock.send(_TOKENS)  # before the JOIN whose CREDIT the broker probes
             self._sock.send(self._join)
         elif kind is g.JoinOk:
             self._joined = True

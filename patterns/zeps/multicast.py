@@ -302,6 +302,7 @@ class MulticastSubscriber(Actor):
             curve_client(sock, self.curve[1], self.curve[0])
         sock.connect(self.endpoint)
         sock.send(p.attach(self.stream))
+        sock.send(p.features(b"tokens"))  # PROBEs ask what we drained (a broker may require them)
         sock.send(p.subscribe(b"", self.next_seq - 1))  # everything: the sequence must be seen whole
         sock.send(p.credit(self.repair_window))
         self._granted = 0
@@ -346,6 +347,8 @@ class MulticastSubscriber(Actor):
             self._release()
         elif kind is p.Ping:
             self._repair.send(p.PING_OK_FRAME)
+        elif kind is p.Probe:
+            self._repair.send(p.probe_ok(message.token))
         elif kind is p.Invalid:
             log.warning("%s: the broker refused the repair: %s", self.name, message.reason)
             self._error = ZepsError(message.reason)

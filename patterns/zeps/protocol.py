@@ -123,6 +123,18 @@ NAME does not exist`` and creates nothing.  Subscribers and the Spark
 reader use it, so that reading never creates a stream.  It decodes as an
 ``Attach`` whose ``existing`` is True.
 
+zactors extension for the credit budget: **PROBE** (id 24, S) = ``signature
+%d24 token`` and **PROBE-OK** (id 25, C) = ``signature %d25 token`` (``token``
+a number-8), for a peering that sent FEATURES ``tokens``.  The broker's PING
+to such a peering (it PINGs a subscriber to learn what it drained, and to
+see it alive) is a PROBE carrying a random token, and the client answers
+PROBE-OK with that token; a bare PING-OK from it releases nothing.  The
+token is only seen by reading everything sent before it on the one ordered
+connection, so a subscriber that does not read cannot say it drained (a bare
+PING-OK carries nothing that ties it to its PING: anyone can send one).  The
+broker answers nothing to a PROBE-OK whose token is not the one of its
+oldest PROBE unanswered (counted ``probes_forged``).
+
 zactors datagrams for the real-time multicast output (UDP, see
 :mod:`.multicast`), never on a ZEPS peering: **MC-DELIVER** (id 16) =
 ``signature %d16 stream sequence key body`` and **MC-HEAD** (id 17) =
@@ -136,13 +148,14 @@ __all__ = [
     "SIGNATURE", "VERSION", "PROTOCOL", "NEW", "MAX_STRING", "MAX_CHUNK",
     "ATTACH", "ATTACH_OK", "SUBSCRIBE", "SUBSCRIBE_OK", "CREDIT", "PUBLISH", "DELIVER",
     "PING", "PING_OK", "DETACH", "DETACH_OK", "INVALID", "SUBSCRIBE_SINCE", "QUERY", "QUERY_OK",
-    "MC_DELIVER", "MC_HEAD", "FEATURES", "GAP", "PUBLISH_ID", "EPOCH", "ATTACH_EXISTING", "NAMES",
+    "MC_DELIVER", "MC_HEAD", "FEATURES", "GAP", "PUBLISH_ID", "EPOCH", "ATTACH_EXISTING", "PROBE", "PROBE_OK",
+    "NAMES",
     "Attach", "AttachOk", "Subscribe", "SubscribeOk", "Credit", "Publish", "Deliver",
     "Ping", "PingOk", "Detach", "DetachOk", "Invalid", "SubscribeSince", "Query", "QueryOk", "McDeliver",
-    "McHead", "Features", "Gap", "PublishId", "Epoch",
+    "McHead", "Features", "Gap", "PublishId", "Epoch", "Probe", "ProbeOk",
     "ProtocolError", "decode", "parse_publish", "encode", "deliver_cost",
     "attach", "subscribe", "subscribe_since", "credit", "publish", "deliver", "invalid", "query_ok", "mc_deliver",
-    "mc_head", "stream_field", "features", "gap", "publish_id", "epoch",
+    "mc_head", "stream_field", "features", "gap", "publish_id", "epoch", "probe", "probe_ok",
     "ATTACH_OK_FRAME", "SUBSCRIBE_OK_FRAME", "PING_FRAME", "PING_OK_FRAME", "DETACH_FRAME",
     "DETACH_OK_FRAME", "QUERY_FRAME",
 ]
@@ -161,13 +174,14 @@ PING, PING_OK, DETACH, DETACH_OK, INVALID, SUBSCRIBE_SINCE, QUERY, QUERY_OK = 8,
 MC_DELIVER, MC_HEAD = 16, 17
 FEATURES, GAP, PUBLISH_ID, EPOCH = 18, 19, 20, 21
 ATTACH_EXISTING = 22
+PROBE, PROBE_OK = 24, 25  # (23: unused; tests use it as an unknown id)
 
 NAMES = {ATTACH: "ATTACH", ATTACH_OK: "ATTACH-OK", SUBSCRIBE: "SUBSCRIBE", SUBSCRIBE_OK: "SUBSCRIBE-OK",
          CREDIT: "CREDIT", PUBLISH: "PUBLISH", DELIVER: "DELIVER", PING: "PING", PING_OK: "PING-OK",
          DETACH: "DETACH", DETACH_OK: "DETACH-OK", INVALID: "INVALID", SUBSCRIBE_SINCE: "SUBSCRIBE-SINCE",
          QUERY: "QUERY", QUERY_OK: "QUERY-OK", MC_DELIVER: "MC-DELIVER", MC_HEAD: "MC-HEAD",
          FEATURES: "FEATURES", GAP: "GAP", PUBLISH_ID: "PUBLISH-ID", EPOCH: "EPOCH",
-         ATTACH_EXISTING: "ATTACH-EXISTING"}
+         ATTACH_EXISTING: "ATTACH-EXISTING", PROBE: "PROBE", PROBE_OK: "PROBE-OK"}
 
 Attach = namedtuple("Attach", "stream version existing", defaults=(False,))  # existing: ATTACH-EXISTING
 AttachOk = namedtuple("AttachOk", "")
@@ -190,13 +204,15 @@ Features = namedtuple("Features", "features")
 Gap = namedtuple("Gap", "first last")
 PublishId = namedtuple("PublishId", "producer sequence key body")
 Epoch = namedtuple("Epoch", "epoch seq")
+Probe = namedtuple("Probe", "token")
+ProbeOk = namedtuple("ProbeOk", "token")
 
 for _cls, _id in ((Attach, ATTACH), (AttachOk, ATTACH_OK), (Subscribe, SUBSCRIBE), (SubscribeOk, SUBSCRIBE_OK),
                   (Credit, CREDIT), (Publish, PUBLISH), (Deliver, DELIVER), (Ping, PING), (PingOk, PING_OK),
                   (Detach, DETACH), (DetachOk, DETACH_OK), (Invalid, INVALID), (SubscribeSince, SUBSCRIBE_SINCE),
                   (Query, QUERY), (QueryOk, QUERY_OK), (McDeliver, MC_DELIVER), (McHead, MC_HEAD),
                   (Features, FEATURES), (Gap, GAP), (PublishId, PUBLISH_ID),
-                  (Epoch, EPOCH)):
+                  (Epoch, EPOCH), (Probe, PROBE), (ProbeOk, PROBE_OK)):
     _cls.id = _id
     _cls.__doc__ = "ZEPS %s (command %d)." % (NAMES[_id], _id)
 
@@ -330,6 +346,16 @@ def gap(first, last):
     return _HEAD(SIGNATURE, GAP) + _u64(_number(first, "first", 64)) + _u64(_number(last, "last", 64))
 
 
+def probe(token):
+    """S: PROBE (zactors extension, FEATURES ``tokens``): a PING carrying ``token`` for the PROBE-OK."""
+    return _HEAD(SIGNATURE, PROBE) + _u64(_number(token, "token", 64))
+
+
+def probe_ok(token):
+    """C: PROBE-OK (zactors extension): the answer to the PROBE carrying ``token``."""
+    return _HEAD(SIGNATURE, PROBE_OK) + _u64(_number(token, "token", 64))
+
+
 def stream_field(stream):
     """The encoded ``stream`` string field (1-byte length + name), for :func:`mc_deliver`."""
     return _string(stream, "stream")
@@ -377,6 +403,10 @@ def encode(message):
         return epoch(message.epoch, message.seq)
     if kind is PublishId:
         return publish_id(message.producer, message.sequence, message.key, message.body)
+    if kind is Probe:
+        return probe(message.token)
+    if kind is ProbeOk:
+        return probe_ok(message.token)
     raise TypeError("not a ZEPS message: %r" % (message,))
 
 
@@ -513,6 +543,11 @@ def decode(frame):
         seq, at = _read_number(_unpack_u64, 8, frame, at, "EPOCH seq")
         _end(frame, at, "EPOCH")
         return Epoch(number, seq)
+    if command == PROBE or command == PROBE_OK:
+        name = NAMES[command]
+        token, at = _read_number(_unpack_u64, 8, frame, 3, name + " token")
+        _end(frame, at, name)
+        return Probe(token) if command == PROBE else ProbeOk(token)
     if command == GAP:
         first, at = _read_number(_unpack_u64, 8, frame, 3, "GAP first")
         last, at = _read_number(_unpack_u64, 8, frame, at, "GAP last")

@@ -1,13 +1,17 @@
 """The credit budget is shared fairly: subscribers that ask for all of it and never read stall only
 themselves, never a subscriber that reads (issue #20, the hostile soak: its p99 was 270-990 ms)."""
+import os
 import time
 
 import gevent
 import pytest
+import zmq
 
+from zactors.actors.sockets import Socket, context
 from zactors.patterns.zeps import protocol as p
 from zactors.patterns.zeps.client import Publisher, Subscriber
 
+from .conftest import Raw
 from .test_budgets import MiB, BrokerProcess, never_reading, poll, settled
 
 pytestmark = pytest.mark.timeout(120)
@@ -197,11 +201,28 @@ def test_attaching_again_on_the_same_connection_brings_what_was_set_apart_back_i
                 and broker.info()["credit"]["stale"] == 0), broker.info()["credit"]
 
 
-@pytest.mark.xfail(strict=True, reason="open defect: a PING-OK carries nothing that ties it to its PING, so a peer "
-                   "that sends PING-OKs without reading has everything released from the credit budget and is sent "
-                   "more: 4 such peers took 256 MB of a 16 MiB budget's stream (RSS +240 MiB); what bounds it then is "
-                   "libzmq's SNDHWM (100000 messages) per connection")
+def never_reading_with_tokens(endpoint, stream, credit):
+    """A never-reader that asks for PROBEs (FEATURES tokens), as our clients do, and then never reads."""
+    peer = Raw.__new__(Raw)
+    peer.sock = context().socket(zmq.DEALER, socket_class=Socket)
+    peer.sock.linger = 0
+    peer.sock.rcvhwm = 1
+    peer.sock.rcvbuf = 64 << 10
+    peer.sock.connect(endpoint)
+    peer.send(p.attach(stream))
+    peer.expect(p.AttachOk)
+    peer.send(p.features(b"tokens"))
+    peer.send(p.subscribe(b"", 0))
+    peer.expect(p.SubscribeOk)
+    peer.send(p.credit(credit))
+    return peer
+
+
 def test_forged_ping_oks_do_not_buy_a_never_reader_more_than_the_budget(journal_dir, processes):
+    """A PING-OK carries nothing that ties it to its PING: 4 peers that sent PING-OKs without reading had
+    everything released from the credit budget and were sent more (256 MB of a 16 MiB budget's stream,
+    RSS +240 MiB).  A peering that asked for tokens is PROBEd: its bare PING-OKs release nothing, and a
+    PROBE-OK needs the token it can only see by reading all that was sent before it."""
     broker = BrokerProcess(processes, journal_dir, max_credit=8 * MiB, max_credit_total=16 * MiB, heartbeat=0.5,
                            expiry=3.0)
     with Publisher(broker.endpoint, "s") as pub:
@@ -210,12 +231,13 @@ def test_forged_ping_oks_do_not_buy_a_never_reader_more_than_the_budget(journal_
         pub.flush()
     gevent.sleep(0.5)  # the journal's tail cache: part of the baseline
     before = broker.rss()
-    liars = [never_reading(broker.endpoint, b"s", 8 * MiB) for _ in range(4)]
+    liars = [never_reading_with_tokens(broker.endpoint, b"s", 8 * MiB) for _ in range(4)]
 
     def lie():
         while True:
             for peer in liars:
                 peer.send(p.PING_OK_FRAME)
+                peer.send(p.probe_ok(int.from_bytes(os.urandom(8), "big")))  # a guess
                 peer.send(p.credit(8 * MiB))
             gevent.sleep(0.05)
 
@@ -224,9 +246,45 @@ def test_forged_ping_oks_do_not_buy_a_never_reader_more_than_the_budget(journal_
         delivered = settled(broker, lambda info: sum(s["delivered"] for s in info["streams"]["s"]["subscribers"]),
                             quiet=2.0)
         grown = broker.rss() - before
+        counters = broker.counters()
     finally:
         lying.kill()
         for peer in liars:
             peer.close()
-    print("forged PING-OKs: %d MB sent to 4 never-readers, RSS +%.0f MiB" % (delivered, grown / MiB))
+    print("forged PING-OKs and PROBE-OKs: %d MB sent to 4 never-readers, RSS +%.0f MiB, %d forged" % (
+        delivered, grown / MiB, counters.get("probes_forged", 0)))
     assert grown < 40 * MiB and delivered <= 32, (delivered, grown / MiB)
+    assert counters["probes_forged"] > 0, counters
+
+
+def test_a_broker_that_requires_tokens_refuses_the_credit_of_spec_only_subscribers(journal_dir, processes):
+    """A spec-only subscriber's bare PING-OK is trusted, as the spec has it: what bounds one that sends
+    them without reading is libzmq's send queue to it (sndhwm messages).  A node that expects hostile peers
+    sets ``require_tokens``: a peering that did not ask for tokens has its CREDIT refused (INVALID, counted)
+    and is sent nothing, while our Subscriber (it asks for them) is served."""
+    broker = BrokerProcess(processes, journal_dir, require_tokens=True)
+    with Publisher(broker.endpoint, "s") as pub:
+        pub.publish(b"k", b"v")
+        pub.flush()
+    spec_only = Raw.__new__(Raw)
+    spec_only.sock = context().socket(zmq.DEALER, socket_class=Socket)
+    spec_only.sock.linger = 0
+    spec_only.sock.setsockopt(zmq.ROUTING_ID, b"spec-only")
+    spec_only.sock.connect(broker.endpoint)
+    try:
+        spec_only.send(p.attach(b"s"))
+        spec_only.expect(p.AttachOk)
+        spec_only.send(p.subscribe(b"", 0))
+        spec_only.expect(p.SubscribeOk)
+        spec_only.send(p.credit(1 * MiB))
+        refusal = spec_only.expect(p.Invalid)
+        assert "FEATURES tokens" in refusal.reason, refusal
+        with Subscriber(broker.endpoint, "s", from_seq=0) as sub:
+            message = sub.get(timeout=10)
+            assert message is not None and message.body == b"v"
+        counters = broker.counters()
+        assert counters["refused_spec_only"] == 1, counters
+        delivered = {s["peer"]: s["delivered"] for s in broker.info()["streams"]["s"]["subscribers"]}
+        assert delivered[b"spec-only".hex()] == 0, delivered
+    finally:
+        spec_only.close()
