@@ -46,6 +46,22 @@ Behaviour (18/MDP v0.2, and where the spec leaves a choice):
   with every other closed connection.  A message of more than ``max_frames``
   frames (64, the envelope included), or more than 4 * ``max_message``
   bytes in all, is dropped unread and counted (``multipart_refused``).
+- Routing ids: the ROUTERs hand an id in use over to the newest connection
+  (``ROUTER_HANDOVER``: libzmq would otherwise buffer up to RCVHWM messages of
+  each duplicate, unread: 16 GiB each at the default limits).  The connection
+  replaced goes idle: for a worker that means its heartbeats stop, so it is
+  forgotten at ``liveness``; without CURVE anyone who knows a routing id can
+  take it over and get what is routed to it (a client's replies, a worker's
+  requests).  With CURVE each worker, and each client with requests in
+  flight, is bound to the key it spoke with: a message of another key on its
+  routing id ends that peering first (``peers_taken_over``): the worker is
+  forgotten as if it had disconnected (its request re-dispatched or answered
+  ``WorkerLost``), and the client's queued requests are dropped and their
+  replies withheld (``replies_withheld``), so the new key never acts as, or
+  hears for, the old one once it speaks.  A connection that takes an id over
+  and only listens still gets what is routed there until then: at most the
+  one request a worker holds (its worker is forgotten at ``liveness``), or a
+  client's replies.  Workers learn client ids from the requests they get.
 - ``mmi.*`` services are answered by the broker itself (see :mod:`.mmi`).
 - Optional CURVE: ``curve=keys`` (an ``actors.auth`` Keypair, or the secret
   key) makes the ROUTER(s) CURVE servers, with ``curve_domain`` as their ZAP
@@ -88,25 +104,27 @@ MAX_FRAMES = 64
 
 
 class _Request:
-    __slots__ = ("client", "service", "body", "deadline", "attempts", "lost_by")
+    __slots__ = ("client", "service", "body", "deadline", "attempts", "lost_by", "peering")
 
-    def __init__(self, client, service, body, deadline):
+    def __init__(self, client, service, body, deadline, peering):
         self.client = client
         self.service = service
         self.body = body
         self.deadline = deadline
         self.attempts = 0
         self.lost_by = set()    # identities of the workers that lost it (one may reconnect and lose it again)
+        self.peering = peering  # the client's (Router.peering): ended, its reply goes to no one
 
 
 class _Worker:
-    __slots__ = ("identity", "service", "request", "idempotent")
+    __slots__ = ("identity", "service", "request", "idempotent", "peering")
 
-    def __init__(self, identity, service, idempotent):
+    def __init__(self, identity, service, idempotent, peering):
         self.identity = identity
         self.service = service
         self.request = None
         self.idempotent = idempotent
+        self.peering = peering  # ended (another key took the id over): the worker is gone
 
 
 class _Service:
@@ -174,7 +192,8 @@ class Broker(Actor):
     def _router(self, on_message):
         router = Router(self, on_message, on_unroutable=self._on_unroutable, on_overflow=self._on_overflow,
                         max_message=frame_limit(self.max_message), max_frames=self.max_frames,
-                        max_bytes=4 * frame_limit(self.max_message))
+                        max_bytes=4 * frame_limit(self.max_message),
+                        keys=self.curve is not None, on_taken_over=self._on_taken_over)
         if self.curve is not None:
             curve_server(router.socket, self.curve, self.curve_domain)
         return router
@@ -216,13 +235,13 @@ class Broker(Actor):
         service = self._services.get(name)
         if service is None:
             service = self._services[name] = _Service(name)
-        request = _Request(client, name, body, 0.0)
-        if service.idle:
-            self._dispatch(service.idle.popitem(last=False)[1], request)
-            return
-        if len(service.requests) >= self.max_queue or self._queued >= self.max_queued:
+        if not service.idle and (len(service.requests) >= self.max_queue or self._queued >= self.max_queued):
             stats["rejected"] += 1
             log.debug("%s: queue full, request for %r dropped", self.name, name)
+            return
+        request = _Request(client, name, body, 0.0, self._crouter.peering(client))
+        if service.idle:
+            self._dispatch(service.idle.popitem(last=False)[1], request)
             return
         request.deadline = _monotonic() + self.request_expiry
         service.requests.append(request)
@@ -244,18 +263,17 @@ class Broker(Actor):
                 return
             self._alive.touch(identity)
             final = command is FINAL
-            self._crouter.send(request.client, self.framing.client_reply(final, request.service, message.body))
+            if request.peering.live:
+                self._crouter.send(request.client, self.framing.client_reply(final, request.service, message.body))
+            else:   # another key holds the client's id now: not for it
+                self.stats["replies_withheld"] += 1
             if not final:
                 self.stats["partials"] += 1
                 return
             self.stats["replies"] += 1
             worker.request = None
-            service = worker.service
-            if service.requests:
-                self._queued -= 1
-                self._dispatch(worker, service.requests.popleft())
-            else:
-                service.idle[identity] = worker
+            self._crouter.release(request.peering)
+            self._next(worker)
         elif command is HEARTBEAT:
             if worker is None:
                 self._unexpected(identity, None, command)
@@ -265,29 +283,43 @@ class Broker(Actor):
             if worker is not None or mmi.is_mmi(message.service):
                 self._unexpected(identity, worker, command)
             else:
-                self._add_worker(identity, message.service, IDEMPOTENT in message.body)
+                self._add_worker(identity, message.service, IDEMPOTENT in message.body, self._wrouter.peering(identity))
         elif command is DISCONNECT:
             if worker is not None:
                 self.stats["worker_disconnects"] += 1
                 self._remove_worker(worker, "it disconnected")
 
     # -- workers --------------------------------------------------------------
-    def _add_worker(self, identity, name, idempotent):
+    def _add_worker(self, identity, name, idempotent, peering):
         service = self._services.get(name)
         if service is None:
             service = self._services[name] = _Service(name)
-        worker = self._workers[identity] = _Worker(identity, service, idempotent)
+        worker = self._workers[identity] = _Worker(identity, service, idempotent, peering)
         service.workers += 1
         self._alive.touch(identity)
         if self._alive_timer is None:
             self._arm_liveness()
         self.stats["workers_ready"] += 1
         log.debug("%s: worker %r ready for %r", self.name, identity, name)
-        if service.requests:
+        self._next(worker)
+
+    def _next(self, worker):
+        """``worker`` is free: give it the next queued request (of a client whose peering lives), or idle it."""
+        service = worker.service
+        requests = service.requests
+        while requests:
+            request = requests.popleft()
             self._queued -= 1
-            self._dispatch(worker, service.requests.popleft())
-        else:
-            service.idle[identity] = worker
+            if request.peering.live:
+                self._dispatch(worker, request)
+                return
+            self._withdrawn(request)
+        service.idle[worker.identity] = worker
+
+    def _withdrawn(self, request):
+        """A queued request whose client's id another key took over: dropped unrun."""
+        self.stats["requests_withdrawn"] += 1
+        self._crouter.release(request.peering)
 
     def _remove_worker(self, worker, reason):
         """Forget a worker; re-dispatch the request it held (idempotent workers), else answer it with an error."""
@@ -296,6 +328,7 @@ class Broker(Actor):
             return
         self._alive.forget(identity)
         self._wrouter.drop(identity)
+        self._wrouter.release(worker.peering)
         service = worker.service
         service.idle.pop(identity, None)
         service.workers -= 1
@@ -309,8 +342,7 @@ class Broker(Actor):
                 service.requests.appendleft(request)
                 self._queued += 1
                 while service.requests and service.idle:
-                    self._queued -= 1
-                    self._dispatch(service.idle.popitem(last=False)[1], service.requests.popleft())
+                    self._next(service.idle.popitem(last=False)[1])
             else:
                 self._lost(request, reason, worker.idempotent)
         self._forget_if_unused(service)
@@ -330,8 +362,10 @@ class Broker(Actor):
             log.info("%s: worker of %r lost a request (%s); not run again (not idempotent)", self.name, name, reason)
             message = ("the worker of %r handling the request was lost (%s); a worker that is not idempotent "
                        "does not get it again" % (name, reason))
-        self._crouter.send(request.client, self.framing.client_reply(True, request.service,
-                                                                     error_body("WorkerLost", message)))
+        if request.peering.live:
+            self._crouter.send(request.client, self.framing.client_reply(True, request.service,
+                                                                         error_body("WorkerLost", message)))
+        self._crouter.release(request.peering)
 
     def _forget_if_unused(self, service):
         if not service.workers and not service.requests and self._services.get(service.name) is service:
@@ -354,6 +388,14 @@ class Broker(Actor):
         worker = self._workers.get(identity)
         if worker is not None:
             self._remove_worker(worker, "it sent an invalid message")
+
+    def _on_taken_over(self, identity, peering):
+        """A message of another key came on ``identity``, which ``peering`` held (CURVE): end it.  A
+        worker is forgotten as if it had disconnected; a client's requests are dropped or, running,
+        answered to no one (``peering.live`` is False now)."""
+        worker = self._workers.get(identity)
+        if worker is not None and worker.peering is peering:
+            self._remove_worker(worker, "another key took its routing id over")
 
     def _on_unroutable(self, identity, frames):
         worker = self._workers.get(identity)
@@ -402,7 +444,7 @@ class Broker(Actor):
                 continue
             requests = service.requests
             while requests and requests[0].deadline <= now:
-                requests.popleft()
+                self._crouter.release(requests.popleft().peering)
                 self._queued -= 1
                 self.stats["expired"] += 1
             self._forget_if_unused(service)
