@@ -136,6 +136,8 @@ def test_a_client_id_taken_over_by_another_key_hears_none_of_its_replies(secure)
     client.send_multipart(SPEC.client_request(b"echo", [b"secret"]))
     request = recv(worker)
     assert request is not None and request[-1] == b"secret", request
+    client.send_multipart(SPEC.client_request(b"echo", [b"queued"]))   # waits: the one worker is busy
+    poll(lambda: broker.call("INFO")["queued"] == 1, timeout=10)
     thief = connect(b"c1", mallory)
     thief.send_multipart(SPEC.client_request(b"mmi.service", [b"echo"]))
     answer = recv(thief)                        # the old code never read the thief
@@ -144,8 +146,14 @@ def test_a_client_id_taken_over_by_another_key_hears_none_of_its_replies(secure)
     poll(lambda: broker.call("$STATS").get("replies", 0) == 1, timeout=10)
     stats = broker.call("$STATS")
     assert stats["peers_taken_over"] == 1 and stats["replies_withheld"] == 1, stats
+    assert stats["requests_withdrawn"] == 1 and stats.get("dispatched") == 1, stats    # carol's queued one
     assert recv(thief, timeout=1) is None       # carol's reply went to no one
     # and the worker serves the next request at once
     thief.send_multipart(SPEC.client_request(b"echo", [b"mallory's"]))
     request = recv(worker)
     assert request is not None and request[-1] == b"mallory's"
+    worker.send_multipart(SPEC.worker_reply(True, request[2], [b"yours"]))
+    reply = recv(thief)
+    assert reply is not None and reply[-1] == b"yours", reply
+    # peerings end with what they hold: the worker's is left (nothing per finished request)
+    assert set(broker._crouter._peerings) == {b"w1"}
