@@ -61,7 +61,8 @@ Behaviour (18/MDP v0.2, and where the spec leaves a choice):
   hears for, the old one once it speaks.  A connection that takes an id over
   and only listens still gets what is routed there until then: at most the
   one request a worker holds (its worker is forgotten at ``liveness``), or a
-  client's replies.  Workers learn client ids from the requests they get.
+  client's replies.  Workers never see a client's routing id: the client
+  address of a REQUEST is a number the broker gives each request.
 - ``mmi.*`` services are answered by the broker itself (see :mod:`.mmi`).
 - Optional CURVE: ``curve=keys`` (an ``actors.auth`` Keypair, or the secret
   key) makes the ROUTER(s) CURVE servers, with ``curve_domain`` as their ZAP
@@ -76,7 +77,9 @@ across OS threads.
 """
 from __future__ import annotations
 
+import itertools
 import logging
+import struct
 import time
 from collections import OrderedDict, deque
 from functools import partial
@@ -102,12 +105,17 @@ _monotonic = time.monotonic
 #: frames a message to the broker may have (envelope and body): more are dropped unread
 MAX_FRAMES = 64
 
+#: the client address a worker sees: a number per request, not the client's routing id (workers
+#: would learn ids that, handed over to their newest connection, route another client's replies)
+_ADDRESS = struct.Struct(">Q").pack
+
 
 class _Request:
-    __slots__ = ("client", "service", "body", "deadline", "attempts", "lost_by", "peering")
+    __slots__ = ("client", "address", "service", "body", "deadline", "attempts", "lost_by", "peering")
 
-    def __init__(self, client, service, body, deadline, peering):
+    def __init__(self, client, address, service, body, deadline, peering):
         self.client = client
+        self.address = address  # what the worker sees for the client: opaque, never its routing id
         self.service = service
         self.body = body
         self.deadline = deadline
@@ -173,6 +181,7 @@ class Broker(Actor):
         self._services: dict[bytes, _Service] = {}
         self._workers: dict[bytes, _Worker] = {}
         self._queued = 0
+        self._addresses = itertools.count(1)
         self._alive: Liveness[bytes] = Liveness(self.heartbeat * self.liveness, self.heartbeat * self.liveness)
         self._alive_timer = None
         if self.worker_endpoint:  # clients on one ROUTER, workers on the other
@@ -239,7 +248,7 @@ class Broker(Actor):
             stats["rejected"] += 1
             log.debug("%s: queue full, request for %r dropped", self.name, name)
             return
-        request = _Request(client, name, body, 0.0, self._crouter.peering(client))
+        request = _Request(client, _ADDRESS(next(self._addresses)), name, body, 0.0, self._crouter.peering(client))
         if service.idle:
             self._dispatch(service.idle.popitem(last=False)[1], request)
             return
@@ -251,14 +260,14 @@ class Broker(Actor):
         worker.request = request
         self.stats["dispatched"] += 1
         # Last thing we do: a dead peer makes send() call _on_unroutable at once.
-        self._wrouter.send(worker.identity, self.framing.worker_request(request.client, request.body))
+        self._wrouter.send(worker.identity, self.framing.worker_request(request.address, request.body))
 
     def _on_worker(self, identity, message):
         command = message.command
         worker = self._workers.get(identity)
         if command is FINAL or command is PARTIAL:
             request = worker.request if worker is not None else None
-            if request is None or request.client != message.address:
+            if request is None or request.address != message.address:
                 self._unexpected(identity, worker, command)
                 return
             self._alive.touch(identity)

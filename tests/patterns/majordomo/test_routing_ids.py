@@ -115,6 +115,7 @@ def test_a_worker_id_taken_over_by_another_key_is_that_workers_disconnection(sec
     request = recv(worker)
     assert request is not None and request[-1] == b"secret", request
     address = request[2]
+    assert address != b"c1"                     # workers never learn client routing ids (to take over)
     thief = connect(b"w1", mallory)             # takes w1 over, then answers as if it were alice's worker
     thief.send_multipart(SPEC.worker_reply(True, address, [b"forged"]))
     reply = recv(client)                        # the old code never read the thief: nothing came
