@@ -18,6 +18,20 @@ Connections closed, by
 their peer or for a frame over the limit (libzmq does not say which), are
 counted in ``actor.stats["disconnects"]``.
 
+Routing ids (issue #20): the socket sets ``ROUTER_HANDOVER``, so a connection
+with a routing id in use takes it over and is read.  Without it libzmq never
+reads such a connection, yet buffers up to RCVHWM of its messages (each up
+to ``max_message`` a frame, in any number of frames): a few of them held
+hundreds of MiB.  The connection taken over is left idle (libzmq ends its
+pipe; it is counted in ``max_connections`` until its peer closes it).  With ``keys=True`` (CURVE servers) every message's ZAP
+User-Id is read (:attr:`Router.key` while ``on_message`` runs) and a routing
+id that a pattern holds a :meth:`Router.peering` for is bound to the key that
+opened it: a message of another key on that id ends the peering first
+(``on_taken_over``, ``stats["peers_taken_over"]``, logged once per 1000),
+so no connection acts with another key's rights.  A connection that takes
+an id over and only listens gets what is routed to that id until it speaks
+or the pattern's liveness ends the peering: patterns say what that means.
+
 :class:`RouterActor` is the base for actors built around one ROUTER.
 """
 from __future__ import annotations
@@ -36,7 +50,7 @@ from .outbox import Outbox
 from .sockets import limit_size
 from .speedups import send_message
 
-__all__ = ["Router", "RouterActor", "count_disconnects", "fd_budget"]
+__all__ = ["Router", "RouterActor", "Peering", "count_disconnects", "fd_budget"]
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +128,26 @@ def fd_budget(share: float = 0.5, reserve: int = 64) -> int | None:
     return max(16, int(soft * share) - reserve)
 
 
+class Peering:
+    """What a pattern holds for one routing id (see :meth:`Router.peering`): ``key`` (the ZAP User-Id
+    that opened it, None without CURVE) and ``live`` (False once it ended: another key took the id)."""
+
+    __slots__ = ("identity", "key", "live", "uses")
+
+    def __init__(self, identity: bytes, key: str | None) -> None:
+        self.identity = identity
+        self.key = key
+        self.live = True
+        self.uses = 0
+
+    def __repr__(self) -> str:
+        return "<Peering %r key=%s%s>" % (self.identity, self.key, "" if self.live else " ended")
+
+
+#: the peering of every routing id of a Router without ``keys``: nothing can tell one connection from another
+_ANYONE = Peering(b"", None)
+
+
 class Router:
     """One ROUTER socket of an actor, with per-peer backpressure queues.
 
@@ -134,6 +168,9 @@ class Router:
     closes counts in ``actor.stats["disconnects"]``.  ``max_connections``
     (None: no limit; :func:`fd_budget` derives one from the open-file
     limit) bounds the connections accepted at once (see :func:`count_disconnects`).
+    ``keys=True`` (a CURVE server) binds each :meth:`peering` to its ZAP key
+    and calls ``on_taken_over(identity, peering)`` when a message of another
+    key comes on that routing id (see the module docstring).
     """
 
     #: first and largest delay (s) between retries for a peer at its HWM
@@ -147,8 +184,10 @@ class Router:
                  high: int | None = None, low: int | None = None, credit: bool = False,
                  cost: Callable[[Sequence[bytes]], int] | None = None, max_message: int | None = None,
                  max_frames: int | None = None, max_bytes: int | None = None, max_connections: int | None = None,
+                 keys: bool = False, on_taken_over: Callable[[bytes, Peering], object] | None = None,
                  **options: Any) -> None:
         self.actor = actor
+        options.setdefault("router_handover", 1)  # the newest connection holds an id: see the module docstring
         self.socket = sock = actor.socket(zmq.ROUTER, router_mandatory=1, **options)
         limit_size(sock, max_message, max_frames, max_bytes)
         self.max_connections = max_connections
@@ -168,7 +207,15 @@ class Router:
                              on_drained=on_drained, on_overflow=on_overflow, on_unroutable=on_unroutable,
                              credit=credit, cost=cost, retry_min=self.retry_min, retry_max=self.retry_max)
         self.send = self.outbox.send  # type: ignore[method-assign,assignment]  # the hot path: no extra call (see send below for what it does)
-        actor.add_reader(sock, self._on_frames)
+        #: the ZAP User-Id of the message ``on_message`` is handling (``keys=True``; else None)
+        self.key: str | None = None
+        self.keys = keys
+        self.on_taken_over = on_taken_over
+        self._peerings: dict[bytes, Peering] = {}
+        if keys:
+            actor.add_reader(sock, self._on_keyed_frames, copy=False)  # zero-copy frames carry the User-Id
+        else:
+            actor.add_reader(sock, self._on_frames)
 
     def _watch_disconnects(self):
         count_disconnects(self.actor, self.socket, max_connections=self.max_connections)
@@ -188,6 +235,56 @@ class Router:
             self.actor.stats["router_malformed"] += 1
             return
         self.on_message(frames[0], frames[1:])
+
+    def _on_keyed_frames(self, frames):
+        try:
+            key = frames[0].get("User-Id") or None
+        except zmq.ZMQError:
+            key = None
+        if len(frames) < 2:
+            self.actor.stats["router_malformed"] += 1
+            return
+        identity = frames[0].bytes
+        peering = self._peerings.get(identity)
+        if peering is not None and peering.key != key:
+            self._taken_over(peering)
+        self.key = key
+        try:
+            self.on_message(identity, [f.bytes for f in frames[1:]])
+        finally:
+            self.key = None
+
+    def _taken_over(self, peering):
+        del self._peerings[peering.identity]
+        peering.live = False
+        stats = self.actor.stats
+        stats["peers_taken_over"] += 1
+        if stats["peers_taken_over"] % 1000 == 1:
+            log.warning("%s: routing id %r taken over by another key; its peering ends (%d so far)",
+                        self.actor.name, peering.identity, stats["peers_taken_over"])
+        if self.on_taken_over is not None:
+            self.on_taken_over(peering.identity, peering)
+
+    # -- peerings: a routing id bound to a key ----------------------------------
+    def peering(self, identity: bytes) -> Peering:
+        """The live peering of ``identity``, opened with the key of the message being handled if it
+        has none; one more use of it (:meth:`release` each).  Call it from ``on_message`` (the key
+        is that message's).  Without ``keys`` every id shares one peering that never ends."""
+        if not self.keys:
+            return _ANYONE
+        peering = self._peerings.get(identity)
+        if peering is None:
+            peering = self._peerings[identity] = Peering(identity, self.key)
+        peering.uses += 1
+        return peering
+
+    def release(self, peering: Peering) -> None:
+        """One use of ``peering`` less; forgotten at none (its id is anyone's again)."""
+        if peering is _ANYONE:
+            return
+        peering.uses -= 1
+        if peering.uses <= 0 and self._peerings.get(peering.identity) is peering:
+            del self._peerings[peering.identity]
 
     def send(self, identity: bytes, frames: Sequence[bytes]) -> bool:
         """Route ``frames`` to ``identity``; False if refused (unroutable or overflow).

@@ -212,7 +212,7 @@ class CloneServer(Actor):
         self.snapshots = Snapshots(self, self._on_snapshot, window=self.window, chunk=self.chunk,
                                    timeout=self.snapshot_timeout, hwm=self.snapshot_hwm, budget=self.snapshot_budget,
                                    max_active=self.max_snapshots, max_waiting=self.snapshot_queue,
-                                   max_message=MAX_REQUEST)
+                                   max_message=MAX_REQUEST, keys=curve is not None)
         self.pub = self.socket(zmq.PUB, sndhwm=100000)
         limit_size(self.pub, MAX_REQUEST)                     # it takes only subscriptions
         self.collector = self.socket(zmq.SUB, rcvhwm=100000)

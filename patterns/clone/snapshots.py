@@ -23,6 +23,16 @@ Budgets (a peer can make us hold cuts by asking and never reading):
   shut at once and counted (``connections_refused``).
 - A client that stops reading for ``timeout`` seconds, or disappears
   (unroutable), is dropped, releasing its cut.
+- Routing ids: a connection with an id in use takes it over
+  (``ROUTER_HANDOVER``, the kernel :class:`~zactors.actors.router.Router`'s
+  default), so its requests are read and bounded like any other's; without
+  it libzmq buffered up to RCVHWM unread messages of every duplicate.  A
+  snapshot under way goes on to the id's newest connection.  With CURVE
+  (``keys=True``) a snapshot is bound to the key that asked for it: a
+  message of another key on its id ends it first (``peers_taken_over``), so
+  what was cut for one key is not sent on to another that speaks; one that
+  only listens gets the rest of that snapshot (a Clone map has no per-key
+  rights: any accepted key may ask for it).
 
 Counters (the server's): ``snapshots``, ``snapshots_sent``,
 ``snapshots_queued``, ``snapshots_refused``, ``snapshots_abandoned``,
@@ -82,7 +92,7 @@ class Snapshots:
     advertised = b""
 
     def __init__(self, server, on_request, *, window=2000, chunk=100, timeout=30.0, hwm=20000,
-                 budget=2000000, max_active=64, max_waiting=10000, max_message=None):
+                 budget=2000000, max_active=64, max_waiting=10000, max_message=None, keys=False):
         self.server = server
         self.stats = server.stats
         self.window = window
@@ -91,8 +101,8 @@ class Snapshots:
         self.budget = Budget(budget)                    # entries held by live cuts (holders: the cuts)
         self.max_active = max_active
         self.max_waiting = max_waiting
-        self._tasks: dict[bytes, Any] = {}              # identity -> (task, cut)
-        self._waiting: OrderedDict[bytes, tuple[bytes, bool]] = OrderedDict()  # identity -> (subtree, peer)
+        self._tasks: dict[bytes, Any] = {}              # identity -> (task, cut, peering)
+        self._waiting: OrderedDict[bytes, tuple[bytes, bool, Any]] = OrderedDict()  # identity -> (subtree, peer, peering)
         self._stalled: dict[bytes, float] = {}          # identity -> when backpressure held it
         self._newest: _Cut | None = None
         self._refusal_logged = 0.0
@@ -101,7 +111,8 @@ class Snapshots:
                                       on_unroutable=self._on_unroutable, sndhwm=hwm, max_message=max_message,
                                       max_frames=4,  # identity, ICANHAZ?, subtree (and a peer's marker)
                                       max_connections=fd_budget(0.25, 32),  # the map's journal needs fds too
-                                      **KEEPALIVE)  # (no ZMTP heartbeats, no handover: see KEEPALIVE)
+                                      keys=keys, on_taken_over=self._on_taken_over,
+                                      **KEEPALIVE)  # (no ZMTP heartbeats: see KEEPALIVE)
 
     def __len__(self):
         return len(self._tasks)
@@ -112,12 +123,12 @@ class Snapshots:
 
     # -- starting -------------------------------------------------------------
     def start(self, identity, subtree, peer=False):
-        """Send ``identity`` a snapshot of ``subtree`` now, or as soon as the budget allows."""
+        """Send ``identity`` a snapshot of ``subtree`` now, or as soon as the budget allows.  Call it
+        while the router's ``on_message`` handles the request (the snapshot is bound to its key)."""
         self.end(identity)  # a client asking again wants a new one
-        self._waiting.pop(identity, None)
         self.stats["snapshots"] += 1
         if not self._waiting and self._admissible():
-            self._run(identity, subtree, peer)
+            self._run(identity, subtree, peer, self.router.peering(identity))
             return
         if len(self._waiting) >= self.max_waiting:
             self.stats["snapshots_refused"] += 1
@@ -127,11 +138,9 @@ class Snapshots:
                 log.warning("%s: snapshot request refused: %d waiting for the snapshot budget (%d entries held)",
                             self.server.name, len(self._waiting), self.budget.used)
             return
+        self._waiting[identity] = (subtree, peer, self.router.peering(identity))
         if peer:  # the pair's re-sync goes first
-            self._waiting[identity] = (subtree, peer)
             self._waiting.move_to_end(identity, last=False)
-        else:
-            self._waiting[identity] = (subtree, peer)
         self.stats["snapshots_queued"] += 1
 
     def _admissible(self):
@@ -143,7 +152,7 @@ class Snapshots:
         budget = self.budget
         return budget.used == 0 or budget.used + len(self.server.map) <= budget.total
 
-    def _run(self, identity, subtree, peer):
+    def _run(self, identity, subtree, peer, peering):
         server = self.server
         cut, hashmap = self._newest, server.map
         if cut is None or not cut.users or cut.sequence != hashmap.sequence:
@@ -153,13 +162,13 @@ class Snapshots:
         cut.users += 1
         task = server.start_task(self._send(identity, subtree, peer, cut),
                                  on_done=lambda task, identity=identity: self._done(identity, task))
-        self._tasks[identity] = (task, cut)
+        self._tasks[identity] = (task, cut, peering)
 
     def _admit(self):
         waiting = self._waiting
         while waiting and self._admissible():
-            identity, (subtree, peer) = waiting.popitem(last=False)
-            self._run(identity, subtree, peer)
+            identity, (subtree, peer, peering) = waiting.popitem(last=False)
+            self._run(identity, subtree, peer, peering)
 
     def _release(self, cut):
         cut.users -= 1
@@ -208,22 +217,27 @@ class Snapshots:
             del self._tasks[identity]
             self._stalled.pop(identity, None)
             self._release(held[1])
+            self.router.release(held[2])
             self._admit()
 
     # -- ending ---------------------------------------------------------------
     def end(self, identity):
         """Cancel ``identity``'s snapshot (sent or waiting) and forget its backlog."""
-        self._waiting.pop(identity, None)
+        waiting = self._waiting.pop(identity, None)
+        if waiting is not None:
+            self.router.release(waiting[2])
         held = self._tasks.pop(identity, None)
         self._stalled.pop(identity, None)
         if held is not None:
             held[0].cancel()
             self.router.drop(identity)
             self._release(held[1])
+            self.router.release(held[2])
             self._admit()
 
     def cancel_all(self):
-        self._waiting.clear()
+        for identity in list(self._waiting):
+            self.end(identity)
         for identity in list(self._tasks):
             self.end(identity)
 
@@ -257,4 +271,9 @@ class Snapshots:
         if held is not None:  # its backlog is being cleared by the router itself
             held[0].cancel()
             self._release(held[1])
+            self.router.release(held[2])
             self._admit()
+
+    def _on_taken_over(self, identity, peering):
+        """CURVE: a message of another key came on ``identity``: its snapshot (for the first key) ends."""
+        self.end(identity)

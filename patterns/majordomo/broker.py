@@ -46,6 +46,23 @@ Behaviour (18/MDP v0.2, and where the spec leaves a choice):
   with every other closed connection.  A message of more than ``max_frames``
   frames (64, the envelope included), or more than 4 * ``max_message``
   bytes in all, is dropped unread and counted (``multipart_refused``).
+- Routing ids: the ROUTERs hand an id in use over to the newest connection
+  (``ROUTER_HANDOVER``: libzmq would otherwise buffer up to RCVHWM messages of
+  each duplicate, unread: 16 GiB each at the default limits).  The connection
+  replaced goes idle: for a worker that means its heartbeats stop, so it is
+  forgotten at ``liveness``; without CURVE anyone who knows a routing id can
+  take it over and get what is routed to it (a client's replies, a worker's
+  requests).  With CURVE each worker, and each client with requests in
+  flight, is bound to the key it spoke with: a message of another key on its
+  routing id ends that peering first (``peers_taken_over``): the worker is
+  forgotten as if it had disconnected (its request re-dispatched or answered
+  ``WorkerLost``), and the client's queued requests are dropped and their
+  replies withheld (``replies_withheld``), so the new key never acts as, or
+  hears for, the old one once it speaks.  A connection that takes an id over
+  and only listens still gets what is routed there until then: at most the
+  one request a worker holds (its worker is forgotten at ``liveness``), or a
+  client's replies.  Workers never see a client's routing id: the client
+  address of a REQUEST is a number the broker gives each request.
 - ``mmi.*`` services are answered by the broker itself (see :mod:`.mmi`).
 - Optional CURVE: ``curve=keys`` (an ``actors.auth`` Keypair, or the secret
   key) makes the ROUTER(s) CURVE servers, with ``curve_domain`` as their ZAP
@@ -60,7 +77,9 @@ across OS threads.
 """
 from __future__ import annotations
 
+import itertools
 import logging
+import struct
 import time
 from collections import OrderedDict, deque
 from functools import partial
@@ -86,27 +105,34 @@ _monotonic = time.monotonic
 #: frames a message to the broker may have (envelope and body): more are dropped unread
 MAX_FRAMES = 64
 
+#: the client address a worker sees: a number per request, not the client's routing id (workers
+#: would learn ids that, handed over to their newest connection, route another client's replies)
+_ADDRESS = struct.Struct(">Q").pack
+
 
 class _Request:
-    __slots__ = ("client", "service", "body", "deadline", "attempts", "lost_by")
+    __slots__ = ("client", "address", "service", "body", "deadline", "attempts", "lost_by", "peering")
 
-    def __init__(self, client, service, body, deadline):
+    def __init__(self, client, address, service, body, deadline, peering):
         self.client = client
+        self.address = address  # what the worker sees for the client: opaque, never its routing id
         self.service = service
         self.body = body
         self.deadline = deadline
         self.attempts = 0
         self.lost_by = set()    # identities of the workers that lost it (one may reconnect and lose it again)
+        self.peering = peering  # the client's (Router.peering): ended, its reply goes to no one
 
 
 class _Worker:
-    __slots__ = ("identity", "service", "request", "idempotent")
+    __slots__ = ("identity", "service", "request", "idempotent", "peering")
 
-    def __init__(self, identity, service, idempotent):
+    def __init__(self, identity, service, idempotent, peering):
         self.identity = identity
         self.service = service
         self.request = None
         self.idempotent = idempotent
+        self.peering = peering  # ended (another key took the id over): the worker is gone
 
 
 class _Service:
@@ -155,6 +181,7 @@ class Broker(Actor):
         self._services: dict[bytes, _Service] = {}
         self._workers: dict[bytes, _Worker] = {}
         self._queued = 0
+        self._addresses = itertools.count(1)
         self._alive: Liveness[bytes] = Liveness(self.heartbeat * self.liveness, self.heartbeat * self.liveness)
         self._alive_timer = None
         if self.worker_endpoint:  # clients on one ROUTER, workers on the other
@@ -174,7 +201,8 @@ class Broker(Actor):
     def _router(self, on_message):
         router = Router(self, on_message, on_unroutable=self._on_unroutable, on_overflow=self._on_overflow,
                         max_message=frame_limit(self.max_message), max_frames=self.max_frames,
-                        max_bytes=4 * frame_limit(self.max_message))
+                        max_bytes=4 * frame_limit(self.max_message),
+                        keys=self.curve is not None, on_taken_over=self._on_taken_over)
         if self.curve is not None:
             curve_server(router.socket, self.curve, self.curve_domain)
         return router
@@ -216,13 +244,13 @@ class Broker(Actor):
         service = self._services.get(name)
         if service is None:
             service = self._services[name] = _Service(name)
-        request = _Request(client, name, body, 0.0)
-        if service.idle:
-            self._dispatch(service.idle.popitem(last=False)[1], request)
-            return
-        if len(service.requests) >= self.max_queue or self._queued >= self.max_queued:
+        if not service.idle and (len(service.requests) >= self.max_queue or self._queued >= self.max_queued):
             stats["rejected"] += 1
             log.debug("%s: queue full, request for %r dropped", self.name, name)
+            return
+        request = _Request(client, _ADDRESS(next(self._addresses)), name, body, 0.0, self._crouter.peering(client))
+        if service.idle:
+            self._dispatch(service.idle.popitem(last=False)[1], request)
             return
         request.deadline = _monotonic() + self.request_expiry
         service.requests.append(request)
@@ -232,30 +260,29 @@ class Broker(Actor):
         worker.request = request
         self.stats["dispatched"] += 1
         # Last thing we do: a dead peer makes send() call _on_unroutable at once.
-        self._wrouter.send(worker.identity, self.framing.worker_request(request.client, request.body))
+        self._wrouter.send(worker.identity, self.framing.worker_request(request.address, request.body))
 
     def _on_worker(self, identity, message):
         command = message.command
         worker = self._workers.get(identity)
         if command is FINAL or command is PARTIAL:
             request = worker.request if worker is not None else None
-            if request is None or request.client != message.address:
+            if request is None or request.address != message.address:
                 self._unexpected(identity, worker, command)
                 return
             self._alive.touch(identity)
             final = command is FINAL
-            self._crouter.send(request.client, self.framing.client_reply(final, request.service, message.body))
+            if request.peering.live:
+                self._crouter.send(request.client, self.framing.client_reply(final, request.service, message.body))
+            else:   # another key holds the client's id now: not for it
+                self.stats["replies_withheld"] += 1
             if not final:
                 self.stats["partials"] += 1
                 return
             self.stats["replies"] += 1
             worker.request = None
-            service = worker.service
-            if service.requests:
-                self._queued -= 1
-                self._dispatch(worker, service.requests.popleft())
-            else:
-                service.idle[identity] = worker
+            self._crouter.release(request.peering)
+            self._next(worker)
         elif command is HEARTBEAT:
             if worker is None:
                 self._unexpected(identity, None, command)
@@ -265,29 +292,43 @@ class Broker(Actor):
             if worker is not None or mmi.is_mmi(message.service):
                 self._unexpected(identity, worker, command)
             else:
-                self._add_worker(identity, message.service, IDEMPOTENT in message.body)
+                self._add_worker(identity, message.service, IDEMPOTENT in message.body, self._wrouter.peering(identity))
         elif command is DISCONNECT:
             if worker is not None:
                 self.stats["worker_disconnects"] += 1
                 self._remove_worker(worker, "it disconnected")
 
     # -- workers --------------------------------------------------------------
-    def _add_worker(self, identity, name, idempotent):
+    def _add_worker(self, identity, name, idempotent, peering):
         service = self._services.get(name)
         if service is None:
             service = self._services[name] = _Service(name)
-        worker = self._workers[identity] = _Worker(identity, service, idempotent)
+        worker = self._workers[identity] = _Worker(identity, service, idempotent, peering)
         service.workers += 1
         self._alive.touch(identity)
         if self._alive_timer is None:
             self._arm_liveness()
         self.stats["workers_ready"] += 1
         log.debug("%s: worker %r ready for %r", self.name, identity, name)
-        if service.requests:
+        self._next(worker)
+
+    def _next(self, worker):
+        """``worker`` is free: give it the next queued request (of a client whose peering lives), or idle it."""
+        service = worker.service
+        requests = service.requests
+        while requests:
+            request = requests.popleft()
             self._queued -= 1
-            self._dispatch(worker, service.requests.popleft())
-        else:
-            service.idle[identity] = worker
+            if request.peering.live:
+                self._dispatch(worker, request)
+                return
+            self._withdrawn(request)
+        service.idle[worker.identity] = worker
+
+    def _withdrawn(self, request):
+        """A queued request whose client's id another key took over: dropped unrun."""
+        self.stats["requests_withdrawn"] += 1
+        self._crouter.release(request.peering)
 
     def _remove_worker(self, worker, reason):
         """Forget a worker; re-dispatch the request it held (idempotent workers), else answer it with an error."""
@@ -296,6 +337,7 @@ class Broker(Actor):
             return
         self._alive.forget(identity)
         self._wrouter.drop(identity)
+        self._wrouter.release(worker.peering)
         service = worker.service
         service.idle.pop(identity, None)
         service.workers -= 1
@@ -309,8 +351,7 @@ class Broker(Actor):
                 service.requests.appendleft(request)
                 self._queued += 1
                 while service.requests and service.idle:
-                    self._queued -= 1
-                    self._dispatch(service.idle.popitem(last=False)[1], service.requests.popleft())
+                    self._next(service.idle.popitem(last=False)[1])
             else:
                 self._lost(request, reason, worker.idempotent)
         self._forget_if_unused(service)
@@ -330,8 +371,10 @@ class Broker(Actor):
             log.info("%s: worker of %r lost a request (%s); not run again (not idempotent)", self.name, name, reason)
             message = ("the worker of %r handling the request was lost (%s); a worker that is not idempotent "
                        "does not get it again" % (name, reason))
-        self._crouter.send(request.client, self.framing.client_reply(True, request.service,
-                                                                     error_body("WorkerLost", message)))
+        if request.peering.live:
+            self._crouter.send(request.client, self.framing.client_reply(True, request.service,
+                                                                         error_body("WorkerLost", message)))
+        self._crouter.release(request.peering)
 
     def _forget_if_unused(self, service):
         if not service.workers and not service.requests and self._services.get(service.name) is service:
@@ -354,6 +397,14 @@ class Broker(Actor):
         worker = self._workers.get(identity)
         if worker is not None:
             self._remove_worker(worker, "it sent an invalid message")
+
+    def _on_taken_over(self, identity, peering):
+        """A message of another key came on ``identity``, which ``peering`` held (CURVE): end it.  A
+        worker is forgotten as if it had disconnected; a client's requests are dropped or, running,
+        answered to no one (``peering.live`` is False now)."""
+        worker = self._workers.get(identity)
+        if worker is not None and worker.peering is peering:
+            self._remove_worker(worker, "another key took its routing id over")
 
     def _on_unroutable(self, identity, frames):
         worker = self._workers.get(identity)
@@ -402,7 +453,7 @@ class Broker(Actor):
                 continue
             requests = service.requests
             while requests and requests[0].deadline <= now:
-                requests.popleft()
+                self._crouter.release(requests.popleft().peering)
                 self._queued -= 1
                 self.stats["expired"] += 1
             self._forget_if_unused(service)
