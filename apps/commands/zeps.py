@@ -81,6 +81,9 @@ def register(sub):
     broker.add_argument("--max-credit-total", type=_size, default=64 << 20, metavar="SIZE",
                         help="credit all subscribers together may hold; more waits for them to drain "
                              "(default: 64M)")
+    broker.add_argument("--require-tokens", action="store_true",
+                        help="refuse the credit of subscribers that do not echo probe tokens (spec-only "
+                             "clients, whose drain cannot be checked: docs/zeps-extensions.md)")
     broker.add_argument("--max-streams-per-peer", type=options.positive_int, default=16, metavar="N",
                         help="streams one peer (its key, else its connection) may create (default: 16)")
     broker.add_argument("--group-ack-wait", type=options.positive_float, default=30.0, metavar="SECONDS",
@@ -295,7 +298,8 @@ def run_broker(args):
     try:
         broker = Broker(args.journal, args.bind, fsync=args.fsync, ack=args.ack, heartbeat=args.heartbeat,
                         expiry=args.expiry, max_message=args.max_message, max_credit=args.max_credit,
-                        max_credit_total=args.max_credit_total, max_streams_per_peer=args.max_streams_per_peer,
+                        max_credit_total=args.max_credit_total,
+                        require_tokens=args.require_tokens, max_streams_per_peer=args.max_streams_per_peer,
                         stream_idle=args.stream_idle, retain_bytes=limits.get("size"),
                         retain_seconds=limits.get("age"), curve=args.curve, permissions=args.permissions,
                         group_ack_wait=args.group_ack_wait, group_max_deliver=args.group_max_deliver,

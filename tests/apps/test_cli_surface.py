@@ -199,3 +199,34 @@ def test_publish_to_a_full_disk_says_exactly_what_was_journaled(small_disk, caps
     reason = said.group(4)
     assert reason.startswith("stream s c") and " write its journal: " in reason and "ENOSPC" in reason, summary
     assert summary.count("ENOSPC") == 1 and summary.count(str(small_disk)) == 1, summary   # the reason once
+
+
+# -- zeps broker --require-tokens -----------------------------------------------------
+def test_require_tokens_refuses_a_spec_only_subscribers_credit(processes, tmp_path):
+    """``--require-tokens`` reaches the broker: a subscriber that did not ask for probe tokens (a spec-only
+    client) has its CREDIT refused, saying why; without the option the same CREDIT is honoured."""
+    import zmq
+    from zactors.patterns.zeps import protocol as p
+
+    def credit_answer(*extra):
+        broker = start(processes, "zeps", "broker", "--journal", str(tmp_path / ("j%d" % len(extra))),
+                       "--bind", "tcp://127.0.0.1:*", *extra)
+        endpoint = read_until(broker.stderr, "broker on ")[-1].split("broker on ")[1].split(",")[0]
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.linger = 0
+        sock.connect(endpoint)
+        try:
+            for frame in (p.attach(b"s"), p.subscribe(b"", 0), p.credit(1 << 20), p.PING_FRAME):
+                sock.send(frame)
+            answers = []
+            while not answers or type(answers[-1]) not in (p.Invalid, p.PingOk):
+                assert sock.poll(20000), answers
+                answers.append(p.decode(sock.recv()))
+            return answers[-1]
+        finally:
+            sock.close()
+            _stop(broker)
+
+    refused = credit_answer("--require-tokens")
+    assert type(refused) is p.Invalid and "FEATURES tokens" in refused.reason, refused
+    assert type(credit_answer()) is p.PingOk
