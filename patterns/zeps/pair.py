@@ -35,7 +35,9 @@ The pair link (one DEALER to the peer, one ROUTER for it; frames capped):
 
 Runs in the broker's loop only.  With the broker's ``curve`` the link is CURVE as well (the ROUTER a
 server with the broker's keys, the DEALER a client of ``peer_key``) and only frames from ``peer_key``
-(their ZAP User-Id) are heard; without, run it on a trusted network.
+(their ZAP User-Id) are heard; without, run it on a trusted network.  The ROUTER hands a routing id in
+use to the newest connection (each is read), and accepts a budget of TCP connections (an eighth of the
+open-file limit less 64; more are shut at once, ``connections_refused``).
 """
 from __future__ import annotations
 
