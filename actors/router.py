@@ -64,7 +64,7 @@ def count_disconnects(actor: Actor, sock: zmq.Socket, counter: str = "disconnect
     ``max_connections``: accepted connections ``sock`` may have at once.  libzmq accepts every
     connection (each takes a descriptor) and cannot be told to stop; one past the budget is shut
     down as soon as its ACCEPTED event arrives (its peer sees it closed, and reconnects later) and
-    counted in ``stats["connections_refused"]``.  Descriptors are a node's to budget: connections
+    counted in ``stats["connections_refused"]`` (logged once per 1000).  Descriptors are a node's to budget: connections
     that took them all would leave none for its journals.
     """
     endpoint = "inproc://zactors-router-monitor-%s" % uuid.uuid4().hex
@@ -84,6 +84,9 @@ def count_disconnects(actor: Actor, sock: zmq.Socket, counter: str = "disconnect
             open_[0] += 1
             if open_[0] > max_connections and _shut_down(value, frames[1]):
                 stats["connections_refused"] += 1
+                if stats["connections_refused"] % 1000 == 1:
+                    log.warning("%s: %d connections at once (at most %d): one more shut down (%d so far)",
+                                actor.name, open_[0], max_connections, stats["connections_refused"])
 
     actor.add_reader(events, on_event)
 

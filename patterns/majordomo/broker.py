@@ -90,7 +90,7 @@ from zactors.actors.auth import Keypair
 from zactors.actors.actor import Actor, command
 from zactors.actors.auth import curve_server
 from zactors.actors.heartbeat import Liveness
-from zactors.actors.router import Router
+from zactors.actors.router import Router, fd_budget
 
 from . import mmi
 from .protocol import (CLIENT, DISCONNECT, FINAL, HEARTBEAT, IDEMPOTENT, MAX_MESSAGE, PARTIAL, READY, WORKER,
@@ -202,7 +202,9 @@ class Broker(Actor):
         router = Router(self, on_message, on_unroutable=self._on_unroutable, on_overflow=self._on_overflow,
                         max_message=frame_limit(self.max_message), max_frames=self.max_frames,
                         max_bytes=4 * frame_limit(self.max_message),
-                        keys=self.curve is not None, on_taken_over=self._on_taken_over)
+                        keys=self.curve is not None, on_taken_over=self._on_taken_over,
+                        # half the fds for connections (a quarter a ROUTER with two): the rest is the process's
+                        max_connections=fd_budget(0.25, 32) if self.worker_endpoint else fd_budget())
         if self.curve is not None:
             curve_server(router.socket, self.curve, self.curve_domain)
         return router

@@ -35,11 +35,14 @@ The pair link (one DEALER to the peer, one ROUTER for it; frames capped):
 
 Runs in the broker's loop only.  With the broker's ``curve`` the link is CURVE as well (the ROUTER a
 server with the broker's keys, the DEALER a client of ``peer_key``) and only frames from ``peer_key``
-(their ZAP User-Id) are heard; without, run it on a trusted network.
+(their ZAP User-Id) are heard; without, run it on a trusted network.  The ROUTER hands a routing id in
+use to the newest connection (each is read), and accepts a budget of TCP connections (an eighth of the
+open-file limit less 64; more are shut at once, ``connections_refused``).
 """
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import msgpack
@@ -48,6 +51,7 @@ import zmq
 from zactors.actors import bstar
 from zactors.actors.auth import curve_client, curve_server
 from zactors.actors.bstar import BinaryStar, decode_state, encode_state
+from zactors.actors.router import count_disconnects, fd_budget
 from zactors.actors.sockets import limit_size
 
 from . import protocol as p
@@ -91,8 +95,15 @@ class Pair:
         self.last_failover = None     # {"time", "reason", "state"}
         self.fsm = BinaryStar(role == "primary", heartbeat, _monotonic(), self._on_change)
         limit = 4 * (broker.max_message + 1024) + (4 << 20)
-        self.router = broker.socket(zmq.ROUTER, sndhwm=100000, rcvhwm=100000)
+        # Handover (issue #20): without it libzmq never reads a connection whose routing id is in use, yet
+        # buffers up to RCVHWM of its messages: 3 such connections held 144 MiB.  The newest connection holds
+        # the id and is read; with CURVE only the peer's key is heard, and our DEALER's id (random, 16 bytes,
+        # sent encrypted) cannot be guessed to take its records over.  The link's own traffic to the ROUTER is
+        # heartbeats, FOLLOW and batched ACKs: libzmq's default RCVHWM is plenty.
+        self.router = broker.socket(zmq.ROUTER, sndhwm=100000, rcvhwm=1000, router_handover=1)
         limit_size(self.router, limit)
+        # a connection budget: the descriptors are the journals' (one link; the rest is strays or a flood)
+        count_disconnects(broker, self.router, "pair_disconnects", max_connections=fd_budget(0.125, 64))
         self.peer_key = broker.peer_key
         if broker.curve is not None:    # CURVE: only the peer's key is heard (its ZAP User-Id)
             curve_server(self.router, broker.curve, broker.curve_domain)
@@ -112,7 +123,8 @@ class Pair:
         if self.dealer is not None:
             raise ValueError("peer already set")
         self.peer = peer
-        self.dealer = self.broker.socket(zmq.DEALER, sndhwm=100000, rcvhwm=100000, immediate=1)
+        self.dealer = self.broker.socket(zmq.DEALER, sndhwm=100000, rcvhwm=100000, immediate=1,
+                                         routing_id=os.urandom(16))   # (not guessable: see __init__)
         limit_size(self.dealer, self._limit)
         if self.broker.curve is not None:
             curve_client(self.dealer, self.broker.curve, self.peer_key)
