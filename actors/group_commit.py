@@ -290,15 +290,16 @@ class GroupCommit:
         while queue and queue[0][0] <= seq:
             queue.popleft()[1](seq)
 
-    def stop(self, sync: bool = True) -> None:
+    def stop(self, sync: bool = True, write: bool = True) -> None:
+        """Cancel the timers; write (and fsync, blocking) what is left.  For teardown.
 
-        """Cancel the timers; write (and fsync, blocking) what is left.  For teardown."""
+        ``write=False``: write nothing either (the owner drops or closes the journal itself)."""
         self._stopped = True
         for timer in (self._write_timer, self._sync_timer):
             if timer is not None:
                 timer.cancel()
         self._write_timer = self._sync_timer = None
-        if self.journal.closed or self._halted:
+        if self.journal.closed or self._halted or not write:
             return
         try:
             self.journal.write()
