@@ -259,6 +259,15 @@ class MapJournal:
         return live, sequence
 
     def _recover(self):
+        try:
+            return self._recover_files()
+        except BaseException:   # the journal, if it opened, is closed: a retry finds it free
+            if self.journal is not None:
+                self.journal.close(sync=False)
+                self.journal = None
+            raise
+
+    def _recover_files(self):
         files = self._files
         state = _read_sequences(self.directory)
         for name in os.listdir(self.directory):

@@ -74,11 +74,14 @@ def load(directory):
         if chosen is not None:
             shutil.rmtree(path, ignore_errors=True)
             continue
+        journal = None
         try:
             journal = _journal(path)
             records = _records(journal)
         except (JournalError, OSError, ValueError, msgpack.UnpackException) as exc:
             log.error("group store %s: generation %d unreadable (%s); trying the previous one", directory, gen, exc)
+            if journal is not None:     # (its records were bad: its descriptors and lock go)
+                journal.close(sync=False)
             shutil.rmtree(path, ignore_errors=True)
             continue
         if ["E"] not in records:  # its snapshot never reached the disk: the previous generation holds all
@@ -89,9 +92,13 @@ def load(directory):
     if chosen is None:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         journal = _journal(os.path.join(directory, "%016d" % 1))
-        journal.append(b"", msgpack.packb(["E"]))
-        journal.write()
-        journal.sync()
+        try:
+            journal.append(b"", msgpack.packb(["E"]))
+            journal.write()
+            journal.sync()
+        except BaseException:
+            journal.close(sync=False)
+            raise
         chosen = 1, journal, [["E"]]
     return chosen
 
