@@ -4,7 +4,8 @@ A compaction makes a generation directory and its journal (segment, epochs: fsyn
 fsyncs), then marks it complete and closes and removes the old one (more fsyncs): all of it runs on
 the threadpool.  Measured over a slow disk (a file layer whose every fsync takes 50 ms) with a
 greenlet ticking every millisecond: the longest the rest of the process waits during a compaction of
-a large map stays far below one fsync's cost.
+a large map stays below two fsyncs' cost (the old code held it for six or more at once; the margin is
+for a loaded machine).
 """
 import time
 
@@ -20,8 +21,9 @@ from zactors.patterns.clone.persist import MapJournal
 
 pytestmark = pytest.mark.timeout(120)
 
+
 KEYS = 100000
-FSYNC = 0.05
+FSYNC = 0.15
 
 
 class SlowDisk(Files):
@@ -90,7 +92,6 @@ def test_a_compaction_of_a_large_map_never_holds_the_hub_for_its_file_io(tmp_pat
         print("\ncompaction of %d keys over %d ms fsyncs: %.3f s; the hub's longest block: %.1f ms"
               % (KEYS, FSYNC * 1000, took, max(gaps) * 1000))
         assert owner.call("INFO")["generation"] == 1
-        # the old code held the hub for several fsyncs at once (>= 0.25 s) at the start and at the switch
         assert max(gaps) < 2 * FSYNC, "the hub was held %.3f s" % max(gaps)
     finally:
         stop.set()
