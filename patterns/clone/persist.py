@@ -309,29 +309,17 @@ class MapJournal:
         return live, sequence, jumped, path
 
     def _commit(self, journal, main):
-        """The GroupCommit of ``journal``.  Its callbacks act only while ``journal`` is still the one they
-        were made for: a stopped commit may still report an fsync that was in flight (its journal
-        sequences are not the new journal's, and a compaction started since is not the one it synced)."""
+        """The GroupCommit of ``journal``: the main one reports durability, the next generation's only its
+        failure.  Each is stopped before its journal stops being the one it was made for (a stopped
+        GroupCommit reports nothing more, not even an fsync in flight)."""
         if main:
-            def durable(jseq):
-                if journal is self.journal:
-                    self._durable(jseq)
-
-            def written(jseq):
-                if journal is self.journal:
-                    self._append_voids()
-
-            def failed(exc):
-                if journal is self.journal:
-                    self._failed(exc)
             commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval, retry=self.retry,
-                                 on_written=durable if self.ack == "written" else written,
-                                 on_synced=durable if self.ack == "synced" else None, on_error=failed)
+                                 on_written=self._durable if self.ack == "written" else self._written,
+                                 on_synced=self._durable if self.ack == "synced" else None, on_error=self._failed)
         else:
             def next_failed(exc):
-                if self._next is not None and self._next.journal is journal:
-                    log.error("%s: compaction abandoned: %s", self.actor.name, exc)
-                    self._abandon()
+                log.error("%s: compaction abandoned: %s", self.actor.name, exc)
+                self._abandon()
             commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval, retry=self.retry,
                                  on_error=next_failed)
         commit.start()
@@ -374,6 +362,9 @@ class MapJournal:
             self._retry_at = time.monotonic() + self.retry
         if self.on_reserved is not None:
             self.on_reserved(error)
+
+    def _written(self, _jseq):
+        self._append_voids()
 
     def _durable(self, jseq):
         self._append_voids()
