@@ -415,6 +415,7 @@ class Publisher:
         self.refusal: str | None = None  # and why (the answer to a PING when one came)
         self._resend = False      # the broker refused some: flush sends the unconfirmed again first
         self._attaching = False   # an ATTACH was sent again: the old peering's DETACHes are stale
+        self._held = False        # idempotent, a pair: the unconfirmed wait for the ATTACH-OK (a passive refuses)
         self._link = None         # a pair: the Monitor of our connection (see _watch_link)
         self._dropped = False     # it saw the connection drop or be refused: try the other broker
         self._since = _monotonic()    # when the current peering started
@@ -479,6 +480,10 @@ class Publisher:
         no publish overtakes one parked in its send (the socket has no high-water mark, so none should),
         so they go in order: the broker drops a number below one it has seen, so a later one sent first
         would lose the earlier."""
+        if self._held:  # attaching to a broker of a pair, which may be the passive: sent after its ATTACH-OK
+            n = self.stats["published"] + 1
+            self._keep(n, _PUBLISH_ID_HEAD(p.SIGNATURE, p.PUBLISH_ID, self._producer, n) + tail)
+            return
         if not self._parked:
             n = self.stats["published"] + 1
             frame = _PUBLISH_ID_HEAD(p.SIGNATURE, p.PUBLISH_ID, self._producer, n) + tail
@@ -524,6 +529,13 @@ class Publisher:
         with self._lock:
             deadline = _monotonic() + timeout
             self._service()
+            while self._held:  # the unconfirmed go out with the ATTACH-OK; our PING must follow them
+                if _monotonic() >= deadline:
+                    raise ZepsError("the broker did not confirm within %ss (no broker of the pair took "
+                                    "the ATTACH)" % timeout)
+                self._sock.wait(POLLIN, min(deadline - _monotonic(), 0.01))
+                self._service()
+                self._peering_lost()
             if self._resend:  # the broker refused some (the JOURNALED field): again, in order, from there
                 self._resend = False
                 self.stats["resent_refused"] += len(self._unconfirmed)
@@ -558,7 +570,10 @@ class Publisher:
             raise ZepsError(_reasons(errors))
 
     def _ping(self, block=True):
-        """Send a PING (the lock held): its PING-OK will confirm everything published so far."""
+        """Send a PING (the lock held): its PING-OK will confirm everything published so far.  None while
+        the unconfirmed are held for an ATTACH-OK (it would confirm what was not sent)."""
+        if self._held:
+            return
         try:
             self._sock.send(p.PING_FRAME, 0 if block else zmq.NOBLOCK)
         except zmq.Again:
@@ -595,6 +610,11 @@ class Publisher:
                         self._unconfirmed_bytes -= len(kept.popleft()[1])
             elif kind is p.AttachOk:
                 self._attaching = False
+                if self._held:  # the broker of the pair that took us: now what it has not confirmed
+                    self._held = False
+                    self.stats["resent"] += len(self._unconfirmed)
+                    for _, frame in self._unconfirmed:
+                        sock.send(frame)
             elif kind is p.Ping:
                 sock.send(p.PING_OK_FRAME)
             elif kind is p.Invalid:
@@ -672,7 +692,11 @@ class Publisher:
             self._since = _monotonic()
             self._dropped = False
         self._sock.send(p.attach(self.stream))  # pipelined: publishes queue behind it
-        if self._unconfirmed:  # idempotent: again, in order; the broker drops what it journaled already
+        if self.idempotent and len(self.endpoints) > 1:
+            # a pair: this broker may be the passive, which would refuse every one ("PUBLISH before
+            # ATTACH"), each time we try it: they wait for its ATTACH-OK (_service), and so do new ones
+            self._held = True
+        elif self._unconfirmed:  # idempotent: again, in order; the broker drops what it journaled already
             self.stats["resent"] += len(self._unconfirmed)
             for _, frame in self._unconfirmed:
                 self._sock.send(frame)
