@@ -270,6 +270,10 @@ _PASSIVE_RETRY = 0.1
 _LINK_LOST = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
 
 
+#: a pair client's handshake watch while it constructs: a refused connection moves it to the other broker
+_PAIR_WATCH = HANDSHAKE | zmq.EVENT_CONNECT_RETRIED
+
+
 def _link_lost(monitor):
     """True if ``monitor`` (a pair client's, or None) saw its connection drop or be refused; drains it."""
     return monitor is not None and any(event.event & _LINK_LOST for event in monitor.events())
@@ -382,7 +386,8 @@ class Publisher:
         deadline = _monotonic() + timeout
         refusal = None
         while True:
-            self._sock, watch = _dealer(self.endpoint, curve, _MAX_ANSWER, self._sndhwm, watch=True)
+            self._sock, watch = _dealer(self.endpoint, curve, _MAX_ANSWER, self._sndhwm,
+                                        watch=_PAIR_WATCH if len(self.endpoints) > 1 else True)
             try:
                 _attach(self._sock, self.stream, max(0.0, deadline - _monotonic()) if len(self.endpoints) == 1
                         else min(max(0.0, deadline - _monotonic()), max(0.5, heartbeat)), watch, curve,
@@ -910,13 +915,17 @@ class Subscriber(Actor):
         deadline = _monotonic() + self.timeout
         slice_ = self.timeout if len(self.endpoints) == 1 else max(0.5, self.heartbeat)
         while True:
-            watch = self._connect(watch=True)
+            watch = self._connect(watch=_PAIR_WATCH if len(self.endpoints) > 1 else True)
             try:
                 until = min(deadline, _monotonic() + slice_)
                 while not (self._attached and self._subscribed == len(self.patterns)):  # subscribed, or raise
                     remaining = until - _monotonic()
-                    if self._passive or remaining <= 0 or \
-                            not _wait(self._sock, watch, remaining, self.curve, self.endpoint):
+                    try:
+                        if self._passive or remaining <= 0 or \
+                                not _wait(self._sock, watch, remaining, self.curve, self.endpoint):
+                            break
+                    except ZepsError as exc:    # a pair: nothing listens there: the other broker, now
+                        self._passive = str(exc)
                         break
                     self._on_frames(self._sock.recv_frames())
                     if self._error is not None and not (self._attached and self._subscribed == len(self.patterns)):
