@@ -534,19 +534,14 @@ class Publisher:
         with self._lock:
             deadline = _monotonic() + timeout
             self._service()
-            while self._held:  # the unconfirmed go out with the ATTACH-OK; our PING must follow them
-                if _monotonic() >= deadline:
-                    raise ZepsError("the broker did not confirm within %ss (no broker of the pair took "
-                                    "the ATTACH)" % timeout)
-                self._sock.wait(POLLIN, min(deadline - _monotonic(), 0.01))
-                self._service()
-                self._peering_lost()
+            self._attached_by(deadline, timeout)
             if self._resend:  # the broker refused some (the JOURNALED field): again, in order, from there
                 self._resend = False
                 self.stats["resent_refused"] += len(self._unconfirmed)
                 for _, frame in self._unconfirmed:
                     self._sock.send(frame)
             while True:
+                self._attached_by(deadline, timeout)
                 reattached = self.stats["reattached"]
                 self._ping()
                 target = self._pings      # ours is answered after every PING sent before it
@@ -573,6 +568,17 @@ class Publisher:
             errors, self._errors = self._errors, []
         if errors:
             raise ZepsError(_reasons(errors))
+
+    def _attached_by(self, deadline, timeout):
+        """Wait (the lock held) while the unconfirmed are held for an ATTACH-OK: they go out with it, and a
+        PING must follow them.  ZepsError at ``deadline``."""
+        while self._held:
+            if _monotonic() >= deadline:
+                raise ZepsError("the broker did not confirm within %ss (no broker of the pair took the ATTACH)"
+                                % timeout)
+            self._sock.wait(POLLIN, min(deadline - _monotonic(), 0.01))
+            self._service()
+            self._peering_lost()
 
     def _ping(self, block=True):
         """Send a PING (the lock held): its PING-OK will confirm everything published so far.  None while

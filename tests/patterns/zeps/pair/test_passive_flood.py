@@ -48,6 +48,7 @@ def test_failover_under_load_sends_the_passive_no_flood_of_refused_publishes(mak
         assert refused < 100, "the passive refused %d commands (a flood of resent PUBLISHes)" % refused
         got, _epochs = records(pair.dirs["backup"], b"s")
         bodies = [int(r.body) for r in got]
+        assert pub.confirmed == sent[0]
         assert bodies == list(range(1, sent[0] + 1))      # nothing lost, nothing twice, in order
     finally:
         stop.set()
