@@ -63,7 +63,11 @@ its losses); see :mod:`zactors.actors.events`.
 An exception raised by a command handler is sent back to the caller as
 :class:`CommandError` and the actor goes on.  An exception raised by a socket
 or timer handler is a bug: the actor dies, emits ``$DIED``, and every call
-on it then raises :class:`ActorDied`.
+on it then raises :class:`ActorDied`.  So does a ``BaseException`` (a
+``KeyboardInterrupt``, ``SystemExit``: ``$DIED``, then gevent handles it as
+ever), and a killed greenlet (``$EXIT``, or ``$DIED`` if it could not say
+so): a call to an actor that is gone raises at once, never waits for room
+in its pipe.
 """
 from __future__ import annotations
 
@@ -220,6 +224,7 @@ class Actor(metaclass=_ActorType):
         parent, self._child = pipe_pair()
         self._pipe = PipeEnd(parent, self.name, self.events_size, self.events_bytes)
         self._greenlet = gevent.spawn(self._run)
+        self._greenlet.rawlink(self._ended)
         try:
             ok = self._pipe.wait_ready(self.ready_timeout)
         except gevent.Timeout:
@@ -233,6 +238,12 @@ class Actor(metaclass=_ActorType):
             if error is not None:
                 raise error
             raise ActorError("%s failed to start" % self.name)
+
+    def _ended(self, greenlet):
+        """Hub callback when the actor's greenlet is gone: calls on it fail from now on, even if it
+        was killed before it could say so on the pipe."""
+        error = greenlet.exception
+        self._pipe.actor_ended("%s: %s" % _error_args(error) if error is not None else "killed")
 
     def _check_thread(self):
         """Raise :class:`WrongThread` unless called from the thread that made this actor."""
@@ -582,6 +593,9 @@ class Actor(metaclass=_ActorType):
             else:
                 if log.isEnabledFor(logging.ERROR):  # formatting a traceback costs ~0.4 ms: not for nothing
                     log.error("%s died: %s", self.name, "".join(traceback.format_exception(exc)).rstrip())
+        except BaseException as exc:  # (KeyboardInterrupt, SystemExit...): $DIED, then on to gevent
+            error = exc
+            raise
         finally:
             self._emit_mode = _SEND  # last words: the parent may be gone, never wait
             try:

@@ -192,6 +192,8 @@ class GroupCommit:
     def _written(self, seq, error):
         if self._writing:
             self._writing = False
+            if self._stopped:           # a roll that ran on the threadpool past stop(): nothing to report
+                return
             if self._write_again:
                 self._write_again = False
                 self.kick()
@@ -269,6 +271,8 @@ class GroupCommit:
 
     def _synced(self, seq, error):
         self._syncing = False
+        if self._stopped:               # an fsync that ran on the threadpool past stop(): nothing to report
+            return
         if error is not None:
             if not isinstance(error, JournalError):
                 raise error
@@ -290,15 +294,24 @@ class GroupCommit:
         while queue and queue[0][0] <= seq:
             queue.popleft()[1](seq)
 
-    def stop(self, sync: bool = True) -> None:
+    def stop(self, sync: bool = True, write: bool = True) -> None:
+        """Stop for good: cancel the timers; write (and with ``sync`` fsync) what is left.  For teardown.
 
-        """Cancel the timers; write (and fsync, blocking) what is left.  For teardown."""
+        Final: once it returns no callback runs any more (``on_written``,
+        ``on_synced``, ``on_error``, waiters), not even for a write or fsync
+        already running on the threadpool (its result is dropped); waiters
+        still queued are dropped unanswered, and :meth:`kick` does nothing.
+        Blocks the calling greenlet (the loop) for the last ``write`` and,
+        with ``sync``, the fsync.  ``write=False``: write nothing either (the
+        owner drops or closes the journal itself).  Same greenlet as the rest."""
         self._stopped = True
         for timer in (self._write_timer, self._sync_timer):
             if timer is not None:
                 timer.cancel()
         self._write_timer = self._sync_timer = None
-        if self.journal.closed or self._halted:
+        self._wait_written.clear()
+        self._wait_synced.clear()
+        if self.journal.closed or self._halted or not write:
             return
         try:
             self.journal.write()

@@ -107,6 +107,9 @@ def decode(frame: bytes) -> tuple[str, int, list[Any]]:
 
 _SNDHWM, _RCVHWM, _LINGER = int(zmq.SNDHWM), int(zmq.RCVHWM), int(zmq.LINGER)
 
+#: seconds an attached sender parked for room waits between looks at whether the actor is gone
+_GONE_CHECK = 0.1
+
 
 def pipe_pair(hwm: int = 10000) -> tuple[Socket, Socket]:
     """Two connected PAIR sockets: ``(parent end, actor end)``."""
@@ -168,20 +171,32 @@ class PipeEnd:
         self._send(encode(verb, 0, args))
 
     def _send(self, frame):
+        """Send ``frame``, parking while the actor is behind; raises the actor's end (ActorExited /
+        ActorDied) if it is gone, or goes, meanwhile: a gone actor's end of the pipe is closed, so
+        there is never room again, and its last words (``$EXIT``/``$DIED``) may be waiting unread."""
         sock = self.socket
         while True:
             try:
                 sock.send(frame, NOBLOCK)
                 break
-            except zmq.Again:  # the actor is behind: park until it reads
+            except zmq.Again:  # the actor is behind (or gone): park until it reads
                 if self._reactor is not None:
-                    sock.wait(POLLOUT)
+                    frames = recv_message(sock, sock.handle)
+                    if frames is not None:
+                        self.dispatch(frames[0])    # (its last words end it: _check below)
+                    else:
+                        sock.wait(POLLOUT | POLLIN, _GONE_CHECK)
+                    self._check()
                     continue
                 # The hub's drain callback eats the ZMQ_FD edge a plain wait
-                # would need, so it is the one that tells us about room.
+                # would need, so it is the one that tells us about room (and
+                # about the actor's end: _finish sets _room too).
                 self._room.clear()
+                if sock.events() & POLLIN:  # (our send may have eaten the edge of its last words)
+                    self._hub.loop.run_callback(self._drain)
                 if not sock.events() & POLLOUT:
                     self._room.wait()
+                self._check()
         # A send processes the socket's mailbox and may eat the ZMQ_FD edge
         # the hub waits on: if something is readable now, drain it ourselves.
         if self._reactor is None and sock.events() & POLLIN:
@@ -425,13 +440,39 @@ class PipeEnd:
             self._ready.set(False)
             return
         if verb == EXIT or verb == DIED:
-            self._finish(verb, args)
-            event = Event(verb, tuple(args))
-            if self._on_event is not None:
-                self._on_event(event)
-            for sub in self._subscriptions:  # the last word is never dropped
-                sub._queue.put_nowait((event, 0))
-                sub._shut(self._end)
+            self._last_word(verb, args)
+
+    def _last_word(self, verb, args):
+        """The actor is gone (``$EXIT``/``$DIED``): every call fails, every reader gets it."""
+        if self._end is not None:
+            return
+        self._finish(verb, args)
+        event = Event(verb, tuple(args))
+        if self._on_event is not None:
+            self._on_event(event)
+        for sub in self._subscriptions:  # the last word is never dropped
+            sub._queue.put_nowait((event, 0))
+            sub._shut(self._end)
+
+    def actor_ended(self, reason: str) -> None:
+        """The actor's greenlet ended (a hub callback): read its last words; if it left none (killed
+        before it could say them), it died of ``reason``.  An attached pipe is read in its reactor's loop."""
+        if self._reactor is not None:
+            self._reactor.post(self._gone, reason)
+            return
+        if not self.socket.closed:
+            self._drain(None)
+        self._gone(reason)
+
+    def _gone(self, reason):
+        sock = self.socket
+        while self._reactor is not None and self._end is None and not sock.closed:
+            frames = recv_message(sock, sock.handle)
+            if frames is None:
+                break
+            self.dispatch(frames[0])
+        if self._end is None:
+            self._last_word(DIED, (reason,))
 
     def _resolve(self, entry, value, error):
         if type(entry) is list:
@@ -448,6 +489,7 @@ class PipeEnd:
             self._end = ActorDied("%s died: %s" % (self.name, args[0] if args else "unknown error"))
         self._fail_pending()
         self._ready.set(False)
+        self._room.set()  # a sender parked for room: there will be none
 
     def _fail_pending(self):
         pending, self._pending = self._pending, {}

@@ -21,9 +21,11 @@ when a write or an fsync fails (the records not written are then
 
 Compaction: when a generation holds more than ``4 x keys + 10,000`` records,
 or when the map was replaced (a re-sync from the peer), a new generation
-starts: a cooperative task writes a cut of the map into it while new changes
-go to both generations; once the cut is written and fsynced a ``COMPLETE``
-file marks it, and the older generations are removed.  Recovery replays the
+starts: its directory and journal are made on the threadpool, then a
+cooperative task writes a cut of the map into it while new changes go to
+both generations; once the cut is written and fsynced a ``COMPLETE`` file
+marks it (on the threadpool; new changes wait meanwhile: :meth:`MapJournal.covers`
+says no), and the older generation is closed and removed on the threadpool.  Recovery replays the
 newest complete generation, keeping for each key the record with the highest
 sequence, so the cut and the changes made meanwhile may interleave in any
 order.  Incomplete generations are removed on open.
@@ -49,13 +51,15 @@ fsynced before it is relied upon.
 
 Files are created 0600 in 0700 directories (they hold keys and values).
 
-Used from the server actor's loop only; not thread-safe.  Recovery reads
-the journal on the hub's threadpool: the server's ``setup`` waits for it,
-the rest of the process runs meanwhile.  Reservations are written on the
-threadpool too.
+Used from the server actor's loop only; not thread-safe.  No file I/O runs
+in the loop: recovery reads the journal on the hub's threadpool (the
+server's ``setup`` waits for it, the rest of the process runs meanwhile);
+reservations, compactions' files and :meth:`MapJournal.close`'s fsyncs run
+there too.
 """
 import logging
 import os
+import threading
 import time
 
 import msgpack
@@ -182,6 +186,22 @@ def _replay_entries(journal, voids):
     return entries, sequence, found
 
 
+class _Compaction:
+    """A new generation being written: its number and path; while its journal opens on the threadpool,
+    the records to start it with (``pending``) and the cut; then its journal, GroupCommit and task."""
+
+    __slots__ = ("number", "path", "pending", "cut", "expires_of", "journal", "commit", "task", "abandoned", "lock")
+
+    def __init__(self, number, path):
+        self.number = number
+        self.path = path
+        self.pending = []           # (key, body): the mark, the tail, and what is appended while it opens
+        self.cut = self.expires_of = None
+        self.journal = self.commit = self.task = None
+        self.abandoned = False      # set by the loop, under ``lock``: the opening thread then drops its journal
+        self.lock = threading.Lock()
+
+
 class MapJournal:
     """The journal of one server's map in ``directory`` (see the module docstring).
 
@@ -211,8 +231,10 @@ class MapJournal:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)   # keys and values: the owner's only
         self.generation = None
         self.journal = self.commit = None
-        self._next = None           # (generation, journal, commit) being written by compaction
-        self._task = None
+        self._next = None           # the _Compaction under way
+        self._generations = 0       # the highest generation number used (one abandoned is never reused)
+        self._switching = False     # the new generation is being marked complete: new changes wait
+        self._jobs = []             # file jobs on the threadpool (close waits for them)
         self.compactions = 0
         self.reserve = reserve
         self.epoch = None           # the map's epoch: a new one after each recovery that may have lost changes
@@ -237,6 +259,15 @@ class MapJournal:
         return live, sequence
 
     def _recover(self):
+        try:
+            return self._recover_files()
+        except BaseException:   # the journal, if it opened, is closed: a retry finds it free
+            if self.journal is not None:
+                self.journal.close(sync=False)
+                self.journal = None
+            raise
+
+    def _recover_files(self):
         files = self._files
         state = _read_sequences(self.directory)
         for name in os.listdir(self.directory):
@@ -272,35 +303,23 @@ class MapJournal:
             if floor > sequence:
                 sequence, jumped = floor, True
         self.epoch = epoch
+        self._generations = max(n for n, _ in generations) if generations else self.generation
         self.reserved = sequence + self.reserve
         _write_sequences(files, self.directory, epoch, self.reserved)
         return live, sequence, jumped, path
 
     def _commit(self, journal, main):
-        """The GroupCommit of ``journal``.  Its callbacks act only while ``journal`` is still the one they
-        were made for: a stopped commit may still report an fsync that was in flight (its journal
-        sequences are not the new journal's, and a compaction started since is not the one it synced)."""
+        """The GroupCommit of ``journal``: the main one reports durability, the next generation's only its
+        failure.  Each is stopped before its journal stops being the one it was made for (a stopped
+        GroupCommit reports nothing more, not even an fsync in flight)."""
         if main:
-            def durable(jseq):
-                if journal is self.journal:
-                    self._durable(jseq)
-
-            def written(jseq):
-                if journal is self.journal:
-                    self._append_voids()
-
-            def failed(exc):
-                if journal is self.journal:
-                    self._failed(exc)
             commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval, retry=self.retry,
-                                 on_written=durable if self.ack == "written" else written,
-                                 on_synced=durable if self.ack == "synced" else None, on_error=failed)
+                                 on_written=self._durable if self.ack == "written" else self._written,
+                                 on_synced=self._durable if self.ack == "synced" else None, on_error=self._failed)
         else:
             def next_failed(exc):
-                if self._next is not None and self._next[1] is journal:
-                    log.error("%s: compaction abandoned: %s", self.actor.name, exc)
-                    self._task.cancel()
-                    self._abandon()
+                log.error("%s: compaction abandoned: %s", self.actor.name, exc)
+                self._abandon()
             commit = GroupCommit(self.actor, journal, fsync=self.fsync, interval=self.interval, retry=self.retry,
                                  on_error=next_failed)
         commit.start()
@@ -321,6 +340,8 @@ class MapJournal:
             self._reserving = True
             self.actor.run_in_thread(_write_sequences, self._files, self.directory, self.epoch, target,
                                      on_done=lambda _r, error: self._reserved(target, error))
+        if self._switching:             # a compaction switches generations: a few fsyncs' wait
+            return False
         if sequence <= self.reserved:
             return True
         if self.reserve_error is not None and not self._reserving:
@@ -342,6 +363,9 @@ class MapJournal:
         if self.on_reserved is not None:
             self.on_reserved(error)
 
+    def _written(self, _jseq):
+        self._append_voids()
+
     def _durable(self, jseq):
         self._append_voids()
         if self.on_durable is not None:
@@ -349,7 +373,6 @@ class MapJournal:
 
     def _failed(self, exc):
         if self._next is not None:  # the new generation holds the records being refused too
-            self._task.cancel()
             self._abandon()
         if self.on_error is not None:
             self.on_error(exc)
@@ -391,7 +414,12 @@ class MapJournal:
         logged (the next recovery removes what is left)."""
         files = self._files
         try:
-            for name in os.listdir(path):
+            names = os.listdir(path)
+            if _COMPLETE in names:      # first, durably: a crash half-way must not leave it complete
+                files.unlink(os.path.join(path, _COMPLETE))
+                files.fsync_dir(path)
+                names.remove(_COMPLETE)
+            for name in names:
                 files.unlink(os.path.join(path, name))
             files.rmdir(path)
             files.fsync_dir(self.directory)
@@ -412,9 +440,13 @@ class MapJournal:
         """Journal a record packed by :meth:`record`; return its journal sequence."""
         jseq = self.journal.append(key, body)
         self.commit.kick()
-        if self._next is not None:
-            self._next[1].append(key, body)
-            self._next[2].kick()
+        nxt = self._next
+        if nxt is not None:
+            if nxt.commit is None:      # still opening: it starts with these
+                nxt.pending.append((key, body))
+            else:
+                nxt.journal.append(key, body)
+                nxt.commit.kick()
         return jseq
 
     def maybe_compact(self, entries, expires_of, sequence, tail=()):
@@ -425,27 +457,54 @@ class MapJournal:
 
     def compact(self, entries, expires_of, sequence, tail=()):
         """Write a cut of ``entries`` ({key: entry}) at ``sequence`` into a new generation, as a
-        cooperative task; ``tail``: ``(key, body)`` records journaled but not yet in ``entries``."""
+        cooperative task; ``tail``: ``(key, body)`` records journaled but not yet in ``entries``.
+
+        Never blocks: the new generation's directory and journal are made on the threadpool (the
+        changes appended meanwhile are kept for it), then the cut is written in the loop."""
         if self._next is not None:
-            self._task.cancel()
             self._abandon()
-        n = self.generation + 1 if self._next is None else self._next[0] + 1
-        path = self._path(n)
-        self._remove(path)
-        try:
-            self._make_generation(path)
-            journal = Journal(path, files=self.files)
-        except (OSError, JournalError) as exc:   # a full disk: the map stays in the current generation
-            log.error("%s: compaction not started: %s", self.actor.name, exc)
-            self._remove(path)
+        self._generations += 1
+        nxt = self._next = _Compaction(self._generations, self._path(self._generations))
+        nxt.pending.append((b"", msgpack.packb((sequence,))))
+        nxt.pending.extend(tail)
+        nxt.cut = dict(entries)
+        nxt.expires_of = expires_of
+        self._thread(self._start_generation, nxt, on_done=lambda _r, error: self._started(nxt, error))
+
+    def _start_generation(self, nxt):
+        """On the threadpool: the new generation's directory and journal (or, once abandoned, nothing left)."""
+        self._remove(nxt.path)          # a leftover of a crash
+        self._make_generation(nxt.path)
+        journal = Journal(nxt.path, files=self.files)
+        with nxt.lock:
+            if not nxt.abandoned:
+                nxt.journal = journal
+                return
+        journal.close(sync=False)
+        self._remove(nxt.path)
+
+    def _started(self, nxt, error):
+        if nxt is not self._next:       # abandoned meanwhile (its journal, if any, closes on its own)
             return
-        commit = self._commit(journal, main=False)
-        journal.append(b"", msgpack.packb((sequence,)))
-        for key, body in tail:
-            journal.append(key, body)
-        self._next = (n, journal, commit)
-        self._task = self.actor.start_task(self._write_cut(dict(entries), expires_of, journal, commit),
-                                           on_done=self._cut_done)
+        if error is not None:
+            if not isinstance(error, (OSError, JournalError)):
+                raise error
+            log.error("%s: compaction not started: %s", self.actor.name, error)  # a full disk: the map stays
+            self._abandon()
+            return
+        journal = nxt.journal
+        nxt.commit = self._commit(journal, main=False)
+        try:
+            for key, body in nxt.pending:
+                journal.append(key, body)
+        except JournalError as exc:
+            log.error("%s: compaction abandoned: %s", self.actor.name, exc)
+            self._abandon()
+            return
+        nxt.pending = None
+        cut, nxt.cut = nxt.cut, None
+        nxt.task = self.actor.start_task(self._write_cut(cut, nxt.expires_of, journal, nxt.commit),
+                                         on_done=lambda task: self._cut_done(nxt, task))
 
     def _write_cut(self, cut, expires_of, journal, commit):
         pack = msgpack.packb
@@ -456,63 +515,111 @@ class MapJournal:
                 yield
         commit.kick()
 
-    def _cut_done(self, task):
-        if task.cancelled or self._next is None or task is not self._task:
+    def _cut_done(self, nxt, task):
+        if task.cancelled or nxt is not self._next:
             return
         if task.error is not None:
             log.error("%s: compaction failed: %s", self.actor.name, task.error)
             self._abandon()
             return
-        _n, journal, commit = self._next
-        commit.when_synced(lambda seq: self._switch(journal))
+        # New changes wait (covers() says no) until the switch: then everything in the new
+        # generation is synced before it is marked complete, and nothing is appended meanwhile.
+        self._switching = True
+        nxt.commit.when_synced(lambda seq: self._switch(nxt))
 
-    def _switch(self, journal):
-        """The cut in ``journal`` is synced: make its generation the current one, if it still is the
-        compaction under way (a compaction restarted since may reuse the generation number)."""
-        if self._next is None or self._next[1] is not journal:
+    def _switch(self, nxt):
+        """The cut (and every change) in the new generation is synced: mark it complete, off the loop."""
+        if nxt is not self._next:
             return
-        n, journal, commit = self._next
-        try:  # the changes appended since the cut was synced: the new generation must hold them all
-            journal.write()
-            journal.sync()
-        except JournalError as exc:
-            log.error("%s: compaction abandoned: %s", self.actor.name, exc)
+        self._thread(self._complete, nxt, on_done=lambda _r, error: self._switched(nxt, error))
+
+    def _complete(self, nxt):
+        """On the threadpool: mark the new generation complete, unless it was abandoned (under its lock:
+        an abandoned generation is never marked once its removal may have started)."""
+        with nxt.lock:
+            if not nxt.abandoned:
+                self._mark_complete(nxt.path)
+
+    def _switched(self, nxt, error):
+        """The new generation is complete: it becomes the current one; the old one closes and goes,
+        off the loop (a restart removes what a crash leaves of it)."""
+        if nxt is not self._next:
+            return
+        if error is not None:
+            if not isinstance(error, (OSError, JournalError)):
+                raise error
+            log.error("%s: compaction abandoned: %s", self.actor.name, error)
             self._abandon()
             return
-        try:
-            self._mark_complete(self._path(n))
-        except OSError as exc:
-            log.error("%s: compaction abandoned: %s", self.actor.name, exc)
-            self._abandon()
-            return
-        old_path = self._path(self.generation)
-        self.commit.stop()
-        self.journal.close()
-        commit.stop(sync=False)   # re-made as the main one: it reports durability from now on
-        self.generation, self.journal = n, journal
-        self.commit = self._commit(journal, main=True)
-        self._next = self._task = None
-        # unlinks and a directory fsync, off the loop: a restart removes what a crash leaves of it
-        self.actor.run_in_thread(self._remove, old_path, on_done=lambda _r, _e: None)
+        old_journal, old_path = self.journal, self._path(self.generation)
+        self.commit.stop(sync=False, write=False)   # the old generation is superseded: nothing more to say
+        nxt.commit.stop(sync=False, write=False)    # re-made as the main one: it reports durability from now on
+        self.generation, self.journal = nxt.number, nxt.journal
+        self.commit = self._commit(nxt.journal, main=True)
+        self.commit.kick()              # (records a passive followed during the switch)
+        self._next = None
+        self._switching = False
+        self._thread(self._close_and_remove, old_journal, old_path)
         self.compactions += 1
-        log.info("%s: journal compacted into generation %d", self.actor.name, n)
+        log.info("%s: journal compacted into generation %d", self.actor.name, nxt.number)
         if self.on_durable is not None:  # both generations were synced: everything so far is durable
             self.on_durable(None)
+        if self.on_reserved is not None:  # the changes that waited for the switch go on
+            self.on_reserved(None)
+
+    def _close_and_remove(self, journal, path):
+        """Close ``journal`` (no fsync: it is dropped) and remove its generation.  Blocks; any thread."""
+        journal.close(sync=False)
+        self._remove(path)
 
     def _abandon(self):
-        n, journal, commit = self._next
-        self._next = self._task = None
-        commit.stop(sync=False)
-        journal.close(sync=False)
-        self._remove(self._path(n))
+        """Drop the compaction under way; its journal closes and its generation goes, off the loop."""
+        nxt, self._next = self._next, None
+        if self._switching:
+            self._switching = False
+            if self.on_reserved is not None:
+                self.actor.call_later(0, self.on_reserved, None)   # the changes that waited go on
+        if nxt.task is not None:
+            nxt.task.cancel()
+        if nxt.commit is not None:
+            nxt.commit.stop(sync=False, write=False)
+        with nxt.lock:
+            nxt.abandoned = True
+            journal = nxt.journal
+        if journal is not None:         # (else still opening: _start_generation removes it)
+            self._thread(self._close_and_remove, journal, nxt.path)
+
+    def _thread(self, func, *args, on_done=None):
+        """Run the blocking ``func(*args)`` on the hub's threadpool; ``on_done(result, error)`` then runs
+        in the actor's loop.  :meth:`close` waits for every such job (their journals and directories)."""
+        post = self.actor.post
+
+        def call():
+            try:
+                result = func(*args)
+            except Exception as exc:
+                if on_done is None:
+                    raise
+                post(on_done, None, exc)
+            else:
+                if on_done is not None:
+                    post(on_done, result, None)
+
+        self._jobs = [job for job in self._jobs if not job.ready()]
+        self._jobs.append(get_hub().threadpool.spawn(call))
 
     def close(self):
         """Write and fsync what is left and close the journal (clean: a restart keeps the epoch).  The
-        fsyncs run on the hub's threadpool: the calling greenlet waits, the rest of the process runs."""
-        if self._task is not None:
-            self._task.cancel()
+        fsyncs run on the hub's threadpool: the calling greenlet waits, the rest of the process runs;
+        so do the compaction's file jobs still under way, which it waits for too."""
         if self._next is not None:
             self._abandon()
         if self.commit is not None:
             self.commit.stop(sync=False)
             get_hub().threadpool.apply(self.journal.close)
+        jobs, self._jobs = self._jobs, []
+        for job in jobs:
+            try:
+                job.get()
+            except (OSError, JournalError) as exc:
+                log.warning("%s: %s", self.actor.name, exc)

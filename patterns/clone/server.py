@@ -70,7 +70,10 @@ Behaviour, and where it improves on the Guide's Clone model 6:
   ``KVERR`` with the update's UUID and the reason (see
   :func:`.protocol.encode_kverr`; :meth:`.Clone.set` raises
   :class:`.UpdateRefused`), voids the refused records in the journal and
-  goes on serving.  A sequence is handed out only once the journal's
+  goes on serving.  A ttl expiry is not a client's update: when the journal
+  (or a sequence reservation) refuses its delete, the key expires again after
+  the journal's ``retry`` seconds (counted in ``expiries_deferred``), never
+  lost.  A sequence is handed out only once the journal's
   sequences file reserves it (:meth:`.MapJournal.covers`, ``reserve`` ahead;
   updates wait for that meanwhile, at most ``max_pending``): a restart after a power loss
   goes on past every sequence it may have published (a new *epoch*, in
@@ -208,6 +211,7 @@ class CloneServer(Actor):
         self._assigned = self.map.sequence   # the last sequence handed out (journaled; published once durable)
         self._outbox: deque[tuple[Any, ...]] = deque()  # (journal seq, sequence, key, value, uuid, props, ttl)
         self._waiting: deque[tuple[Any, ...]] = deque()  # (key, value, uuid, props, ttl): for a reservation
+        self._expiring: dict[bytes, tuple[bytes, int]] = {}  # uuid -> (key, sequence) of expiries not yet durable
         curve = self.curve
         self.snapshots = Snapshots(self, self._on_snapshot, window=self.window, chunk=self.chunk,
                                    timeout=self.snapshot_timeout, hwm=self.snapshot_hwm, budget=self.snapshot_budget,
@@ -457,8 +461,11 @@ class CloneServer(Actor):
         if not outbox:
             return
         pub, now, put = self.pub, _monotonic(), self.map.set
+        expiring = self._expiring
         while outbox and (jseq is None or outbox[0][0] <= jseq):
             _jseq, seq, key, value, uid, props, ttl = outbox.popleft()
+            if expiring:
+                expiring.pop(uid, None)
             put(key, value, seq, uid, props, ttl, now)
             send_message(pub, pub.handle, (key, pack_sequence(seq), uid, props, value))
             self.stats["updates"] += 1
@@ -486,7 +493,18 @@ class CloneServer(Actor):
                   self.name, exc, len(refused))
 
     def _refuse(self, uid, exc):
-        """Tell the client (by the update's UUID) that its update was not applied."""
+        """Tell the client (by the update's UUID) that its update was not applied; an expiry's delete
+        is tried again after the journal's ``retry`` seconds instead (counted: ``expiries_deferred``)."""
+        expiry = self._expiring.pop(uid, None) if self._expiring else None
+        if expiry is not None:
+            key, seq = expiry
+            entry = self.map.entries.get(key)
+            if entry is not None and entry.sequence == seq:  # (else changed since: its own ttl holds)
+                self.map.defer(key, entry, _monotonic() + self.store.retry)
+            self.stats["expired"] -= 1
+            self.stats["expiries_deferred"] += 1
+            log.debug("%s: expiry of %r deferred: %s", self.name, key, exc)
+            return
         self.stats["refused"] += 1
         pub = self.pub
         send_message(pub, pub.handle, encode_kverr(uid, str(exc).encode("utf-8", "replace")[:MAX_REASON]))
@@ -530,9 +548,8 @@ class CloneServer(Actor):
             uid = _uuid.uuid4().bytes
             self.stats["expired"] += 1
             if self.store is not None:  # journaled first: the delete is applied once durable
+                self._expiring[uid] = (key, entry.sequence)   # refused (now or later): deferred, not lost
                 if not self._journal(key, b"", uid, entry.properties, None):
-                    self.stats["expired"] -= 1
-                    self.map.defer(key, entry, now + 1.0)
                     return
                 continue
             self.map.set(key, b"", self.map.sequence + 1, uid, entry.properties, None)

@@ -107,7 +107,9 @@ class Groups:
             if name is not None:
                 directory = os.path.join(self.journal_dir, entry)
                 try:
-                    self._new_table(name, directory, load(directory))   # (at start: blocking is fine)
+                    generation, journal, records = load(directory)   # (at start: blocking is fine)
+                    journal.close()     # one at a time: its store opens it again when it logs (the budget)
+                    self._new_table(name, directory, (generation, None, records))
                 except (JournalError, OSError) as exc:
                     self._table_failed(name, exc)
         self.call_every(0.01, self._groups_due)

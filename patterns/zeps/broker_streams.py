@@ -47,7 +47,7 @@ __all__: list[str] = []
 
 log = logging.getLogger("zactors.patterns.zeps.broker")  # one logger for the whole broker
 _monotonic = time.monotonic
-#: descriptors an open stream may take (journal segment, directory, index, ...): for max_open_streams
+#: descriptors an open stream may take (journal segment, directory, index, its groups' journal...): for max_open_streams
 _FDS_PER_STREAM = 4
 #: a stream closes for a new one only once it has been idle (and its journal quiet) this long (s)
 _MIN_IDLE = 1.0
@@ -457,6 +457,9 @@ class Streams:
                 "rate": 0.0, "bytes": journal.stats()["disk_bytes"], "peers": 0, "subscribers": [],
                 "open": False}
         self._closing[name] = stream
+        table = self._tables.get(name)
+        if table is not None:           # its groups' journal too (it opens again when they log)
+            table.store.close_soon()
         directory = os.path.join(self.journal_dir, stream_directory(name)) if delete else None
         if block:
             self._close_journal(journal, directory)

@@ -270,6 +270,10 @@ _PASSIVE_RETRY = 0.1
 _LINK_LOST = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
 
 
+#: a pair client's handshake watch while it constructs: a refused connection moves it to the other broker
+_PAIR_WATCH = HANDSHAKE | zmq.EVENT_CONNECT_RETRIED
+
+
 def _link_lost(monitor):
     """True if ``monitor`` (a pair client's, or None) saw its connection drop or be refused; drains it."""
     return monitor is not None and any(event.event & _LINK_LOST for event in monitor.events())
@@ -382,7 +386,8 @@ class Publisher:
         deadline = _monotonic() + timeout
         refusal = None
         while True:
-            self._sock, watch = _dealer(self.endpoint, curve, _MAX_ANSWER, self._sndhwm, watch=True)
+            self._sock, watch = _dealer(self.endpoint, curve, _MAX_ANSWER, self._sndhwm,
+                                        watch=_PAIR_WATCH if len(self.endpoints) > 1 else True)
             try:
                 _attach(self._sock, self.stream, max(0.0, deadline - _monotonic()) if len(self.endpoints) == 1
                         else min(max(0.0, deadline - _monotonic()), max(0.5, heartbeat)), watch, curve,
@@ -415,6 +420,7 @@ class Publisher:
         self.refusal: str | None = None  # and why (the answer to a PING when one came)
         self._resend = False      # the broker refused some: flush sends the unconfirmed again first
         self._attaching = False   # an ATTACH was sent again: the old peering's DETACHes are stale
+        self._held = False        # idempotent, a pair: the unconfirmed wait for the ATTACH-OK (a passive refuses)
         self._link = None         # a pair: the Monitor of our connection (see _watch_link)
         self._dropped = False     # it saw the connection drop or be refused: try the other broker
         self._since = _monotonic()    # when the current peering started
@@ -479,6 +485,10 @@ class Publisher:
         no publish overtakes one parked in its send (the socket has no high-water mark, so none should),
         so they go in order: the broker drops a number below one it has seen, so a later one sent first
         would lose the earlier."""
+        if self._held:  # attaching to a broker of a pair, which may be the passive: sent after its ATTACH-OK
+            n = self.stats["published"] + 1
+            self._keep(n, _PUBLISH_ID_HEAD(p.SIGNATURE, p.PUBLISH_ID, self._producer, n) + tail)
+            return
         if not self._parked:
             n = self.stats["published"] + 1
             frame = _PUBLISH_ID_HEAD(p.SIGNATURE, p.PUBLISH_ID, self._producer, n) + tail
@@ -524,12 +534,14 @@ class Publisher:
         with self._lock:
             deadline = _monotonic() + timeout
             self._service()
+            self._attached_by(deadline, timeout)
             if self._resend:  # the broker refused some (the JOURNALED field): again, in order, from there
                 self._resend = False
                 self.stats["resent_refused"] += len(self._unconfirmed)
                 for _, frame in self._unconfirmed:
                     self._sock.send(frame)
             while True:
+                self._attached_by(deadline, timeout)
                 reattached = self.stats["reattached"]
                 self._ping()
                 target = self._pings      # ours is answered after every PING sent before it
@@ -557,8 +569,22 @@ class Publisher:
         if errors:
             raise ZepsError(_reasons(errors))
 
+    def _attached_by(self, deadline, timeout):
+        """Wait (the lock held) while the unconfirmed are held for an ATTACH-OK: they go out with it, and a
+        PING must follow them.  ZepsError at ``deadline``."""
+        while self._held:
+            if _monotonic() >= deadline:
+                raise ZepsError("the broker did not confirm within %ss (no broker of the pair took the ATTACH)"
+                                % timeout)
+            self._sock.wait(POLLIN, min(deadline - _monotonic(), 0.01))
+            self._service()
+            self._peering_lost()
+
     def _ping(self, block=True):
-        """Send a PING (the lock held): its PING-OK will confirm everything published so far."""
+        """Send a PING (the lock held): its PING-OK will confirm everything published so far.  None while
+        the unconfirmed are held for an ATTACH-OK (it would confirm what was not sent)."""
+        if self._held:
+            return
         try:
             self._sock.send(p.PING_FRAME, 0 if block else zmq.NOBLOCK)
         except zmq.Again:
@@ -595,6 +621,11 @@ class Publisher:
                         self._unconfirmed_bytes -= len(kept.popleft()[1])
             elif kind is p.AttachOk:
                 self._attaching = False
+                if self._held:  # the broker of the pair that took us: now what it has not confirmed
+                    self._held = False
+                    self.stats["resent"] += len(self._unconfirmed)
+                    for _, frame in self._unconfirmed:
+                        sock.send(frame)
             elif kind is p.Ping:
                 sock.send(p.PING_OK_FRAME)
             elif kind is p.Invalid:
@@ -672,7 +703,11 @@ class Publisher:
             self._since = _monotonic()
             self._dropped = False
         self._sock.send(p.attach(self.stream))  # pipelined: publishes queue behind it
-        if self._unconfirmed:  # idempotent: again, in order; the broker drops what it journaled already
+        if self.idempotent and len(self.endpoints) > 1:
+            # a pair: this broker may be the passive, which would refuse every one ("PUBLISH before
+            # ATTACH"), each time we try it: they wait for its ATTACH-OK (_service), and so do new ones
+            self._held = True
+        elif self._unconfirmed:  # idempotent: again, in order; the broker drops what it journaled already
             self.stats["resent"] += len(self._unconfirmed)
             for _, frame in self._unconfirmed:
                 self._sock.send(frame)
@@ -886,13 +921,17 @@ class Subscriber(Actor):
         deadline = _monotonic() + self.timeout
         slice_ = self.timeout if len(self.endpoints) == 1 else max(0.5, self.heartbeat)
         while True:
-            watch = self._connect(watch=True)
+            watch = self._connect(watch=_PAIR_WATCH if len(self.endpoints) > 1 else True)
             try:
                 until = min(deadline, _monotonic() + slice_)
                 while not (self._attached and self._subscribed == len(self.patterns)):  # subscribed, or raise
                     remaining = until - _monotonic()
-                    if self._passive or remaining <= 0 or \
-                            not _wait(self._sock, watch, remaining, self.curve, self.endpoint):
+                    try:
+                        if self._passive or remaining <= 0 or \
+                                not _wait(self._sock, watch, remaining, self.curve, self.endpoint):
+                            break
+                    except ZepsError as exc:    # a pair: nothing listens there: the other broker, now
+                        self._passive = str(exc)
                         break
                     self._on_frames(self._sock.recv_frames())
                     if self._error is not None and not (self._attached and self._subscribed == len(self.patterns)):

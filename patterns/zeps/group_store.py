@@ -14,6 +14,15 @@ store's level (written; synced unless ``fsync="never"``).  Opening takes the
 newest generation whose snapshot is complete and deletes the others, so a
 crash at any point leaves a consistent state.
 
+Descriptors: a store's journal is open only while it is needed.  A store
+made without one (the broker loads every stream's groups at start and closes
+their journals at once) opens it on the threadpool at its first
+:meth:`~GroupStore.log` or :meth:`~GroupStore.when` (the records and the
+callbacks wait for it); :meth:`GroupStore.close_soon` (its stream closed)
+closes it on the threadpool once nothing waits on it.  So the stores open are
+those of the open streams (the broker's open-streams budget), whatever the
+number of streams with groups on disk.
+
 Blocking: :func:`load` reads and deletes files (broker setup, or a thread);
 :meth:`GroupStore.log` never blocks (GroupCommit writes off the loop's
 critical path and fsyncs on the threadpool); :meth:`GroupStore.compact` opens
@@ -28,6 +37,7 @@ import os
 import shutil
 
 import msgpack
+from gevent import get_hub
 
 from zactors.actors.group_commit import GroupCommit
 from zactors.actors.journal import Journal, JournalError
@@ -42,7 +52,7 @@ _MIN_COMPACT = 100000
 
 
 def _journal(path):
-    return Journal(path, segment_bytes=_SEGMENT, tail_cache_bytes=1 << 20)
+    return Journal(path, segment_bytes=_SEGMENT, tail_cache_bytes=1 << 20, open_segments=2)
 
 
 def _records(journal):
@@ -74,11 +84,14 @@ def load(directory):
         if chosen is not None:
             shutil.rmtree(path, ignore_errors=True)
             continue
+        journal = None
         try:
             journal = _journal(path)
             records = _records(journal)
         except (JournalError, OSError, ValueError, msgpack.UnpackException) as exc:
             log.error("group store %s: generation %d unreadable (%s); trying the previous one", directory, gen, exc)
+            if journal is not None:     # (its records were bad: its descriptors and lock go)
+                journal.close(sync=False)
             shutil.rmtree(path, ignore_errors=True)
             continue
         if ["E"] not in records:  # its snapshot never reached the disk: the previous generation holds all
@@ -89,9 +102,13 @@ def load(directory):
     if chosen is None:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         journal = _journal(os.path.join(directory, "%016d" % 1))
-        journal.append(b"", msgpack.packb(["E"]))
-        journal.write()
-        journal.sync()
+        try:
+            journal.append(b"", msgpack.packb(["E"]))
+            journal.write()
+            journal.sync()
+        except BaseException:
+            journal.close(sync=False)
+            raise
         chosen = 1, journal, [["E"]]
     return chosen
 
@@ -110,7 +127,13 @@ class GroupStore:
         self.compacting = False
         self.errors = 0
         self._waiting = set()          # when() callbacks not called yet: a compaction's snapshot covers them
-        self._open(journal)
+        self.journal = self.commit = None   # (None: closed; it opens on the threadpool when needed)
+        self._held = []                # records logged while the journal is closed
+        self._deferred = []            # (level, callback) of when() calls made meanwhile
+        self._opening = self._closing = self._closed = False
+        self._job = None               # the open or close under way on the threadpool (close() waits for it)
+        if journal is not None:
+            self._open(journal)
 
     def _open(self, journal):
         self.journal = journal
@@ -123,7 +146,13 @@ class GroupStore:
         log.error("group store %s: %s", self.directory, exc)
 
     def log(self, record):
-        """Append ``record`` (a list); written this round, fsynced by the policy.  False if refused."""
+        """Append ``record`` (a list); written this round, fsynced by the policy.  False if refused.
+        While the journal is closed the record waits for it (it opens on the threadpool)."""
+        if self.journal is None:
+            self._held.append(record)
+            self.appended += 1
+            self._reopen()
+            return True
         try:
             self.journal.append(b"", msgpack.packb(record))
         except JournalError as exc:
@@ -136,6 +165,11 @@ class GroupStore:
     def when(self, level, callback):
         """``callback()`` once everything logged so far is at ``level`` ("written" or "synced"), in this
         generation or in the snapshot of the next one (a compaction)."""
+        if self.journal is None:
+            self._deferred.append((level, callback))
+            self._reopen()
+            return
+
         def done(_seq=None):
             if waiter in self._waiting:
                 self._waiting.discard(waiter)
@@ -147,7 +181,7 @@ class GroupStore:
 
     def should_compact(self, live):
         """True when the log is much longer than ``live`` (the records a snapshot would hold)."""
-        return not self.compacting and self.appended > max(_MIN_COMPACT, 4 * live)
+        return not self.compacting and self.journal is not None and self.appended > max(_MIN_COMPACT, 4 * live)
 
     def compact(self, snapshot):
         """Start the next generation from ``snapshot()`` (called in the loop once its journal is open)."""
@@ -194,7 +228,102 @@ class GroupStore:
             self.commit.when_synced(kept, last)
         self.commit.kick()
 
+    @property
+    def path(self):
+        """The directory of the current generation's journal."""
+        return os.path.join(self.directory, "%016d" % self.generation)
+
+    def _reopen(self):
+        """Open the journal on the threadpool (after a close under way)."""
+        if self._opening or self._closing or self._closed:
+            return
+        self._opening = True
+        self._spawn(_journal, self.path, on_done=self._reopened)
+
+    def _spawn(self, func, *args, on_done):
+        """``func(*args)`` on the hub's threadpool; ``on_done(result, error)`` then in the broker's loop."""
+        post = self.actor.post
+
+        def call():
+            try:
+                result = func(*args)
+            except Exception as exc:
+                post(on_done, None, exc)
+                return None
+            post(on_done, result, None)
+            return result
+
+        self._job = get_hub().threadpool.spawn(call)
+
+    def _reopened(self, journal, error):
+        if not self._opening:       # (close() took it already)
+            return
+        self._opening = False
+        if error is not None:
+            if not isinstance(error, (JournalError, OSError)):
+                raise error
+            self._failed(error)     # (the records and callbacks wait: tried again)
+            self.actor.call_later(1.0, self._reopen)
+            return
+        if self._closed:            # (the broker stopped meanwhile)
+            journal.close(sync=self.fsync != "never")
+            return
+        self._open(journal)
+        held, self._held = self._held, []
+        try:
+            for record in held:
+                journal.append(b"", msgpack.packb(record))
+        except JournalError as exc:
+            self._failed(exc)
+        self.commit.kick()
+        deferred, self._deferred = self._deferred, []
+        for level, callback in deferred:
+            self.when(level, callback)
+
+    def close_soon(self):
+        """The stream closed: close the journal on the threadpool once nothing waits on it (else it stays
+        open, and closes with the stream's next close)."""
+        if self.journal is None or self.compacting or self._waiting or self._opening:
+            return
+        journal, commit = self.journal, self.commit
+        if journal.written_seq != journal.last_seq:
+            return
+        self.journal = self.commit = None
+        commit.stop(sync=False, write=False)
+        self._closing = True
+        self._spawn(journal.close, self.fsync != "never", on_done=self._closed_now)
+
+    def _closed_now(self, _result, error):
+        if not self._closing:       # (close() waited for it already)
+            return
+        self._closing = False
+        if error is not None:
+            self._failed(error)
+        if self._held or self._deferred:    # needed again meanwhile
+            self._reopen()
+
     def close(self):
         """Write (and fsync) what is left, close.  Blocks: teardown."""
-        self.commit.stop(sync=self.fsync != "never")
-        self.journal.close(sync=self.fsync != "never")
+        sync = self.fsync != "never"
+        job, self._job = self._job, None
+        if job is not None and (self._opening or self._closing):  # its result, now
+            try:
+                journal = job.get()
+            except (JournalError, OSError):
+                journal = None
+            if self._opening and journal is not None:
+                self._reopened(journal, None)
+            self._opening = self._closing = False
+        self._closed = True
+        if self.journal is None:
+            if not self._held:
+                return
+            try:                        # what waited for the journal to open
+                self._open(_journal(self.path))
+                for record in self._held:
+                    self.journal.append(b"", msgpack.packb(record))
+            except (JournalError, OSError) as exc:
+                self._failed(exc)
+                return
+        self.commit.stop(sync=sync)
+        self.journal.close(sync=sync)
