@@ -47,6 +47,25 @@ def test_two_members_share_the_messages_each_once(journal_dir):
         broker.destroy()
 
 
+def test_get_many_takes_what_is_queued_in_order_each_acked_on_its_own(journal_dir):
+    broker = make_broker(journal_dir)
+    try:
+        publish(broker.endpoint, "s", items(300))
+        with Consumer(broker.endpoint, "s", "work") as c:
+            seqs = []
+            while len(seqs) < 300:
+                batch = c.get_many(100, timeout=5)
+                assert 1 <= len(batch) <= 100
+                for message in batch:
+                    seqs.append(message.seq)
+                    message.ack()
+            assert seqs == list(range(1, 301))
+            assert c.get_many(100, timeout=0.05) == []
+            wait_for(lambda: broker.info()["groups"][0]["acked"] == 300, what="all acked")
+    finally:
+        broker.destroy()
+
+
 def test_unacked_message_is_redelivered_after_ack_wait(journal_dir):
     broker = make_broker(journal_dir)
     try:
