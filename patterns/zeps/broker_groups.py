@@ -73,8 +73,9 @@ _ACK_SPAN = 65536
 _MAX_CLAIM = 1024
 #: the cursor is logged when it moved this far over messages that did not match (else with a delivery)
 _CURSOR_LOG = 4096
-#: messages handed to one member in a row before the next member's turn (its acks make ranges)
-_RUN = 32
+#: messages of one pump step handed to one member in a row before the next member's turn (one send, one
+#: wake-up of the member, its acks one range: as a Redis XREADGROUP COUNT 100 or a JetStream fetch(100))
+_RUN = 128
 #: a NACK's delay at most (ms)
 _MAX_NACK_DELAY = 24 * 3600 * 1000
 #: entries a CLAIM looks at, per entry it asks for
@@ -739,8 +740,8 @@ class Groups:
             counted += n
             if stop:
                 break
-        group.turn = turn
-        if out:
+        group.turn = turn if not turn[1] else (turn[0] + 1, 0)   # a run ends with its step: the next starts
+        if out:                                                      # with the next member (a trickle: in turn)
             self._flush(group, out)
         if log_flat or group.cursor - group.logged_cursor >= _CURSOR_LOG:
             group.logged_cursor = group.cursor
