@@ -8,7 +8,8 @@ passive lacks, or holds only before the active's retention, a reset to the
 active's first retained sequence), and the
 target each stream must reach before the passive is ready to take over
 (:attr:`BinaryStar.ready`).  Then the active streams records (REC batches
-of up to 4,096 records / 1 MiB, read with their producers from its journal
+of up to 4,096 records / 1 MiB, each ``[seq, ts, key, body]`` with ``producer, pseq`` after it when it
+has one, packed as the reader gives them, read with their producers from its journal
 files by a :class:`~zactors.actors.journal.JournalReader` on the hub's
 threadpool, never in the loop), every stream round-robin, at most
 ``window`` bytes not yet acknowledged (the passive's ACK, sent once the
@@ -311,10 +312,9 @@ class Source:
         if records:
             epochs = stream.journal.epochs if stream is not None else jr.epochs_of(
                 os.path.join(broker.journal_dir, stream_directory(name)))
-            rows = [[r[0], r[1], r[2], r[3], r[4] if len(r) > 4 else None, r[5] if len(r) > 4 else 0]
-                    for r in records]
-            size = sum(len(r[2]) + len(r[3]) + 32 for r in records)
-            if self.pair.to_follower(session.identity, [b"REC", session.token, name, pack([epochs, rows])]):
+            payload = _packer.pack([epochs, records])   # each row as read: (seq, ts, key, body[, producer, pseq])
+            size = len(payload)
+            if self.pair.to_follower(session.identity, [b"REC", session.token, name, payload]):
                 session.cursors[name] = records[-1][0] + 1
                 session.inflight[name].append((records[-1][0], size))
                 session.inflight_bytes += size
@@ -606,18 +606,22 @@ class Replica:
                         name.decode("ascii", "replace"), rows[0][0], journal.last_seq)
             self.token = None       # the next heartbeat follows again (the rest of this session is dropped)
             return
-        starts = {start for _, start in epochs}
+        first, last = rows[0][0], rows[-1][0]
+        starts = sorted(start for _, start in epochs if first < start <= last)   # epochs begun inside the batch
+        append, fresh = journal.append_record, stream.fresh.append
         try:
-            for seq, ts, key, body, pid, pseq in rows:
-                if seq in starts or seq == rows[0][0]:
-                    jr.set_epochs(journal, [e for e in epochs if e[1] <= seq] or [epochs[0]])
+            jr.set_epochs(journal, [e for e in epochs if e[1] <= first] or [epochs[0]])
+            for row in rows:        # (seq, ts, key, body), or with (producer, pseq) appended
+                if starts and row[0] == starts[0]:
+                    del starts[0]
+                    jr.set_epochs(journal, [e for e in epochs if e[1] <= row[0]])
                 # the journal's producer table (the broker's one source of PUBLISH-ID duplicates) takes pid
-                record = journal.append_record(key, body, ts, None if pid is None else (pid, pseq))
-                stream.fresh.append(record)
-        except (JournalError, ValueError) as exc:   # (disk full...): this session ends, retried each heartbeat
+                fresh(append(row[2], row[3], row[1], (row[4], row[5]) if len(row) > 4 and row[4] is not None
+                             else None))
+        except (JournalError, ValueError, IndexError, TypeError) as exc:   # (disk full, a bad row...): the
             broker.stats["pair_journal_errors"] += 1
             log.error("%s: stream %s: cannot journal replicated records: %s", broker.name, name, exc)
-            self.token = None
+            self.token = None       # session ends, followed again at the next heartbeat
         stream.commit.kick()
 
     def reached(self, stream, seq):
