@@ -448,16 +448,27 @@ class Groups:
         costs no more than an honest one."""
         identity = peer.identity
         done, refused = [], 0
+        pending, held = group.pending, group.held.get(identity)
         if sum(last - first + 1 for first, last in ranges) <= _ACK_SPAN:
-            candidates = (seq for first, last in ranges for seq in range(first, last + 1))
+            rest = []
+            for first, last in ranges:
+                seqs = range(first, last + 1)
+                if held is not None and held.issuperset(seqs):   # all its own: the common case, in C but
+                    held.difference_update(seqs)                  # for the entries' removal
+                    for seq in seqs:
+                        pending.pop(seq, None)    # (held: pending too)
+                    done += seqs
+                else:
+                    rest.append(seqs)
+            candidates = (seq for seqs in rest for seq in seqs)
         else:  # only what this member holds, found in the ranges by bisection
             starts = sorted(ranges)
             firsts = [first for first, _ in starts]
             candidates = sorted(seq for seq in group.held.get(identity, ())
                                 if (i := bisect.bisect_right(firsts, seq) - 1) >= 0 and seq <= starts[i][1])
             refused += 1
-        pending, held, append = group.pending, group.held.get(identity), done.append
-        for seq in candidates:      # (group.may_ack and group.remove, inline: the hot path)
+        append = done.append
+        for seq in candidates:      # (group.may_ack and group.remove, inline)
             entry = pending.get(seq)
             if entry is None:
                 refused += 1
