@@ -27,6 +27,15 @@ its last message); lost = messages - handled (must be 0).
 
 Target: ZEPS >= 1.5x the faster of Redis and JetStream.  Rows print as they
 are measured; every step has a deadline (``_harness.py``).
+
+Six processes share two cores here, so the row is bound by their total CPU,
+and a member's CPU per message depends on how many messages each of its
+wake-ups brings (a wake-up costs about 100-200 us of CPU, a message about
+2.5 us): runs where the members got a few messages per wake-up cost more
+per message and ran slower (57k vs 78k msg/s on a quiet machine when the
+broker handed each member runs of 32).  The broker's own CPU per message,
+which load hardly moves: ``zeps_groups_hot_path.py`` (or its instruction
+count under callgrind).
 """
 import argparse
 import json
