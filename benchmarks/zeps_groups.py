@@ -10,8 +10,10 @@ Rate = messages / (time from the first publish until the last member handled
 its last message); lost = messages - handled (must be 0).
 
 - zactors: the ZEPS broker (fsync every 100 ms, ack level ``written``), a
-  group with 4 :class:`~zactors.patterns.zeps.consumer.Consumer` members
-  (acks batched, as ranges).
+  group with 4 :class:`~zactors.patterns.zeps.consumer.Consumer` members,
+  each taking up to 100 queued messages at a time (``get_many``, as the
+  Redis members' ``COUNT 100``) and acknowledging every one (``ack()``: the
+  consumer sends them as ranges).
 - Redis Streams: the Debian ``redis-server``, AOF ``appendfsync everysec``
   (the same setting: written at once, fsynced every second at most);
   pipelined ``XADD``; 4 ``XREADGROUP COUNT 100`` consumers, each batch's
@@ -25,6 +27,15 @@ its last message); lost = messages - handled (must be 0).
 
 Target: ZEPS >= 1.5x the faster of Redis and JetStream.  Rows print as they
 are measured; every step has a deadline (``_harness.py``).
+
+Six processes share two cores here, so the row is bound by their total CPU,
+and a member's CPU per message depends on how many messages each of its
+wake-ups brings (a wake-up costs about 100-200 us of CPU, a message about
+2.5 us): runs where the members got a few messages per wake-up cost more
+per message and ran slower (57k vs 78k msg/s on a quiet machine when the
+broker handed each member runs of 32).  The broker's own CPU per message,
+which load hardly moves: ``zeps_groups_hot_path.py`` (or its instruction
+count under callgrind).
 """
 import argparse
 import json
@@ -53,15 +64,16 @@ def role_zeps_member(endpoint, idle=2):
     consumer = Consumer(endpoint, STREAM, "work", window=1 << 20, timeout=30)
     print("ready", flush=True)
     received, first, last = 0, None, None
-    get = consumer.get
+    get_many = consumer.get_many
     while True:
-        message = get(float(idle))
-        if message is None:
+        messages = get_many(100, float(idle))   # as the Redis member takes XREADGROUP COUNT 100
+        if not messages:
             if received:
                 break
             continue
-        message.ack()
-        received += 1
+        for message in messages:
+            message.ack()                        # each one acknowledged (batched to the broker as ranges)
+        received += len(messages)
         last = time.monotonic()
         if first is None:
             first = last

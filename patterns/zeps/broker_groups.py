@@ -53,10 +53,12 @@ from zactors.actors.journal import JournalError, SequenceGone
 from zactors.actors.speedups import send_each
 
 from . import groups_protocol as g
+from .groups_protocol import GROUP_DELIVER
 from . import protocol as p
-from .group_state import Group
+from .group_state import Entry, Group
 from .group_store import GroupStore, load
 from .matcher import Filter, PatternError
+from .protocol import SIGNATURE
 from .names import stream_directory, stream_name
 
 __all__: list[str] = []
@@ -71,8 +73,9 @@ _ACK_SPAN = 65536
 _MAX_CLAIM = 1024
 #: the cursor is logged when it moved this far over messages that did not match (else with a delivery)
 _CURSOR_LOG = 4096
-#: messages handed to one member in a row before the next member's turn (its acks make ranges)
-_RUN = 32
+#: messages of one pump step handed to one member in a row before the next member's turn (one send, one
+#: wake-up of the member, its acks one range: as a Redis XREADGROUP COUNT 100 or a JetStream fetch(100))
+_RUN = 128
 #: a NACK's delay at most (ms)
 _MAX_NACK_DELAY = 24 * 3600 * 1000
 #: entries a CLAIM looks at, per entry it asks for
@@ -92,13 +95,17 @@ class _Table:
 
 class Groups:
     """Consumer groups.  State: ``_tables`` (stream name -> _Table), ``_members`` (identity -> Group),
-    ``_due`` (heap of redelivery deadlines: (deadline, n, group, seq, deliveries)), ``_group_creators``."""
+    ``_due`` (heap of redelivery deadlines: (deadline, n, group, [seq, deliveries, ...]): the entries a pump
+    step delivered share one), ``_due_entries`` (the entries it names, live or not), ``_to_pump`` (groups
+    whose members acknowledged or gave credit this round: pumped once at its end), ``_group_creators``."""
 
     def _groups_setup(self):
         self._tables = {}
         self._members = {}
         self._due = []
         self._due_n = itertools.count()
+        self._due_entries = 0
+        self._to_pump = {}
         self._group_creators = {}
         self._pending_total = 0
         self._tables_loading = {}  # stream name -> [done(table), ...]: its store loads on the threadpool
@@ -203,8 +210,9 @@ class Groups:
             pair.source.group_record(group.stream, record)
 
     def _store_log(self, table, record):
-        table.store.log(record)
-        if table.store.should_compact(sum(len(x.pending) // 512 + 1 for x in table.groups.values())):
+        store = table.store
+        store.log(record)
+        if store.should_compact(lambda: sum(len(x.pending) // 512 + 1 for x in table.groups.values())):
             self.stats["group_compactions"] += 1
             table.store.compact(lambda: [x.snapshot() for x in table.groups.values()])
 
@@ -442,28 +450,50 @@ class Groups:
         costs no more than an honest one."""
         identity = peer.identity
         done, refused = [], 0
+        pending, held = group.pending, group.held.get(identity)
         if sum(last - first + 1 for first, last in ranges) <= _ACK_SPAN:
-            candidates = (seq for first, last in ranges for seq in range(first, last + 1))
+            rest = []
+            for first, last in ranges:
+                seqs = range(first, last + 1)
+                if held is not None and held.issuperset(seqs):   # all its own: the common case, in C but
+                    held.difference_update(seqs)                  # for the entries' removal
+                    for seq in seqs:
+                        pending.pop(seq, None)    # (held: pending too)
+                    done += seqs
+                else:
+                    rest.append(seqs)
+            candidates = (seq for seqs in rest for seq in seqs)
         else:  # only what this member holds, found in the ranges by bisection
             starts = sorted(ranges)
             firsts = [first for first, _ in starts]
             candidates = sorted(seq for seq in group.held.get(identity, ())
                                 if (i := bisect.bisect_right(firsts, seq) - 1) >= 0 and seq <= starts[i][1])
             refused += 1
-        for seq in candidates:
-            if group.may_ack(seq, identity):
-                group.remove(seq)
-                done.append(seq)
+        append = done.append
+        for seq in candidates:      # (group.may_ack and group.remove, inline)
+            entry = pending.get(seq)
+            if entry is None:
+                refused += 1
+            elif entry.holder == identity:
+                del pending[seq]
+                held.discard(seq)
+                append(seq)
+            elif entry.holder is None:
+                del pending[seq]
+                append(seq)
             else:
                 refused += 1
+        if held is not None and not held:
+            del group.held[identity]
         if refused:
             self.stats["group_acks_refused"] += refused
         if not done:
             self._group_refuse(identity, "ACK of sequences this member does not hold", "group_acks_unheld")
             return
+        group.counters["acked"] += len(done)
         self._pending_total -= len(done)
         self._log(group, ["A", group.name, done, False])
-        self._pump_group(group)
+        self._pump_soon(group)
 
     def _nack(self, peer, group, message):
         seq = message.sequence
@@ -504,13 +534,15 @@ class Groups:
 
     # -- delivery -------------------------------------------------------------------------
     def _push_due(self, group, seq, entry):
-        heapq.heappush(self._due, (entry.deadline, next(self._due_n), group, seq, entry.deliveries))
+        heapq.heappush(self._due, (entry.deadline, next(self._due_n), group, (seq, entry.deliveries)))
+        self._due_entries += 1
 
     def _rebuild_due(self):
-        """The heap holds mostly entries acknowledged since: keep only the live ones (amortised O(1))."""
-        self._due = [(e.deadline, next(self._due_n), grp, s, e.deliveries)
+        """The heap names mostly entries acknowledged since: keep only the live ones (amortised O(1))."""
+        self._due = [(e.deadline, next(self._due_n), grp, (s, e.deliveries))
                      for table in self._tables.values() for grp in table.groups.values()
                      for s, e in grp.pending.items() if e.deadline is not None]
+        self._due_entries = len(self._due)
         heapq.heapify(self._due)
 
     def _groups_due(self):
@@ -518,14 +550,18 @@ class Groups:
         due, now = self._due, _monotonic()
         woken = {}
         while due and due[0][0] <= now:
-            deadline, _, group, seq, deliveries = heapq.heappop(due)
-            entry = group.pending.get(seq)
-            if entry is None or entry.deadline != deadline or entry.deliveries != deliveries:
-                continue  # acknowledged, or delivered again since
-            if entry.holder is not None:
-                self.stats["group_ack_timeouts"] += 1
-            group.release(seq, None)
-            woken[id(group)] = group
+            deadline, _, group, flat = heapq.heappop(due)
+            self._due_entries -= len(flat) // 2
+            pending = group.pending
+            for k in range(0, len(flat), 2):
+                seq = flat[k]
+                entry = pending.get(seq)
+                if entry is None or entry.deadline != deadline or entry.deliveries != flat[k + 1]:
+                    continue  # acknowledged, or delivered again since
+                if entry.holder is not None:
+                    self.stats["group_ack_timeouts"] += 1
+                group.release(seq, None)
+                woken[id(group)] = group
         for group in woken.values():
             self._pump_group(group)
 
@@ -541,6 +577,19 @@ class Groups:
         """A member sent CREDIT (the hook in the dispatch)."""
         group = self._members.get(identity)
         if group is not None:
+            self._pump_soon(group)
+
+    def _pump_soon(self, group):
+        """Pump ``group`` at the end of this round (after the sockets), once for every ACK and CREDIT its
+        members sent in it."""
+        if not self._to_pump:
+            self.post(self._pump_posted)
+        self._to_pump[id(group)] = group
+
+    def _pump_posted(self):
+        groups = list(self._to_pump.values())
+        self._to_pump.clear()
+        for group in groups:
             self._pump_group(group)
 
     def _group_left(self, peer):
@@ -675,7 +724,6 @@ class Groups:
             out.setdefault(member.identity, []).append(g.group_deliver(seq, deliveries, record.key, record.body))
             member.delivered += 1
             log_flat += (seq, deliveries)
-            heapq.heappush(self._due, (pending[seq].deadline, next(self._due_n), group, seq, deliveries))
             counted += 1
         reads, again = 0, False
         while members and only is None and group.cursor < stream.delivered_seq \
@@ -700,35 +748,78 @@ class Groups:
                 break
             if not records:
                 break
-            for record in records:
-                seq = record.seq
-                if seq > stream.delivered_seq or len(pending) >= self.max_group_pending:
-                    break
-                if not group.filter(record.key):
-                    group.cursor = seq
-                    continue
-                member, turn = self._pick(members, turn, g.group_deliver_cost(record.key, record.body))
-                if member is None:
-                    break
-                deliveries = group.deliver(seq, member.identity, now)
-                out.setdefault(member.identity, []).append(g.group_deliver(seq, deliveries, record.key, record.body))
-                member.delivered += 1
-                log_flat += (seq, 1)
-                heapq.heappush(self._due, (now + group.ack_wait, next(self._due_n), group, seq, 1))
-                self._pending_total += 1
-                counted += 1
-            else:
-                continue
-            break
-        group.turn = turn
-        if out:
+            n, turn, stop = self._deliver_new(group, records, members, turn, out, log_flat, now,
+                                              min(stream.delivered_seq, records[-1].seq))
+            counted += n
+            if stop:
+                break
+        group.turn = turn if not turn[1] else (turn[0] + 1, 0)   # a run ends with its step: the next starts
+        if out:                                                      # with the next member (a trickle: in turn)
             self._flush(group, out)
         if log_flat or group.cursor - group.logged_cursor >= _CURSOR_LOG:
             group.logged_cursor = group.cursor
             self._log(group, ["R", group.name, group.cursor, log_flat])
-        if counted and len(self._due) > 2 * self._pending_total + 4096:
-            self._rebuild_due()
+        if log_flat:    # one deadline for the whole step: every entry it (re)delivered
+            heapq.heappush(self._due, (now + group.ack_wait, next(self._due_n), group, log_flat))
+            self._due_entries += counted
+            if self._due_entries > 2 * self._pending_total + 4096:
+                self._rebuild_due()
         return again
+
+    def _deliver_new(self, group, records, members, turn, out, log_flat, now, limit):
+        """Hand ``records`` (new to the group, ascending, up to sequence ``limit``) to ``members`` by
+        their turns and credit, as :meth:`_pick` does (inline for a member's run: the hot path), their
+        GROUP-DELIVER frames into ``out``, (seq, 1) into ``log_flat``.  Returns (how many, the next
+        turn, True if it stopped before the last record: no member's credit, or the pending budget)."""
+        pending, held, match = group.pending, group.held, group.filter
+        if group.pattern == b"":
+            match = None                # (every key: the common case, no call)
+        room = self.max_group_pending - len(pending)
+        deadline = now + group.ack_wait
+        head, u32 = g.deliver_head, g.u32
+        i, run = turn
+        n, stop, cursor = 0, False, group.cursor
+        current = None      # the member whose run goes on: paid here, else _pick chooses
+        for seq, _, key, body in records:
+            if seq > limit:
+                break
+            if room <= n:
+                stop = True
+                break
+            if match is not None and not match(key):
+                cursor = seq
+                continue
+            cost = 18 + len(key) + len(body)        # (g.group_deliver_cost)
+            if current is not None and current.credit >= cost:     # (not held: nothing is sent here)
+                member = current
+                member.credit -= cost
+                run += 1
+                if run >= _RUN:
+                    i, run = i + 1, 0
+            else:
+                member, (i, run) = self._pick(members, (i, run), cost)
+                if member is None:
+                    stop = True
+                    break
+                identity = member.identity
+                frames = out.get(identity)
+                if frames is None:
+                    frames = out[identity] = []
+                seqs = held.get(identity)
+                if seqs is None:
+                    seqs = held[identity] = set()
+            current = member if run else None
+            member.delivered += 1
+            pending[seq] = Entry(identity, now, 1, deadline)
+            seqs.add(seq)
+            frames.append(head(SIGNATURE, GROUP_DELIVER, seq, 1, len(key)) + key + u32(len(body)) + body)
+            log_flat += (seq, 1)
+            cursor = seq
+            n += 1
+        group.cursor = cursor
+        group.counters["delivered"] += n
+        self._pending_total += n
+        return n, (i, run), stop
 
     @staticmethod
     def _pick(members, turn, cost):

@@ -56,6 +56,7 @@ import zmq
 from gevent.event import Event
 
 from zactors.actors.actor import Actor, command
+from zactors.actors.speedups import recv_singles
 from zactors.actors.values import to_bytes
 
 from . import groups_protocol as g
@@ -70,6 +71,9 @@ _monotonic = time.monotonic
 _DELIVER_HEAD = struct.Struct(">QHB").unpack_from  # GROUP-DELIVER after its signature and id
 _TOKENS = p.features(b"tokens")   # PROBEs, not bare PINGs, ask what we drained (protocol.py)
 _U32 = struct.Struct(">I").unpack_from
+_tuple_new = tuple.__new__
+#: frames taken from the socket per C call
+_BATCH = 256
 #: ``start=`` names (a new group's start); an int is a sequence, a float a time (seconds since the epoch)
 START = {"earliest": g.START_EARLIEST, "latest": g.START_LATEST}
 
@@ -159,6 +163,18 @@ class Consumer(Actor):
             self._ready.wait(remaining)
         return queue.popleft()
 
+    def get_many(self, max_count: int = 1024, timeout: float | None = None) -> list[GroupMessage]:
+        """Up to ``max_count`` messages at once, in order: waits like :meth:`get` for the first, then takes
+        what else is queued; [] after ``timeout`` or once closed.  Each is acknowledged on its own."""
+        first = self.get(timeout)
+        if first is None:
+            return []
+        out = [first]
+        popleft, append = self._queue.popleft, out.append
+        for _ in range(min(len(self._queue), max_count - 1)):   # (no switch in between: safe with greenlets)
+            append(popleft())
+        return out
+
     def __iter__(self) -> Iterator[GroupMessage]:
         while True:
             message = self.get(None)
@@ -240,33 +256,48 @@ class Consumer(Actor):
         return monitor
 
     def _on_frames(self, frames):
-        """The reactor's handler: this message and up to 255 more waiting; the reactor calls it again
-        while messages wait, up to its drain cap a round (so a fast stream never holds the hub)."""
+        """The reactor's handler: this message, then one batch of what else is waiting (one C call); the
+        reactor calls it again while messages wait, up to its drain cap a round (so a fast stream never
+        holds the hub)."""
         self._heard = _monotonic()
         sock = self._sock
-        self._receive(frames[0])
-        for _ in range(255):
-            if self._sock is not sock:
-                return
+        self._receive(frames[:1])
+        if self._sock is sock and sock is not None:
             try:
-                frame = sock.recv(zmq.NOBLOCK)
+                batch, _ = recv_singles(sock, sock.handle, _BATCH)
             except zmq.ZMQError:
                 return
-            self._receive(frame)
+            if batch:
+                self._receive(batch)
 
-    def _receive(self, frame):
-        size = len(frame)
-        if size > 17 and frame[2] == g.GROUP_DELIVER:  # the hot path: parsed inline, checked as decode does
-            seq, deliveries, klen = _DELIVER_HEAD(frame, 3)
-            end = 14 + klen
-            if size >= end + 4 and _U32(frame, end)[0] == size - end - 4 and frame[0] == 0xAA and frame[1] == 0xA5:
-                stats = self.stats
-                stats["received"] += 1
-                if deliveries > 1:
-                    stats["redelivered"] += 1
-                self._queue.append(GroupMessage(seq, frame[14:end], frame[end + 4:], deliveries, self))
-                self._ready.set()
-                return
+    def _receive(self, frames):
+        """GROUP-DELIVERs (parsed inline, checked as decode does: the hot path) and the broker's other
+        commands, in order; the application is woken once for the batch."""
+        sock, append, new = self._sock, self._queue.append, _tuple_new
+        received = redelivered = 0
+        for frame in frames:
+            size = len(frame)
+            if size > 17 and frame[2] == g.GROUP_DELIVER:
+                seq, deliveries, klen = _DELIVER_HEAD(frame, 3)
+                end = 14 + klen
+                if size >= end + 4 and _U32(frame, end)[0] == size - end - 4 and frame[0] == 0xAA \
+                        and frame[1] == 0xA5:
+                    append(new(GroupMessage, (seq, frame[14:end], frame[end + 4:], deliveries, self)))
+                    received += 1
+                    if deliveries > 1:
+                        redelivered += 1
+                    continue
+            self._command(frame)
+            if self._sock is not sock:  # the peering was replaced: the rest came on the old one
+                break
+        if received:
+            stats = self.stats
+            stats["received"] += received
+            if redelivered:
+                stats["redelivered"] += redelivered
+            self._ready.set()
+
+    def _command(self, frame):
         try:
             message = g.decode(frame) if g.is_group_command(frame) else p.decode(frame)
         except p.ProtocolError as exc:

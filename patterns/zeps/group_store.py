@@ -125,6 +125,7 @@ class GroupStore:
         self.interval = interval
         self.appended = len(records)   # records in this generation
         self.compacting = False
+        self._check_at = 0             # should_compact looks at the state again from this many records on
         self.errors = 0
         self._waiting = set()          # when() callbacks not called yet: a compaction's snapshot covers them
         self.journal = self.commit = None   # (None: closed; it opens on the threadpool when needed)
@@ -180,8 +181,12 @@ class GroupStore:
         self.commit.when(level, done, self.journal.last_seq)
 
     def should_compact(self, live):
-        """True when the log is much longer than ``live`` (the records a snapshot would hold)."""
-        return not self.compacting and self.journal is not None and self.appended > max(_MIN_COMPACT, 4 * live)
+        """True when the log is much longer than ``live()`` (the records a snapshot would hold), called
+        at most once per 1,024 records logged (it may walk every group of the stream)."""
+        if self.compacting or self.journal is None or self.appended <= _MIN_COMPACT or self.appended < self._check_at:
+            return False
+        self._check_at = self.appended + min(1024, _MIN_COMPACT)
+        return self.appended > 4 * live()
 
     def compact(self, snapshot):
         """Start the next generation from ``snapshot()`` (called in the loop once its journal is open)."""
@@ -211,6 +216,7 @@ class GroupStore:
         covered = list(self._waiting)   # what was logged before: in the new snapshot too
         self.generation += 1
         self.appended = len(records)
+        self._check_at = 0
         self._open(journal)
         old_path = old_journal.directory
 

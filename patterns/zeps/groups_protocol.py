@@ -53,6 +53,8 @@ for _cls, _id in ((Join, JOIN), (JoinOk, JOIN_OK), (GroupDeliver, GROUP_DELIVER)
 
 _u8, _u16, _u32, _u64 = (struct.Struct(f).pack for f in (">B", ">H", ">I", ">Q"))
 _DELIVER_HEAD = struct.Struct(">2sBQHB").pack   # signature, 42, sequence, deliveries, key length
+#: GROUP-DELIVER's head (as above) and a chunk's length, for a broker that frames it inline (its hot path)
+deliver_head, u32 = _DELIVER_HEAD, _u32
 
 
 def _head(command):

@@ -30,7 +30,8 @@ The pair link (one DEALER to the peer, one ROUTER for it; frames capped):
   ``[ACK, token, {stream: seq}, group number]`` (journaled at the passive's level: also its credit; the
   last field, the last group record kept, may be absent or nil);
 - active -> passive ``[STREAMS, token, {stream: [start, reset, target, epochs, agreed]}, [stream to drop]]``,
-  ``[REC, token, stream, [epochs, [[seq, ts, key, body, producer, pseq], ...]]]``,
+  ``[REC, token, stream, [epochs, [[seq, ts, key, body(, producer, pseq)], ...]]]`` (the producer of a
+  record that has one),
   ``[GREC, token, [first number, [[stream, group record], ...]]]`` (consumer groups), ``[AGAIN, token]``.
 
 Runs in the broker's loop only.  With the broker's ``curve`` the link is CURVE as well (the ROUTER a

@@ -8,12 +8,15 @@ passive lacks, or holds only before the active's retention, a reset to the
 active's first retained sequence), and the
 target each stream must reach before the passive is ready to take over
 (:attr:`BinaryStar.ready`).  Then the active streams records (REC batches
-of up to 4,096 records / 1 MiB, read with their producers from its journal
+of up to 4,096 records / 1 MiB, each ``[seq, ts, key, body]`` with ``producer, pseq`` after it when it
+has one, packed as the reader gives them, read with their producers from its journal
 files by a :class:`~zactors.actors.journal.JournalReader` on the hub's
 threadpool, never in the loop), every stream round-robin, at most
 ``window`` bytes not yet acknowledged (the passive's ACK, sent once the
-records are at its level: the credit).  Live records are the same reads of
-what was just written (the page cache).
+records are at its level: the credit).  Live records of a stream that has
+no producers (no PUBLISH-ID) come from its journal's tail cache, in the
+loop; the others are the same reads of what was just written (the page
+cache).
 
 The passive appends each record at the same sequence with its timestamp
 and producer (so idempotent publishing keeps deduplicating after a
@@ -88,6 +91,18 @@ def _stream_position(broker, name):
     return jr.position(os.path.join(broker.journal_dir, stream_directory(name)))
 
 
+def _cached(journal, start, available):
+    """Records ``start``..``available`` from ``journal``'s tail cache (in memory: no read off the loop), or
+    [] when it does not hold them; None when the journal remembers a producer (PUBLISH-ID): the cache
+    keeps no producers, so such a stream is read from its files (and its records carry them)."""
+    if journal.producers_evicted or journal.producers():
+        return None
+    if not journal.cached(start):
+        return []
+    records = journal.read(start, _BATCH_RECORDS, _BATCH_BYTES)
+    return records[:available - start + 1] if records and records[0][0] == start else []
+
+
 def _close_readers(session):
     for reader in session.readers.values():
         reader.close()
@@ -102,7 +117,7 @@ class _Session:
     """The active's view of one following passive."""
 
     __slots__ = ("identity", "token", "cursors", "inflight", "inflight_bytes", "readers", "reading", "order",
-                 "heard", "gout", "gstart", "gfirst", "gbytes", "gbudget", "ginflight", "gtimer")
+                 "heard", "gout", "gstart", "gfirst", "gbytes", "gbudget", "ginflight", "gtimer", "filed")
 
     def __init__(self, identity, token):
         self.identity = identity
@@ -112,6 +127,7 @@ class _Session:
         self.inflight_bytes = 0
         self.readers = {}         # stream -> JournalReader (used on the threadpool, one read at a time)
         self.reading = False
+        self.filed = set()        # streams with producers: read from their files (the tail cache has none)
         self.order = deque()      # streams, round-robin
         self.heard = _monotonic()
         self.gout = []            # group records (packed [stream, record]) not sent yet
@@ -253,7 +269,8 @@ class Source:
 
     # -- the stream of records ---------------------------------------------------
     def pump(self):
-        """Start the next read off the hub, if a stream has records the passive lacks and the window allows."""
+        """Send what a stream's tail cache holds that the passive lacks (:func:`_cached`), else start the next
+        read off the hub, as far as the window allows."""
         session = self.session
         if session is None or session.reading or session.inflight_bytes >= self.window:
             return
@@ -273,6 +290,14 @@ class Source:
             else:
                 available = stream.journal.written_seq
             start = session.cursors[name]
+            if start <= available and stream is not None and name not in session.filed:
+                records = _cached(stream.journal, start, available)
+                if records is None:
+                    session.filed.add(name)     # (a producer stays in the journal's table: files from now on)
+                elif records:   # live records, in the tail cache: sent from here, no read off the loop
+                    if not self._send(session, name, stream, records) or session.inflight_bytes >= self.window:
+                        return
+                    continue
             if start <= available:
                 session.reading = True
                 if stream is not None:
@@ -308,21 +333,25 @@ class Source:
             log.error("%s: stream %s: replication read failed: %s", broker.name, name, error)
             broker.call_later(0.5, self.pump)
             return
-        if records:
-            epochs = stream.journal.epochs if stream is not None else jr.epochs_of(
-                os.path.join(broker.journal_dir, stream_directory(name)))
-            rows = [[r[0], r[1], r[2], r[3], r[4] if len(r) > 4 else None, r[5] if len(r) > 4 else 0]
-                    for r in records]
-            size = sum(len(r[2]) + len(r[3]) + 32 for r in records)
-            if self.pair.to_follower(session.identity, [b"REC", session.token, name, pack([epochs, rows])]):
-                session.cursors[name] = records[-1][0] + 1
-                session.inflight[name].append((records[-1][0], size))
-                session.inflight_bytes += size
-                broker.stats["replicated"] += len(records)
-            else:
-                broker.call_later(0.05, self.pump)   # its queue is full, or it is gone: try again soon
-                return
+        if records and not self._send(session, name, stream, records):
+            return
         self.pump()
+
+    def _send(self, session, name, stream, records):
+        """REC ``records`` of stream ``name`` to the passive; False (and a pump soon) if it cannot take them."""
+        broker = self.broker
+        epochs = stream.journal.epochs if stream is not None else jr.epochs_of(
+            os.path.join(broker.journal_dir, stream_directory(name)))
+        payload = _packer.pack([epochs, records])   # each row as read: (seq, ts, key, body[, producer, pseq])
+        size = len(payload)
+        if not self.pair.to_follower(session.identity, [b"REC", session.token, name, payload]):
+            broker.call_later(0.05, self.pump)      # its queue is full, or it is gone: try again soon
+            return False
+        session.cursors[name] = records[-1][0] + 1
+        session.inflight[name].append((records[-1][0], size))
+        session.inflight_bytes += size
+        broker.stats["replicated"] += len(records)
+        return True
 
     # -- consumer groups ------------------------------------------------------------
     def group_record(self, name, record):
@@ -606,18 +635,22 @@ class Replica:
                         name.decode("ascii", "replace"), rows[0][0], journal.last_seq)
             self.token = None       # the next heartbeat follows again (the rest of this session is dropped)
             return
-        starts = {start for _, start in epochs}
+        first, last = rows[0][0], rows[-1][0]
+        starts = sorted(start for _, start in epochs if first < start <= last)   # epochs begun inside the batch
+        append, fresh = journal.append_record, stream.fresh.append
         try:
-            for seq, ts, key, body, pid, pseq in rows:
-                if seq in starts or seq == rows[0][0]:
-                    jr.set_epochs(journal, [e for e in epochs if e[1] <= seq] or [epochs[0]])
+            jr.set_epochs(journal, [e for e in epochs if e[1] <= first] or [epochs[0]])
+            for row in rows:        # (seq, ts, key, body), or with (producer, pseq) appended
+                if starts and row[0] == starts[0]:
+                    del starts[0]
+                    jr.set_epochs(journal, [e for e in epochs if e[1] <= row[0]])
                 # the journal's producer table (the broker's one source of PUBLISH-ID duplicates) takes pid
-                record = journal.append_record(key, body, ts, None if pid is None else (pid, pseq))
-                stream.fresh.append(record)
-        except (JournalError, ValueError) as exc:   # (disk full...): this session ends, retried each heartbeat
+                fresh(append(row[2], row[3], row[1], (row[4], row[5]) if len(row) > 4 and row[4] is not None
+                             else None))
+        except (JournalError, ValueError, IndexError, TypeError) as exc:   # (disk full, a bad row...): the
             broker.stats["pair_journal_errors"] += 1
             log.error("%s: stream %s: cannot journal replicated records: %s", broker.name, name, exc)
-            self.token = None
+            self.token = None       # session ends, followed again at the next heartbeat
         stream.commit.kick()
 
     def reached(self, stream, seq):

@@ -47,6 +47,50 @@ def test_two_members_share_the_messages_each_once(journal_dir):
         broker.destroy()
 
 
+def test_get_many_takes_what_is_queued_in_order_each_acked_on_its_own(journal_dir):
+    broker = make_broker(journal_dir)
+    try:
+        publish(broker.endpoint, "s", items(300))
+        with Consumer(broker.endpoint, "s", "work") as c:
+            seqs = []
+            while len(seqs) < 300:
+                batch = c.get_many(100, timeout=5)
+                assert 1 <= len(batch) <= 100
+                for message in batch:
+                    seqs.append(message.seq)
+                    message.ack()
+            assert seqs == list(range(1, 301))
+            assert c.get_many(100, timeout=0.05) == []
+            wait_for(lambda: broker.info()["groups"][0]["acked"] == 300, what="all acked")
+    finally:
+        broker.destroy()
+
+
+def test_a_trickle_of_messages_goes_to_the_members_in_turn(journal_dir):
+    """A member's run (messages in a row, one send) ends with its pump step: messages that come one at a
+    time go to the members in turn (they all went to one member, 32 in a row, while the others idled)."""
+    broker = make_broker(journal_dir)
+    try:
+        consumers = [Consumer(broker.endpoint, "s", "work") for _ in range(2)]
+        got = []
+
+        def run(c, n):
+            for message in c:
+                got.append(n)
+                message.ack()
+
+        workers = [gevent.spawn(run, c, n) for n, c in enumerate(consumers)]
+        for i in range(8):
+            publish(broker.endpoint, "s", [(b"k", b"%d" % i)])
+            wait_for(lambda: len(got) == i + 1, what="message %d" % i)
+        assert sorted(got) == [0, 0, 0, 0, 1, 1, 1, 1]
+        for c in consumers:
+            c.destroy()
+        gevent.killall(workers)
+    finally:
+        broker.destroy()
+
+
 def test_unacked_message_is_redelivered_after_ack_wait(journal_dir):
     broker = make_broker(journal_dir)
     try:

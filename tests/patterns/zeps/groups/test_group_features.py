@@ -108,3 +108,30 @@ def test_cli_consume_prints_and_acks_then_groups_shows_it(journal_dir, capsys):
         assert status != 0 and "earliest, latest or a sequence" in err
     finally:
         broker.destroy()
+
+
+def test_the_compaction_check_walks_the_groups_once_per_1024_records(journal_dir):
+    """Whether to compact was asked with every record logged, after summing every group's pending
+    entries: with 10,000 groups on a stream each ACK walked all of them.  The live state is looked at
+    once per 1,024 records (and never below the compaction minimum)."""
+    broker = make_broker(journal_dir)
+    try:
+        publish(broker.endpoint, "s", [(b"k", b"x")])
+        with Consumer(broker.endpoint, "s", "work") as c:
+            c.get(5).ack()
+        store = broker._tables[b"s"].store
+        looks = []
+
+        def live():
+            looks.append(store.appended)
+            return 1 << 40          # (never compact here)
+
+        assert not store.should_compact(live)
+        assert looks == []          # below the minimum: not looked at
+        store.appended = group_store._MIN_COMPACT
+        for _ in range(4096):
+            store.appended += 1
+            assert not store.should_compact(live)
+        assert 1 <= len(looks) <= 4
+    finally:
+        broker.destroy()

@@ -29,6 +29,32 @@ def test_the_passive_journals_every_record_as_the_active_did(make_pair):
     assert info["state"] == "active" and info["following"] and info["replication_lag"] == {"orders": 0}
 
 
+def test_a_stream_published_plainly_then_with_producer_ids_is_copied_whole(make_pair):
+    """Live records of a stream without producers go to the passive from the active's tail cache (which
+    keeps no producer ids); once a PUBLISH-ID publisher writes to it, its records come from the files
+    again, with their producer ids, as the passive needs them to drop a resend after a failover."""
+    pair = make_pair(ack="replicated")
+    active, passive = pair.up()
+    with Publisher(active.endpoint, "orders") as pub:
+        for i in range(500):
+            pub.publish("k", b"plain %d" % i)
+        pub.flush()
+    with Publisher(active.endpoint, "orders", idempotent=True) as pub:
+        for i in range(500):
+            pub.publish("k", b"with an id %d" % i)
+        pub.flush()
+    with Publisher(active.endpoint, "orders") as pub:
+        for i in range(500):
+            pub.publish("k", b"plain again %d" % i)
+        pub.flush()
+    mine, _ = records(pair.dirs["primary"], b"orders")
+    theirs, _ = records(pair.dirs["backup"], b"orders")
+    assert len(mine) == 1500
+    assert theirs == mine     # sequence, timestamp, key, body, and the producer where there was one
+    assert all(len(r) == 4 or r[4] is None for r in mine[:500])
+    assert [r[5] for r in mine[500:1000]] == list(range(1, 501))
+
+
 def test_a_passive_refuses_clients_and_names_the_active(make_pair):
     pair = make_pair()
     active, passive = pair.up()
