@@ -50,6 +50,7 @@ zmq; every function is pure (thread-safe on distinct buffers).
   (``patterns/zeps/spark/segments.py``).
 """
 import struct
+import threading
 
 from crc32c import crc32c as _crc32c
 from .purepython import optional_extension
@@ -200,6 +201,9 @@ class PyAppender:
 
     __slots__ = ("_next_seq", "_last_ts", "_tail_end", "_pending", "_pending_bytes", "segment_bytes", "buffer_bytes",
                  "_index_at", "_cache", "_cache_bytes", "_evict_at", "_refuse", "_lock")
+
+    def __init__(self):
+        self._lock = threading.Lock()   # the C one has its own Lock, which it takes without a Python call
 
 
 _c = optional_extension(__package__ + "._journal", "pure-Python journal codec")

@@ -86,7 +86,7 @@ class Journal(Appender):
         self.retain_seconds = retain_seconds
         self.tail_cache_bytes = tail_cache_bytes
         self.buffer_bytes = buffer_bytes
-        self._lock = threading.Lock()       # appends vs the buffer swap and segment list changes
+        super().__init__()                  # Appender: its _lock, appends vs the buffer swap and segment list changes
         self._io_lock = threading.Lock()    # the write descriptor: write(), roll, the sync snapshot
         self._sync_lock = threading.Lock()  # one fsync at a time
         self._stats: dict[str, Any] = dict(truncated_bytes=0, crc_errors=0, written_bytes=0, writes=0,

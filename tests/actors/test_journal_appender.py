@@ -145,3 +145,28 @@ def test_the_garbage_collector_sees_what_the_c_state_holds(tmp_path):
         referents = gc.get_referents(j)
         assert any(obj is j._pending for obj in referents) and any(obj is j._cache for obj in referents)
         assert any(obj is j._lock for obj in referents)
+
+
+@needs_c
+def test_the_writers_c_lock_behaves_as_a_plain_lock(tmp_path):
+    from zactors.actors._journal import Lock
+    lock = Lock()
+    assert not lock.locked()
+    with lock:
+        assert lock.locked()
+    assert not lock.locked() and lock.acquire() is True and lock.locked()
+    lock.release()
+    with pytest.raises(RuntimeError):
+        lock.release()
+    with pytest.raises(TypeError):
+        Lock(1)
+    taken = threading.Event()
+    lock.acquire()
+    thread = threading.Thread(target=lambda: (lock.acquire(), taken.set(), lock.release()))
+    thread.start()
+    assert not taken.wait(0.2)                      # a second taker waits, the GIL released meanwhile
+    lock.release()
+    assert taken.wait(30)
+    thread.join(30)
+    with Journal(tmp_path) as j:
+        assert type(j._lock) is Lock
