@@ -19,7 +19,9 @@ order, none twice).
 moves: for each subscriber count (ack ``written``) this script runs itself
 twice under ``valgrind --tool=callgrind --separate-threads=yes`` (Debian's
 ``valgrind``), with ``--messages`` N and 2N, and divides the difference of
-the main thread's totals by N (so start-up and the set-up cancel out).
+the main thread's totals by N (so start-up and the set-up cancel out; each
+run lets libzmq queue every PUBLISH at the broker first, ``--settle`` 20 s, so
+that the broker drains full rounds in both).
 ``--profile``: a cProfile of the broker's main thread over the first run's
 measured window, the top functions by own time, in microseconds per message.
 Both honour ``ZACTORS_PURE_PYTHON=1`` (the pure-Python twins).
@@ -69,7 +71,7 @@ def _expect(sock, kind):
     wait_until(got, 30, "a %s from the broker" % kind.__name__, sleep=gevent.sleep, interval=0.001)
 
 
-def measure(n, subscribers, ack, poll, profile=None):
+def measure(n, subscribers, ack, poll, profile=None, settle=0.5):
     """Main-thread CPU microseconds per message for one run; raises if a subscriber misses any."""
     ctx = zmq.Context()
     directory = tempfile.mkdtemp(prefix="zeps-hot-")
@@ -96,7 +98,7 @@ def measure(n, subscribers, ack, poll, profile=None):
             for i in range(n):
                 pub.send(p.publish(b"k.%d" % (i & 7), BODY))
         _run(publish)
-        time.sleep(0.5)  # libzmq moves them to the broker's queue (a benchmark, not a test)
+        time.sleep(settle)  # libzmq moves them to the broker's queue (a benchmark, not a test)
         stream = broker._streams[b"bench"]
         if profile is not None:
             profile.enable()
@@ -153,7 +155,7 @@ def instructions(n, subscribers):
             subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", "--dump-instr=no",
                             "--callgrind-out-file=%s/cg.out" % out, sys.executable, os.path.abspath(__file__),
                             "--messages", str(count), "--subscribers", str(subscribers), "--ack", "written",
-                            "--rounds", "1", "--poll", "0.05"],
+                            "--rounds", "1", "--poll", "0.05", "--settle", "20"],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
             main = [path for path in glob.glob(out + "/cg.out*") if path.endswith("-01")]
             if len(main) != 1:
@@ -185,6 +187,9 @@ def main():
     parser.add_argument("--instructions", action="store_true",
                         help="instructions per message under callgrind instead (ack written; see the docstring)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the first run's broker")
+    parser.add_argument("--settle", type=float, default=0.5,
+                        help="seconds for libzmq to move the queued PUBLISHes to the broker before the clock starts "
+                             "(--instructions: 20, valgrind is slow)")
     add_deadline_option(parser, 600)
     args = parser.parse_args()
     if args.quick:
@@ -208,7 +213,7 @@ def main():
         for subs, ack in cases:
             result = steps.run("round %d, %d subscriber(s), ack=%s" % (n + 1, subs, ack),
                                "%d messages delivered" % args.messages, measure, args.messages, subs, ack, args.poll,
-                               profile)
+                               profile, args.settle)
             if profile is not None:
                 print_profile(profile, args.messages)
                 profile = None
