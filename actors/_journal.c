@@ -5,7 +5,9 @@
  * record with a dozen bytecodes.  frame() and decode() do the same work in
  * one call each; actors/journal_codec.py is the only caller and holds the
  * pure-Python twins (used when this module is not built, or with
- * ZACTORS_PURE_PYTHON=1), which behave identically.  The record layout is
+ * ZACTORS_PURE_PYTHON=1), which behave identically.  Appender (below) is the
+ * base class of the journal writer: its per-record state, and the common
+ * append in one C call (the Python around frame() cost ~1 us a record).  The record layout is
  * the journal's file format (actors/journal/__init__.py), all little-endian:
  *
  *   u32 length | u32 crc32c | u64 seq | f64 timestamp | u32 klen_flags | key | u32 blen | body
@@ -19,6 +21,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
+#include <math.h>
+#include <time.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -240,6 +245,43 @@ new_record(PyObject *seq, double ts, PyObject *key, PyObject *body, PyObject *pi
     return rec;
 }
 
+/* Append one framed record to the bytearray buf (with the producer trailer when pid is not
+ * NULL: bytes of at most 255).  Key and body are bytes of at most MAX_RECORD together. */
+static int
+frame_into(PyObject *buf, uint64_t seq, double ts, PyObject *key, PyObject *body, PyObject *pid, uint64_t pseq)
+{
+    Py_ssize_t klen = PyBytes_GET_SIZE(key), blen = PyBytes_GET_SIZE(body);
+    Py_ssize_t tail = pid == NULL ? 0 : 9 + PyBytes_GET_SIZE(pid);
+    Py_ssize_t length = MIN_LENGTH + klen + blen + tail, old = PyByteArray_GET_SIZE(buf);
+    unsigned char *p;
+    if (PyByteArray_Resize(buf, old + 8 + length) < 0)
+        return -1;
+    p = (unsigned char *)PyByteArray_AS_STRING(buf) + old;
+    put64(p + 8, seq);
+    memcpy(p + 16, &ts, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    {
+        uint64_t w;
+        memcpy(&w, p + 16, 8);
+        put64(p + 16, w);
+    }
+#endif
+    put32(p + 24, (uint32_t)klen | (pid != NULL ? FLAG_PRODUCER : 0));
+    memcpy(p + 28, PyBytes_AS_STRING(key), klen);
+    put32(p + 28 + klen, (uint32_t)blen);
+    memcpy(p + 32 + klen, PyBytes_AS_STRING(body), blen);
+    if (pid != NULL) {
+        unsigned char *t = p + 32 + klen + blen;
+        Py_ssize_t plen = PyBytes_GET_SIZE(pid);
+        memcpy(t, PyBytes_AS_STRING(pid), plen);
+        put64(t + plen, pseq);
+        t[plen + 8] = (unsigned char)plen;
+    }
+    put32(p, (uint32_t)length);
+    put32(p + 4, crc32c(0, p + 8, (size_t)length));
+    return 0;
+}
+
 /* frame(buf, seq, timestamp, key, body[, producer, pseq]) -> Record: append one framed record
  * to the bytearray buf (with the producer trailer when producer, bytes of at most 255, is
  * given).  The Record returned is always (seq, timestamp, key, body): the tail cache's. */
@@ -249,8 +291,6 @@ frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *buf, *key, *body, *pid = NULL;
     unsigned long long seq, pseq = 0;
     double ts;
-    Py_ssize_t klen, blen, old, length, tail = 0;
-    unsigned char *p;
     if (record_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "zactors.actors._journal: bind() was not called");
         return NULL;
@@ -284,41 +324,13 @@ frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         pseq = PyLong_AsUnsignedLongLong(args[6]);
         if (pseq == (unsigned long long)-1 && PyErr_Occurred())
             return NULL;
-        tail = 9 + PyBytes_GET_SIZE(pid);
     }
-    klen = PyBytes_GET_SIZE(key);
-    blen = PyBytes_GET_SIZE(body);
-    if ((size_t)klen + (size_t)blen > MAX_RECORD || klen > UINT32_MAX) {
+    if ((size_t)PyBytes_GET_SIZE(key) + (size_t)PyBytes_GET_SIZE(body) > MAX_RECORD) {
         PyErr_SetString(PyExc_ValueError, "journal record too large");
         return NULL;
     }
-    length = MIN_LENGTH + klen + blen + tail;
-    old = PyByteArray_GET_SIZE(buf);
-    if (PyByteArray_Resize(buf, old + 8 + length) < 0)
+    if (frame_into(buf, seq, ts, key, body, pid, pseq) < 0)
         return NULL;
-    p = (unsigned char *)PyByteArray_AS_STRING(buf) + old;
-    put64(p + 8, seq);
-    memcpy(p + 16, &ts, 8);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    {
-        uint64_t w;
-        memcpy(&w, p + 16, 8);
-        put64(p + 16, w);
-    }
-#endif
-    put32(p + 24, (uint32_t)klen | (pid != NULL ? FLAG_PRODUCER : 0));
-    memcpy(p + 28, PyBytes_AS_STRING(key), klen);
-    put32(p + 28 + klen, (uint32_t)blen);
-    memcpy(p + 32 + klen, PyBytes_AS_STRING(body), blen);
-    if (pid != NULL) {
-        unsigned char *t = p + 32 + klen + blen;
-        Py_ssize_t plen = PyBytes_GET_SIZE(pid);
-        memcpy(t, PyBytes_AS_STRING(pid), plen);
-        put64(t + plen, pseq);
-        t[plen + 8] = (unsigned char)plen;
-    }
-    put32(p, (uint32_t)length);
-    put32(p + 4, crc32c(0, p + 8, (size_t)length));
     Py_INCREF(args[1]);
     Py_INCREF(key);
     Py_INCREF(body);
@@ -493,6 +505,390 @@ columns(PyObject *self, PyObject *args)
     return result;
 }
 
+/* -- Lock: the writer's lock, which Appender.append_record takes without a Python call ----------
+ *
+ * A plain non-reentrant lock (acquire, release, locked, a context manager), as threading.Lock
+ * but without its timeout and its interruption by signals: the writer holds it for microseconds,
+ * never across I/O.  Taking a threading.Lock from C costs two Python calls (~650 instructions);
+ * this costs two C calls.  A blocked acquire releases the GIL while it waits. */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    char locked;
+} Lock;
+
+static PyTypeObject *lock_type;
+
+static void
+lock_take(Lock *self)
+{
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+    self->locked = 1;
+}
+
+static void
+lock_give(Lock *self)
+{
+    self->locked = 0;
+    PyThread_release_lock(self->lock);
+}
+
+static PyObject *
+lock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    Lock *self;
+    if ((args != NULL && PyTuple_GET_SIZE(args)) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
+        return NULL;
+    }
+    self = (Lock *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    if (self->lock == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void
+lock_dealloc(Lock *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->lock != NULL) {
+        if (self->locked)
+            PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+lock_acquire(Lock *self, PyObject *unused)
+{
+    lock_take(self);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+lock_release(Lock *self, PyObject *unused)
+{
+    if (!self->locked) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return NULL;
+    }
+    lock_give(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+lock_exit(Lock *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return lock_release(self, NULL);
+}
+
+static PyObject *
+lock_locked(Lock *self, PyObject *unused)
+{
+    return PyBool_FromLong(self->locked);
+}
+
+static PyMethodDef lock_methods[] = {
+    {"acquire", (PyCFunction)lock_acquire, METH_NOARGS, "acquire() -> True: wait for the lock (the GIL released)."},
+    {"release", (PyCFunction)lock_release, METH_NOARGS, "release(): RuntimeError when not held."},
+    {"locked", (PyCFunction)lock_locked, METH_NOARGS, "locked() -> bool."},
+    {"__enter__", (PyCFunction)lock_acquire, METH_NOARGS, "acquire()."},
+    {"__exit__", (PyCFunction)(void (*)(void))lock_exit, METH_FASTCALL, "release()."},
+    {NULL},
+};
+
+static PyType_Slot lock_slots[] = {
+    {Py_tp_doc, "The journal writer's lock: threading.Lock without timeouts, cheap to take from C."},
+    {Py_tp_new, lock_new},
+    {Py_tp_dealloc, lock_dealloc},
+    {Py_tp_methods, lock_methods},
+    {0, NULL},
+};
+
+static PyType_Spec lock_spec = {
+    "zactors.actors._journal.Lock", sizeof(Lock), 0, Py_TPFLAGS_DEFAULT, lock_slots,
+};
+
+/* -- Appender: the writer's per-record state, and its append in one call ---------------------
+ *
+ * The base class of the writer (actors/journal/writer.py: class Journal(Appender)).  It holds
+ * what an append reads and changes, as the writer's own attributes (members below, the same
+ * names the pure-Python twin, journal_codec.PyAppender, declares as slots), so that the writer's
+ * Python code (segment rolls, write(), recovery, reads) keeps using them as before.
+ * append_record() does the common case in C under the writer's lock: bytes key and body, no
+ * producer, a float timestamp or none, room in the segment and the buffer, no refusal.  Anything
+ * else calls the writer's general path, self._append_record(...) (Python, the twin), with the
+ * same arguments: one behaviour, the bytes on disk identical. */
+#define INDEX_INTERVAL 4096     /* format.INDEX_INTERVAL: bytes of segment between index entries */
+#define MEM_OVERHEAD 160        /* writer._MEM_OVERHEAD: bytes counted per cached Record */
+#define OVERHEAD 32             /* framing bytes of a record without a producer */
+
+typedef struct {
+    PyObject_HEAD
+    long long next_seq;
+    double last_ts;
+    Py_ssize_t tail_end, pending_bytes, segment_bytes, buffer_bytes, index_at, cache_bytes, evict_at;
+    PyObject *refuse;           /* why appends are refused (an exception), or None */
+    PyObject *pending;          /* [[segment, bytearray, last_seq], ...]: appends go to the last */
+    PyObject *cache;            /* the tail cache: [Record, ...] */
+    Lock *lock;                 /* the writer's _lock */
+} Appender;
+
+static PyObject *str_append_record, *str_evict, *str_idx_seq, *str_idx_ts, *str_idx_off;
+
+static int
+appender_traverse(Appender *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->refuse);
+    Py_VISIT(self->pending);
+    Py_VISIT(self->cache);
+    Py_VISIT(self->lock);
+    return 0;
+}
+
+static int
+appender_clear(Appender *self)
+{
+    Py_CLEAR(self->refuse);
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->cache);
+    Py_CLEAR(self->lock);
+    return 0;
+}
+
+static void
+appender_dealloc(Appender *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    appender_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+appender_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    Appender *self = (Appender *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->lock = (Lock *)PyObject_CallNoArgs((PyObject *)lock_type);
+    if (self->lock == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static PyObject *
+appender_get_lock(Appender *self, void *closure)
+{
+    PyObject *lock = self->lock != NULL ? (PyObject *)self->lock : Py_None;
+    Py_INCREF(lock);
+    return lock;
+}
+
+/* time.time(), computed as CPython computes it (the same float) */
+static int
+now(double *out)
+{
+    struct timespec t;
+    if (clock_gettime(CLOCK_REALTIME, &t) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    long long ns = (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+    *out = ns % 1000000000LL == 0 ? (double)(ns / 1000000000LL) : (double)ns / 1e9;
+    return 0;
+}
+
+/* self._append_record(*args, **kwargs): the writer's general path */
+static PyObject *
+general(Appender *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *stack[8];
+    Py_ssize_t total = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
+    if (total > 7) {
+        PyErr_SetString(PyExc_TypeError, "append_record() takes at most 4 arguments");
+        return NULL;
+    }
+    stack[0] = (PyObject *)self;
+    memcpy(stack + 1, args, total * sizeof(PyObject *));
+    return PyObject_VectorcallMethod(str_append_record, stack, nargs + 1, kwnames);
+}
+
+/* seg.<name>.append(value), value a new reference (or NULL: an error) */
+static int
+append_index(PyObject *seg, PyObject *name, PyObject *value)
+{
+    PyObject *list = value == NULL ? NULL : PyObject_GetAttr(seg, name);
+    int rc = -1;
+    if (list != NULL) {
+        if (PyList_Check(list))
+            rc = PyList_Append(list, value);
+        else
+            PyErr_Format(PyExc_TypeError, "segment %U is not a list", name);
+    }
+    Py_XDECREF(list);
+    Py_XDECREF(value);
+    return rc;
+}
+
+/* The locked part of the fast path: 1 when the general path must do it (nothing changed), 0 done
+ * (*out the Record), -1 an error. */
+static int
+append_locked(Appender *self, PyObject *key, PyObject *body, double ts, PyObject **out)
+{
+    PyObject *chunk, *seqobj, *rec;
+    Py_ssize_t klen = PyBytes_GET_SIZE(key), blen = PyBytes_GET_SIZE(body);
+    Py_ssize_t size = klen + blen + OVERHEAD, pos = self->tail_end;
+    if ((self->refuse != NULL && self->refuse != Py_None) || self->pending == NULL || self->cache == NULL
+        || !PyList_CheckExact(self->pending) || PyList_GET_SIZE(self->pending) < 1 || !PyList_CheckExact(self->cache)
+        || pos + size > self->segment_bytes || self->pending_bytes + size > self->buffer_bytes)
+        return 1;
+    chunk = PyList_GET_ITEM(self->pending, PyList_GET_SIZE(self->pending) - 1);
+    if (!PyList_CheckExact(chunk) || PyList_GET_SIZE(chunk) != 3 || !PyByteArray_CheckExact(PyList_GET_ITEM(chunk, 1)))
+        return 1;
+    if (ts < self->last_ts)
+        ts = self->last_ts;
+    long long seq = self->next_seq;
+    seqobj = PyLong_FromLongLong(seq);
+    if (seqobj == NULL)
+        return -1;
+    Py_INCREF(seqobj);
+    Py_INCREF(key);
+    Py_INCREF(body);
+    rec = new_record(seqobj, ts, key, body, NULL, NULL);
+    if (rec == NULL) {
+        Py_DECREF(seqobj);
+        return -1;
+    }
+    if (frame_into(PyList_GET_ITEM(chunk, 1), (uint64_t)seq, ts, key, body, NULL, 0) < 0) {
+        Py_DECREF(seqobj);
+        Py_DECREF(rec);
+        return -1;
+    }
+    PyList_SetItem(chunk, 2, seqobj);           /* steals seqobj */
+    self->tail_end = pos + size;                /* the record is in the buffer: the state follows now */
+    self->pending_bytes += size;
+    self->next_seq = seq + 1;
+    self->last_ts = ts;
+    if (pos >= self->index_at) {                /* a sparse index entry every INDEX_INTERVAL bytes */
+        PyObject *seg = PyList_GET_ITEM(chunk, 0);
+        Py_INCREF(seqobj);
+        if (append_index(seg, str_idx_seq, seqobj) < 0 || append_index(seg, str_idx_ts, PyFloat_FromDouble(ts)) < 0
+            || append_index(seg, str_idx_off, PyLong_FromSsize_t(pos)) < 0) {
+            Py_DECREF(rec);
+            return -1;
+        }
+        self->index_at = pos + INDEX_INTERVAL;
+    }
+    if (PyList_Append(self->cache, rec) < 0) {
+        Py_DECREF(rec);
+        return -1;
+    }
+    self->cache_bytes += klen + blen + MEM_OVERHEAD;
+    if (self->cache_bytes > self->evict_at) {
+        PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, str_evict);
+        if (r == NULL) {
+            Py_DECREF(rec);
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    *out = rec;
+    return 0;
+}
+
+/* append_record(key, body, timestamp=None, producer=None) -> Record */
+static PyObject *
+appender_append_record(Appender *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *key, *body, *rec = NULL;
+    double ts;
+    int rc;
+    if (kwnames != NULL || nargs < 2 || nargs > 4 || (nargs == 4 && args[3] != Py_None) || self->lock == NULL
+        || record_type == NULL)
+        return general(self, args, nargs, kwnames);
+    key = args[0];
+    body = args[1];
+    if (!PyBytes_CheckExact(key) || !PyBytes_CheckExact(body)
+        || (size_t)PyBytes_GET_SIZE(key) + (size_t)PyBytes_GET_SIZE(body) > MAX_RECORD)
+        return general(self, args, nargs, kwnames);
+    if (nargs >= 3 && args[2] != Py_None) {
+        if (!PyFloat_CheckExact(args[2]) || !isfinite(PyFloat_AS_DOUBLE(args[2])))
+            return general(self, args, nargs, kwnames);
+        ts = PyFloat_AS_DOUBLE(args[2]);
+    }
+    else if (now(&ts) < 0)
+        return NULL;
+    lock_take(self->lock);
+    rc = append_locked(self, key, body, ts, &rec);
+    lock_give(self->lock);
+    if (rc < 0)
+        return NULL;
+    if (rc > 0)
+        return general(self, args, nargs, kwnames);
+    return rec;
+}
+
+static PyMemberDef appender_members[] = {
+    {"_next_seq", T_LONGLONG, offsetof(Appender, next_seq), 0, "the next sequence to append"},
+    {"_last_ts", T_DOUBLE, offsetof(Appender, last_ts), 0, "the last record's timestamp"},
+    {"_tail_end", T_PYSSIZET, offsetof(Appender, tail_end), 0, "the offset of the next record in its segment"},
+    {"_pending_bytes", T_PYSSIZET, offsetof(Appender, pending_bytes), 0, "bytes appended, not yet written"},
+    {"segment_bytes", T_PYSSIZET, offsetof(Appender, segment_bytes), 0, "roll to a new segment past this size"},
+    {"buffer_bytes", T_PYSSIZET, offsetof(Appender, buffer_bytes), 0, "unwritten bytes at which appends are refused"},
+    {"_index_at", T_PYSSIZET, offsetof(Appender, index_at), 0, "the offset from which the next index entry is due"},
+    {"_cache_bytes", T_PYSSIZET, offsetof(Appender, cache_bytes), 0, "bytes counted for the tail cache"},
+    {"_evict_at", T_PYSSIZET, offsetof(Appender, evict_at), 0, "cache bytes past which _evict() runs"},
+    {"_refuse", T_OBJECT, offsetof(Appender, refuse), 0, "why appends are refused, or None"},
+    {"_pending", T_OBJECT, offsetof(Appender, pending), 0, "the unwritten chunks [[segment, bytearray, last_seq]]"},
+    {"_cache", T_OBJECT, offsetof(Appender, cache), 0, "the tail cache"},
+    {NULL},
+};
+
+static PyGetSetDef appender_getset[] = {
+    {"_lock", (getter)appender_get_lock, NULL, "the writer's lock (a Lock)", NULL},
+    {NULL},
+};
+
+static PyMethodDef appender_methods[] = {
+    {"append_record", (PyCFunction)(void (*)(void))appender_append_record, METH_FASTCALL | METH_KEYWORDS,
+     "append_record(key, body, timestamp=None, producer=None) -> Record (see the writer's _append_record)."},
+    {NULL},
+};
+
+static PyType_Slot appender_slots[] = {
+    {Py_tp_doc, "The journal writer's per-record state and its append (the base of journal.Journal)."},
+    {Py_tp_new, appender_new},
+    {Py_tp_dealloc, appender_dealloc},
+    {Py_tp_traverse, appender_traverse},
+    {Py_tp_clear, appender_clear},
+    {Py_tp_members, appender_members},
+    {Py_tp_getset, appender_getset},
+    {Py_tp_methods, appender_methods},
+    {0, NULL},
+};
+
+static PyType_Spec appender_spec = {
+    "zactors.actors._journal.Appender", sizeof(Appender), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, appender_slots,
+};
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_O, "bind(Record): the record type decode() makes."},
     {"crc", crc, METH_VARARGS, "crc(data, value=0): CRC-32C of data, continuing from value."},
@@ -520,5 +916,21 @@ PyInit__journal(void)
     if (__builtin_cpu_supports("sse4.2"))
         crc32c = crc_hard;
 #endif
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module), *type;
+    if (m == NULL)
+        return NULL;
+    if ((str_append_record = PyUnicode_InternFromString("_append_record")) == NULL
+        || (str_evict = PyUnicode_InternFromString("_evict")) == NULL
+        || (str_idx_seq = PyUnicode_InternFromString("idx_seq")) == NULL
+        || (str_idx_ts = PyUnicode_InternFromString("idx_ts")) == NULL
+        || (str_idx_off = PyUnicode_InternFromString("idx_off")) == NULL
+        || (lock_type = (PyTypeObject *)PyType_FromSpec(&lock_spec)) == NULL
+        || PyModule_AddObject(m, "Lock", Py_NewRef((PyObject *)lock_type)) < 0
+        || (type = PyType_FromSpec(&appender_spec)) == NULL || PyModule_AddObject(m, "Appender", type) < 0
+        || PyModule_AddIntConstant(m, "INDEX_INTERVAL", INDEX_INTERVAL) < 0
+        || PyModule_AddIntConstant(m, "MEM_OVERHEAD", MEM_OVERHEAD) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -42,18 +42,21 @@ zmq; every function is pure (thread-safe on distinct buffers).
   true a record that carries a producer becomes a 6-item ``Record`` (its
   ``producer`` and ``pseq`` set); otherwise every Record has 4 items.
 * ``crc(data, value=0)``: CRC-32C.
+* ``Appender``: the base class of the journal writer: its per-record state
+  and, in C, its common append in one call (see :class:`PyAppender`, the twin).
 * ``columns``: the C extension's ``columns(buf, from_seq, to_seq)`` (records
   as Arrow column buffers, see ``actors/_journal.c``), or None without it:
   its twin, in numpy over ``walk``, is the Spark reader's
   (``patterns/zeps/spark/segments.py``).
 """
 import struct
+import threading
 
 from crc32c import crc32c as _crc32c
 from .purepython import optional_extension
 
 __all__ = ["SPEEDUPS", "frame", "decode", "crc", "columns", "walk", "py_frame", "py_decode", "RECORD_HEAD",
-           "MIN_LENGTH", "FLAG_PRODUCER", "MAX_PRODUCER", "corruption"]
+           "MIN_LENGTH", "FLAG_PRODUCER", "MAX_PRODUCER", "corruption", "Appender", "PyAppender"]
 
 _REC = struct.Struct("<IIQdI")      # length, crc, seq, timestamp, key_len
 _PREFIX = struct.Struct("<II")
@@ -185,10 +188,31 @@ def py_decode(buf, at, out, from_seq, to_seq, max_out, budget, verify_at, produc
         at = stop
 
 
+class PyAppender:
+    """The pure-Python twin of the C ``Appender``: the journal writer's per-record state, as slots.
+
+    The writer (:class:`~zactors.actors.journal.Journal`) derives from one of
+    the two.  The C one also has ``append_record``, which does the common
+    append (bytes, no producer, room in the segment and the buffer) in one
+    call, under the writer's ``_lock``, and hands everything else to the
+    writer's ``_append_record``; with this twin, ``_append_record`` is
+    ``append_record``.
+    """
+
+    __slots__ = ("_next_seq", "_last_ts", "_tail_end", "_pending", "_pending_bytes", "segment_bytes", "buffer_bytes",
+                 "_index_at", "_cache", "_cache_bytes", "_evict_at", "_refuse", "_lock")
+
+    def __init__(self):
+        self._lock = threading.Lock()   # the C one has its own Lock, which it takes without a Python call
+
+
 _c = optional_extension(__package__ + "._journal", "pure-Python journal codec")
 #: True when the C codec is in use
 SPEEDUPS = _c is not None
 if SPEEDUPS:
-    frame, decode, crc, columns = _c.frame, _c.decode, _c.crc, _c.columns
+    frame, decode, crc, columns, Appender = _c.frame, _c.decode, _c.crc, _c.columns, _c.Appender
+    #: (index interval, cache bytes per record) the C Appender was built with (the writer checks them)
+    APPENDER_CONSTANTS = (_c.INDEX_INTERVAL, _c.MEM_OVERHEAD)
 else:
-    frame, decode, crc, columns = py_frame, py_decode, py_crc, None
+    frame, decode, crc, columns, Appender = py_frame, py_decode, py_crc, None, PyAppender
+    APPENDER_CONSTANTS = None

@@ -35,6 +35,10 @@ _MEM_OVERHEAD = 160                 # rough bytes of Python objects per cached R
 _now = time.time
 _INF = float("inf")
 _frame = _codec.frame               # one record framed (and its CRC) into the write buffer, in one call
+Appender = _codec.Appender          # the per-record state (and in C, the common append in one call)
+if _codec.SPEEDUPS and (_codec.APPENDER_CONSTANTS != (INDEX_INTERVAL, _MEM_OVERHEAD)):
+    raise ImportError("zactors.actors._journal was built with other constants %r: rebuild it"
+                      % (_codec.APPENDER_CONSTANTS,))
 _timestamp = attrgetter("timestamp")
 
 
@@ -47,7 +51,7 @@ def check_bytes(value, what):
         raise TypeError("journal %s must be bytes-like, not %s" % (what, type(value).__name__)) from None
 
 
-class Journal:
+class Journal(Appender):
     """The writer of one journal directory (see the module docstring).
 
     ``segment_bytes``: roll to a new segment past this size.
@@ -62,11 +66,11 @@ class Journal:
     ``max_producers``: idempotent producers remembered (see :meth:`producers`).
     """
 
-    __slots__ = ("directory", "segment_bytes", "retain_bytes", "retain_seconds", "tail_cache_bytes",
-                 "buffer_bytes", "files", "_fds", "_lock", "_io_lock", "_sync_lock", "_lockfd", "_segments",
-                 "_bases", "_first_seq", "_next_seq", "_last_ts", "_tail_end", "_pending", "_pending_bytes",
-                 "_written_seq", "_synced_seq", "_wfd", "_wseg", "_cache", "_cache_bytes", "_error",
-                 "_fatal", "_refuse", "_index_at", "_evict_at", "_stats", "_epochs", "_producers", "closed")
+    # and, from Appender (C, or its twin's slots): _next_seq, _last_ts, _tail_end, _pending, _pending_bytes,
+    # segment_bytes, buffer_bytes, _index_at, _cache, _cache_bytes, _evict_at, _refuse, _lock
+    __slots__ = ("directory", "retain_bytes", "retain_seconds", "tail_cache_bytes", "files", "_fds", "_io_lock",
+                 "_sync_lock", "_lockfd", "_segments", "_bases", "_first_seq", "_written_seq", "_synced_seq", "_wfd",
+                 "_wseg", "_error", "_fatal", "_stats", "_epochs", "_producers", "closed")
 
     def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = 64 << 20,
                  retain_bytes: int | None = None, retain_seconds: float | None = None,
@@ -82,7 +86,7 @@ class Journal:
         self.retain_seconds = retain_seconds
         self.tail_cache_bytes = tail_cache_bytes
         self.buffer_bytes = buffer_bytes
-        self._lock = threading.Lock()       # appends vs the buffer swap and segment list changes
+        super().__init__()                  # Appender: its _lock, appends vs the buffer swap and segment list changes
         self._io_lock = threading.Lock()    # the write descriptor: write(), roll, the sync snapshot
         self._sync_lock = threading.Lock()  # one fsync at a time
         self._stats: dict[str, Any] = dict(truncated_bytes=0, crc_errors=0, written_bytes=0, writes=0,
@@ -150,16 +154,15 @@ class Journal:
         self._bases = [seg.base for seg in segments]
         self._first_seq = segments[0].base
         self._next_seq = active.last_seq + 1
-        self._last_ts = active.last_ts
-        if self._last_ts is None and len(segments) > 1:
+        last_ts = active.last_ts
+        if last_ts is None and len(segments) > 1:
             prev = segments[-2]
             try:
                 prev.ensure_index()
-                self._last_ts = prev.last_ts
+                last_ts = prev.last_ts
             except JournalError as exc:
                 log.warning("%s", exc)
-        if self._last_ts is None:
-            self._last_ts = 0.0
+        self._last_ts = 0.0 if last_ts is None else last_ts
         self._tail_end = active.end
         self._pending = [[active, bytearray(), active.last_seq]]
         self._pending_bytes = 0
@@ -291,13 +294,18 @@ class Journal:
         """
         return self.append_record(key, body, timestamp)[0]
 
-    def append_record(self, key: _Bytes, body: _Bytes, timestamp: float | None = None,
-                      producer: tuple[bytes, int] | None = None) -> Record:
+    def _append_record(self, key: _Bytes, body: _Bytes, timestamp: float | None = None,
+                       producer: tuple[bytes, int] | None = None) -> Record:
         """:meth:`append`, returning the :class:`Record` (the one the tail cache holds: 4 items).
 
         ``producer=(pid, pseq)`` (an id of at most 255 bytes, a u64 sequence)
         stores them with the record and in :meth:`producers`.  The journal
         does not refuse a duplicate itself: its owner checks the table first.
+
+        This is the general path, and the pure-Python twin of the C
+        ``Appender.append_record`` (the public name: it does the common case,
+        bytes without a producer and with room, in one C call, and calls this
+        for everything else).
         """
         if producer is not None:
             pid, pseq = check_producer(producer)
@@ -349,6 +357,9 @@ class Journal:
             if self._cache_bytes > self._evict_at:
                 self._evict()
         return record
+
+    if not _codec.SPEEDUPS:
+        append_record = _append_record
 
     def _make_room(self, seq, size, pos):
         """append's slow path: refuse when the buffer is full, else roll over to

@@ -9,6 +9,10 @@
  *
  * DELIVER (the ZEPS spec): AA A5 07 | u64 sequence | u8 key length | key |
  * u32 body length | body, integers big-endian.
+ *
+ * parse_publish() is the broker's per-message PUBLISH parse (a Python call, a
+ * struct unpack and two slices were ~1k instructions a message); its twin is
+ * protocol.py's py_parse_publish, the one PUBLISH parser.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -243,7 +247,46 @@ fail:
     return NULL;
 }
 
+/* parse_publish(frame) -> (key, body) or None: see protocol.py's py_parse_publish (the twin).
+ * PUBLISH: AA A5 06 | u8 key length | key | u32 body length | body (big-endian). */
+static PyObject *
+parse_publish(PyObject *self, PyObject *frame)
+{
+    if (!PyBytes_CheckExact(frame)) {
+        PyErr_SetString(PyExc_TypeError, "parse_publish() takes bytes");
+        return NULL;
+    }
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(frame);
+    Py_ssize_t size = PyBytes_GET_SIZE(frame);
+    if (size > 7 && b[2] == 6 && b[0] == 0xAA && b[1] == 0xA5) {
+        Py_ssize_t end = 4 + b[3];
+        if (size >= end + 4) {
+            const unsigned char *q = b + end;
+            uint32_t blen = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3];
+            if ((Py_ssize_t)blen == size - end - 4) {
+                PyObject *key = PyBytes_FromStringAndSize((const char *)b + 4, end - 4);
+                PyObject *body = key == NULL ? NULL : PyBytes_FromStringAndSize((const char *)q + 4, blen);
+                if (body == NULL) {
+                    Py_XDECREF(key);
+                    return NULL;
+                }
+                PyObject *out = PyTuple_New(2);
+                if (out == NULL) {
+                    Py_DECREF(key);
+                    Py_DECREF(body);
+                    return NULL;
+                }
+                PyTuple_SET_ITEM(out, 0, key);
+                PyTuple_SET_ITEM(out, 1, body);
+                return out;
+            }
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"parse_publish", parse_publish, METH_O, "parse_publish(frame) -> (key, body) or None."},
     {"bind", bind, METH_O, "bind(Message): the message type parse() makes."},
     {"parse", (PyCFunction)(void (*)(void))parse, METH_FASTCALL,
      "parse(frames, start, last) -> (messages, last, size, next, duplicates)."},

@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 from itertools import accumulate as _accumulate
+from operator import itemgetter
 
 from zmq import ZMQError
 
@@ -30,17 +31,24 @@ __all__: list[str] = []
 _MAX_PENDING_KEYS = 10000
 _parse_publish = p.parse_publish
 _unpack_u64 = struct.Struct(">Q").unpack_from
+_key = itemgetter(2)   # a Record's key
 
 
 def _shares(match, fresh):
     """Each subscriber's share of the records ``fresh``: ``{owner: [(start, end), ...]}``, index
-    spans in order.  Consecutive records with the same owners (the matcher's cached tuple per key)
-    are one span, so a subscriber costs a few slices per round, not a step per message."""
+    spans in order.  ``match`` runs once per distinct key, not per message; when every key has the
+    same owners (one filter for everything, the common case) each owner's share is all of them, one
+    span.  Otherwise consecutive records with the same owners are one span, so a subscriber costs a
+    few slices per round, not a step per message."""
+    owners_of = {key: match(key) for key in set(map(_key, fresh))}
+    found = iter(owners_of.values())
+    first = next(found, ())
+    if all(owners == first for owners in found):
+        return {sub: [(0, len(fresh))] for sub in first}
     shares = {}
     owners = None
     start = 0
-    for i, record in enumerate(fresh):
-        now = match(record[2])
+    for i, now in enumerate(map(owners_of.__getitem__, map(_key, fresh))):
         if now is not owners and now != owners:
             for sub in owners or ():
                 shares.setdefault(sub, []).append((start, i))

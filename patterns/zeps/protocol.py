@@ -144,6 +144,10 @@ heartbeat so that a receiver notices a lost tail.
 import struct
 from collections import namedtuple
 
+from zactors.actors.purepython import optional_extension
+
+_deliver_c = optional_extension(__package__ + "._deliver", "pure-Python PUBLISH parse")  # its parse_publish
+
 __all__ = [
     "SIGNATURE", "VERSION", "PROTOCOL", "NEW", "MAX_STRING", "MAX_CHUNK",
     "ATTACH", "ATTACH_OK", "SUBSCRIBE", "SUBSCRIBE_OK", "CREDIT", "PUBLISH", "DELIVER",
@@ -448,18 +452,24 @@ def _text(value, field, allow_empty=True):
     return value
 
 
-def parse_publish(frame):
+def py_parse_publish(frame):
     """``(key, body)`` of a well-formed PUBLISH frame (bytes), else None: the one PUBLISH parser.
 
-    The broker's hot path calls it on every frame from an attached peer;
-    :func:`decode` uses it too, and says what is wrong when it returns None.
+    The broker's hot path calls it (as :func:`parse_publish`: in C when
+    built, this is its pure-Python twin) on every frame from an attached
+    peer; :func:`decode` uses it too, and says what is wrong when it returns None.
     """
+    if type(frame) is not bytes:
+        raise TypeError("parse_publish() takes bytes")
     size = len(frame)
     if size > 7 and frame[2] == PUBLISH and frame[0] == 0xAA and frame[1] == 0xA5:
         end = 4 + frame[3]
         if size >= end + 4 and _unpack_u32(frame, end)[0] == size - end - 4:
             return frame[4:end], frame[end + 4:]
     return None
+
+
+parse_publish = py_parse_publish if _deliver_c is None else _deliver_c.parse_publish
 
 
 def decode(frame):
