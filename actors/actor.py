@@ -579,6 +579,8 @@ class Actor(metaclass=_ActorType):
                 pipe.park(commands if serve else None)
         finally:
             self._emit_depth -= 1
+            if len(commands):  # commands that came while we waited woke us, not the loop
+                self._commands_arrived()
 
     def _run(self):
         error = None

@@ -442,6 +442,8 @@ class PipeEnd:
                     self._pump_waiter = None
                 if timer is not None:
                     timer.close()
+        if len(incoming):  # what came behind the reply: its wake-up went to us
+            self._reactor.post(self._drain_attached)
         return True
 
     def dispatch(self, frame: bytes) -> None:

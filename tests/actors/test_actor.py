@@ -331,3 +331,83 @@ def test_close_socket_with_linger_lets_queued_messages_leave():
     finally:
         actor.destroy()
         sink.close()
+
+
+class Flooder(Actor):
+    """FLOOD n: a timer emits n TICK events (the window holds 2); NOTE x; NOTES -> the xs noted."""
+
+    events_size = 2
+
+    def __init__(self):
+        self.notes = []
+
+    @command
+    def flood(self, n):
+        self.call_later(0, lambda: [self.emit("TICK", i) for i in range(n)])
+
+    @command
+    def note(self, x):
+        self.notes.append(x)
+
+    @command("NOTES", reply=True)
+    def get_notes(self):
+        return self.notes
+
+
+def test_commands_that_came_while_an_emit_waited_are_served_after_it():
+    """Commands that woke a parked emit, which then found room before serving them all,
+    are served by the loop (their wake-up had gone to the emit, not to the loop)."""
+    from tests.conftest import wait_for
+
+    actor = Flooder()
+    try:
+        actor.send("FLOOD", 3)
+        wait_for(lambda: actor._pipe._parked is not None, 10, "the emit to wait for room")
+        actor.send("NOTE", 1)  # wakes the parked emit...
+        actor.send("NOTE", 2)
+        assert [actor.recv_event(timeout=10).args for _ in range(2)] == [(0,), (1,)]  # ...which then has room
+        assert actor.call("NOTES", timeout=10) == [1, 2]
+        assert actor.recv_event(timeout=10).args == (2,)
+    finally:
+        actor.destroy()
+
+
+class Answerer(Actor):
+    """ASK -> 42, answered from a deferred reply that an AFTER event follows at once."""
+
+    @command(deferred=True)
+    def ask(self, reply):
+        reply(42)
+        self.emit("AFTER")
+
+
+class Asker(Actor):
+    """Watches an Answerer: ASK -> its answer (a call pumped from this loop); SEEN -> its events' names."""
+
+    def setup(self):
+        self.seen = []
+        self.child = Answerer()
+        self.watch(self.child, lambda event: self.seen.append(event.name))
+
+    def teardown(self):
+        self.child.destroy()
+
+    @command(reply=True)
+    def ask(self):
+        return self.child.call("ASK", timeout=10)
+
+    @command(reply=True)
+    def seen_events(self):
+        return self.seen
+
+
+def test_a_watched_childs_event_right_behind_a_reply_is_not_left_in_the_pipe():
+    """A call pumped from the parent's loop takes its reply; what came behind it is still dispatched."""
+    from tests.conftest import wait_for
+
+    asker = Asker()
+    try:
+        assert asker.call("ASK", timeout=10) == 42
+        wait_for(lambda: "AFTER" in asker.call("SEEN_EVENTS", timeout=10), 10, "the event behind the reply")
+    finally:
+        asker.destroy()
