@@ -45,7 +45,7 @@ static int (*zgetsockopt)(void *, int, void *, size_t *);
 static int (*zerrno)(void);
 
 static PyObject *error_factory; /* errno -> a zmq.ZMQError instance */
-static PyObject *str_closed;
+static PyObject *str_closed, *str_acquire, *str_release, *one;
 
 /* Raise the ZMQError (or subclass) for err; always returns NULL. */
 static PyObject *
@@ -323,25 +323,19 @@ PyDoc_STRVAR(send_message_doc,
 /* Frames per message held on the stack; longer messages take a heap array. */
 #define STACK_FRAMES 16
 
-static PyObject *
-send_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* Queue frames (a sequence) as one message on h: 0 when queued, 1 on EAGAIN
+ * (nothing queued, no exception set), -1 with an exception set. */
+static int
+send_frames(void *h, PyObject *frames)
 {
-    void *h;
     PyObject *seq;
     Py_ssize_t i, n, taken = 0;
     Py_buffer stack_views[STACK_FRAMES], *views = stack_views;
-    PyObject *result = NULL;
-    int flags, err, rc = 0;
+    int flags, err, rc = -1;
 
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "send_message(sock, handle, frames)");
-        return NULL;
-    }
-    if ((h = socket_of(args[0], args[1])) == NULL)
-        return NULL;
-    seq = PySequence_Fast(args[2], "send_message: frames must be a sequence");
+    seq = PySequence_Fast(frames, "send_message: frames must be a sequence");
     if (seq == NULL)
-        return NULL;
+        return -1;
     n = PySequence_Fast_GET_SIZE(seq);
     if (n > STACK_FRAMES && (views = PyMem_New(Py_buffer, n)) == NULL) {
         PyErr_NoMemory();
@@ -366,10 +360,13 @@ send_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (i = 0; i < n; i++) {
         flags = ZMQ_DONTWAIT | (i < n - 1 ? ZMQ_SNDMORE : 0);
         for (;;) {
-            rc = zsend(h, views[i].buf, (size_t)views[i].len, flags);
-            if (rc >= 0)
+            if (zsend(h, views[i].buf, (size_t)views[i].len, flags) >= 0)
                 break;
             err = zerrno();
+            if (err == EAGAIN && i == 0) {  /* libzmq takes a message's later frames once it took the first */
+                rc = 1;
+                goto done;
+            }
             if (err != EINTR) {
                 raise_errno(err);
                 goto done;
@@ -381,8 +378,7 @@ send_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 goto done;
         }
     }
-    result = Py_None;
-    Py_INCREF(result);
+    rc = 0;
 
 done:
     for (i = 0; i < taken; i++) {
@@ -392,7 +388,78 @@ done:
     if (views != stack_views)
         PyMem_Free(views);
     Py_DECREF(seq);
-    return result;
+    return rc;
+}
+
+static PyObject *
+send_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    void *h;
+    int rc;
+
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "send_message(sock, handle, frames)");
+        return NULL;
+    }
+    if ((h = socket_of(args[0], args[1])) == NULL)
+        return NULL;
+    rc = send_frames(h, args[2]);
+    if (rc < 0)
+        return NULL;
+    if (rc == 1)
+        return raise_errno(EAGAIN);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(send_locked_doc,
+"send_locked(lock, sock, handle, frames, counts) -> bool\n\n"
+"send_message holding lock (a _thread lock) if it is free now: True once the\n"
+"message is queued (and counts[0], a list's item, incremented under the lock);\n"
+"False, nothing queued, when another thread holds the lock or the peer cannot\n"
+"take the message now.  The lock is taken, used and released without letting\n"
+"another thread run in between (the GIL stays held), so threads sharing a socket\n"
+"this way never wait for each other's lock.  Other errors raise, as send_message.");
+
+static PyObject *
+send_locked(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *got, *counts, *count, *exc_type, *exc_value, *exc_tb;
+    void *h;
+    int rc = -1;
+
+    if (nargs != 5 || !PyList_CheckExact(args[4]) || PyList_GET_SIZE(args[4]) < 1) {
+        PyErr_SetString(PyExc_TypeError, "send_locked(lock, sock, handle, frames, counts: a list)");
+        return NULL;
+    }
+    got = PyObject_CallMethodOneArg(args[0], str_acquire, Py_False);
+    if (got == NULL)
+        return NULL;
+    Py_DECREF(got);
+    if (got != Py_True)
+        Py_RETURN_FALSE;
+    if ((h = socket_of(args[1], args[2])) != NULL)
+        rc = send_frames(h, args[3]);
+    if (rc == 0) {
+        counts = args[4];
+        count = PyNumber_Add(PyList_GET_ITEM(counts, 0), one);
+        if (count == NULL)
+            rc = -1;
+        else
+            PyList_SetItem(counts, 0, count);  /* steals count */
+    }
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    got = PyObject_CallMethodNoArgs(args[0], str_release);
+    if (got == NULL) {  /* cannot happen to a lock we hold; never hide it */
+        Py_XDECREF(exc_type);
+        Py_XDECREF(exc_value);
+        Py_XDECREF(exc_tb);
+        return NULL;
+    }
+    Py_DECREF(got);
+    PyErr_Restore(exc_type, exc_value, exc_tb);
+    if (rc < 0)
+        return NULL;
+    return PyBool_FromLong(rc == 0);
 }
 
 PyDoc_STRVAR(send_each_doc,
@@ -517,6 +584,7 @@ static PyMethodDef methods[] = {
     {"recv_message", (PyCFunction)(void (*)(void))recv_message, METH_FASTCALL, recv_message_doc},
     {"recv_singles", (PyCFunction)(void (*)(void))recv_singles, METH_FASTCALL, recv_singles_doc},
     {"send_message", (PyCFunction)(void (*)(void))send_message, METH_FASTCALL, send_message_doc},
+    {"send_locked", (PyCFunction)(void (*)(void))send_locked, METH_FASTCALL, send_locked_doc},
     {"send_each", (PyCFunction)(void (*)(void))send_each, METH_FASTCALL, send_each_doc},
     {"events", (PyCFunction)(void (*)(void))events, METH_FASTCALL, events_doc},
     {"bind", bind, METH_VARARGS, bind_doc},
@@ -532,7 +600,10 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     str_closed = PyUnicode_InternFromString("_closed");
-    if (str_closed == NULL)
+    str_acquire = PyUnicode_InternFromString("acquire");
+    str_release = PyUnicode_InternFromString("release");
+    one = PyLong_FromLong(1);
+    if (str_closed == NULL || str_acquire == NULL || str_release == NULL || one == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

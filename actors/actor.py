@@ -86,9 +86,8 @@ from gevent import getcurrent
 
 from .errors import ActorError, ActorExited, PipeError, WrongThread
 from .events import BLOCK, DROP, POLICIES
-from .reactor import Reactor
-from .sockets import NOBLOCK, UNSAFE_OPTIONS, Socket, context, raw_send
-from .speedups import recv_message
+from .reactor import DRAIN_CAP, Reactor
+from .sockets import UNSAFE_OPTIONS, Socket, context
 from .pipe import (DIED, ERROR, EVENTS_BYTES, EVENTS_SIZE, EXIT, FAILED, READY, REPLY, RESERVED, TERM, Event,
                    PipeEnd, decode, encode, pipe_pair)
 
@@ -221,8 +220,11 @@ class Actor(metaclass=_ActorType):
         self._emit_depth = 0
         self._commands_paused = False
         self._reactor = Reactor()
-        parent, self._child = pipe_pair()
-        self._pipe = PipeEnd(parent, self.name, self.events_size, self.events_bytes)
+        self._inbox, incoming = pipe_pair()  # the command channel this actor reads, and its parent's
+        self._inbox.notify = self._commands_arrived
+        self._serve_queued = False  # a _serve_commands is posted to the reactor
+        self._stopping = False  # stop() was called: serve no more commands
+        self._pipe = PipeEnd(self._inbox, incoming, self.name, self.events_size, self.events_bytes)
         self._greenlet = gevent.spawn(self._run)
         self._greenlet.rawlink(self._ended)
         try:
@@ -317,10 +319,8 @@ class Actor(metaclass=_ActorType):
             return
         self._check_thread()
         if not greenlet.dead:
-            try:
-                self._pipe.socket.send(encode(TERM), NOBLOCK)
-            except zmq.ZMQError:  # the pipe is full (the actor is not reading it): same thread, stop it directly
-                self._reactor.stop()
+            if not self._inbox.put(encode(TERM)):
+                self._reactor.stop()  # the pipe is full (the actor is not reading it): same thread, stop it directly
             # An emit parked for room ends the actor now, even one not serving its pipe.
             if self._emit_mode is _WAIT:
                 self._emit_mode = _STOP
@@ -385,12 +385,11 @@ class Actor(metaclass=_ActorType):
     def pause_commands(self) -> None:
         """Stop reading the pipe: the parent's calls queue up, then its senders block."""
         self._commands_paused = True
-        self._reactor.remove_reader(self._child)
 
     def resume_commands(self) -> None:
         """Read the pipe again (queued commands are handled at once)."""
         self._commands_paused = False
-        self._reactor.add_reader(self._child, self._on_pipe)
+        self._commands_arrived()
 
     def add_reader(self, sock: Socket, handler: Callable[[list[Any]], object], copy: bool = True) -> None:
         """Call ``handler(frames)`` for each message on ``sock`` (``zmq.Frame`` objects with
@@ -534,17 +533,36 @@ class Actor(metaclass=_ActorType):
  (the parent sees ``$EXIT``)."""
         if self._emit_mode is _WAIT:
             self._emit_mode = _STOP
+        self._stopping = True
         self._reactor.stop()
 
     # -- actor side: machinery ----------------------------------------------
     def _to_parent(self, verb, request_id, args):
         """Send one message to the parent; returns its size in bytes."""
         frame = encode(verb, request_id, args)
-        try:
-            raw_send(self._child, frame, NOBLOCK, True)
-        except zmq.Again:  # the pipe is at its HWM: wait for room (only this actor waits)
-            self._child.send_multipart([frame])
+        incoming = self._pipe.incoming
+        if not incoming.put(frame):  # the pipe is at its HWM: wait for room (only this actor waits)
+            incoming.send(frame)
         return len(frame)
+
+    def _commands_arrived(self):
+        """The command channel turned non-empty (or commands resumed): have the loop serve it."""
+        if not self._serve_queued and not self._commands_paused:
+            self._serve_queued = True
+            self._reactor.post(self._serve_commands)
+
+    def _serve_commands(self):
+        """The loop's turn for the pipe: up to ``DRAIN_CAP`` commands, then the other work."""
+        self._serve_queued = False
+        commands = self._inbox
+        for _ in range(DRAIN_CAP):
+            if self._commands_paused or self._stopping:
+                return
+            frame = commands.get()
+            if frame is None:
+                return
+            self._on_pipe(frame)
+        self._commands_arrived()  # more may wait: another turn, after the sockets and timers
 
     def _wait_for_room(self, pipe):
         """Park until the event window has room, serving the pipe meanwhile (the event is sent already)."""
@@ -552,10 +570,9 @@ class Actor(metaclass=_ActorType):
         if current is pipe._hub:  # a hub callback cannot wait
             return
         self.stats["emit_waits"] += 1
-        child = self._child
+        commands = self._inbox
         serve = (current is self._greenlet and not self._commands_paused
                  and self._emit_depth < MAX_EMIT_NESTING)
-        fd = child.getsockopt(zmq.FD) if serve else None
         self._emit_depth += 1
         try:
             while pipe.full():
@@ -563,24 +580,26 @@ class Actor(metaclass=_ActorType):
                     if self._emit_mode is _STOP:
                         raise gevent.GreenletExit
                     return
-                if pipe.socket.closed:
+                if pipe.closed:
                     return
                 if serve:
-                    frames = recv_message(child, child.handle)
-                    if frames is not None:
-                        self._on_pipe(frames)  # $TERM sets _STOP; commands run nested here
+                    frame = commands.get()
+                    if frame is not None:
+                        self._on_pipe(frame)  # $TERM sets _STOP; commands run nested here
                         continue
-                pipe.park(fd)
+                pipe.park(commands if serve else None)
         finally:
             self._emit_depth -= 1
+            if len(commands):  # commands that came while we waited woke us, not the loop
+                self._commands_arrived()
 
     def _run(self):
         error = None
         started = False
         try:
             self.setup()
-            self._reactor.add_reader(self._child, self._on_pipe)
             started = True
+            self._commands_arrived()  # commands sent while setup ran
             self._emit_mode = _WAIT
             self._to_parent(READY, 0, ())
             self._reactor.run()
@@ -615,15 +634,11 @@ class Actor(metaclass=_ActorType):
                     self._to_parent(EXIT, 0, ())
             except zmq.ZMQError:
                 pass
-            self._child.close(0)
+            self._inbox.close()
 
-    def _on_pipe(self, frames):
-        if len(frames) != 1:
-            self.stats["rejected"] += 1
-            log.warning("%s: pipe message of %d frames rejected", self.name, len(frames))
-            return
+    def _on_pipe(self, frame):
         try:
-            verb, request_id, args = decode(frames[0])
+            verb, request_id, args = decode(frame)
         except PipeError as exc:
             self.stats["rejected"] += 1
             log.warning("%s: %s", self.name, exc)

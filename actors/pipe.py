@@ -1,4 +1,4 @@
-"""The inproc PAIR pipe between an actor and its parent, and its codec.
+"""The pipe between an actor and its parent, and its codec.
 
 Every message on a pipe, in either direction, is one frame holding a
 msgpack array::
@@ -9,9 +9,17 @@ msgpack array::
     request_id  int; 0 when no reply is wanted
     args        any msgpack values (bytes stay bytes, str stays str)
 
-One frame rather than a frame per argument: a pipe never leaves the process,
-and every extra frame costs a send, a receive and an ``RCVMORE`` check
-(about 4 us here), which halved the round-trip rate.
+One frame rather than a frame per argument: a pipe never leaves the process.
+
+The pipe is two :class:`Channel` objects, one per direction, not sockets:
+an actor is a greenlet of its parent's thread, so both ends share one gevent
+hub and a message is handed over in memory, the reader woken by a hub
+callback.  An inproc PAIR did the same through libzmq, at a cost of some
+thirty system calls per round trip (``getpid`` and ``poll`` in every call
+on a socket whose peer sleeps, eventfd writes and reads, ``epoll_wait``):
+a round trip took four times a ``gevent.queue`` one.  Each channel is
+bounded (``hwm`` messages, as the PAIR's high-water marks were) and keeps
+order; a full one makes its writer wait.
 
 Parent to actor: commands (``$TERM`` and the actor's own verbs).
 Actor to parent: ``$READY``/``$FAILED`` once at start, events (any verb,
@@ -36,13 +44,12 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gevent
 import msgpack
-import zmq
 from gevent import getcurrent
 from gevent.event import AsyncResult, Event as GeventEvent
 from gevent.hub import Waiter
@@ -50,13 +57,12 @@ from gevent.hub import Waiter
 from .errors import ActorDied, ActorError, ActorExited, ActorTimeout, CommandError, PipeError
 from .events import BLOCK, Subscription, low_mark
 from .reactor import DRAIN_CAP
-from .sockets import NOBLOCK, POLLIN, POLLOUT, Socket, context
-from .speedups import recv_message
 
 if TYPE_CHECKING:
     from .reactor import Reactor
 
-__all__ = ["Event", "PipeEnd", "encode", "decode", "pack", "pipe_pair", "RESERVED", "EVENTS_SIZE", "EVENTS_BYTES"]
+__all__ = ["Event", "Channel", "PipeEnd", "encode", "decode", "pack", "pipe_pair", "RESERVED", "EVENTS_SIZE",
+           "EVENTS_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -105,41 +111,85 @@ def decode(frame: bytes) -> tuple[str, int, list[Any]]:
     return message[0], message[1], message[2:]
 
 
-_SNDHWM, _RCVHWM, _LINGER = int(zmq.SNDHWM), int(zmq.RCVHWM), int(zmq.LINGER)
+class Channel:
+    """One direction of a pipe: encoded messages in order, at most ``hwm`` waiting.
 
-#: seconds an attached sender parked for room waits between looks at whether the actor is gone
-_GONE_CHECK = 0.1
+    Both ends belong to one thread (the parent's hub; the actor is its
+    greenlet); not safe across OS threads.  ``notify()``, when set, is
+    called as the channel turns non-empty: the reader's wake-up (it must
+    not block: it schedules).  A message put into a closed channel is
+    dropped, as a socket's was once its peer had gone.
+    """
+
+    __slots__ = ("_items", "_room", "hwm", "notify", "closed")
+
+    def __init__(self, hwm: int) -> None:
+        self._items: deque[bytes] = deque()
+        self._room = GeventEvent()
+        self._room.set()
+        self.hwm = hwm
+        self.notify: Callable[[], object] | None = None
+        self.closed = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, frame: bytes) -> bool:
+        """Queue ``frame`` unless the channel is full (False: nothing queued).  Never blocks."""
+        if self.closed:
+            return True
+        items = self._items
+        if len(items) >= self.hwm:
+            return False
+        items.append(frame)
+        if len(items) == 1 and self.notify is not None:
+            self.notify()
+        return True
+
+    def send(self, frame: bytes) -> None:
+        """:meth:`put`, parking the calling greenlet while the channel is full."""
+        while not self.put(frame):
+            self._room.clear()
+            self._room.wait()
+
+    def get(self) -> bytes | None:
+        """The oldest message, or None when none waits.  Never blocks."""
+        items = self._items
+        if not items:
+            return None
+        if len(items) >= self.hwm:
+            self._room.set()  # a writer may wait for this
+        return items.popleft()
+
+    def close(self) -> None:
+        """Drop what waits; later messages are dropped too, and a waiting writer goes on."""
+        self.closed = True
+        self._items.clear()
+        self._room.set()
 
 
-def pipe_pair(hwm: int = 10000) -> tuple[Socket, Socket]:
-    """Two connected PAIR sockets: ``(parent end, actor end)``."""
-    ctx = context()
-    endpoint = "inproc://zactors-pipe-%s" % uuid.uuid4().hex
-    parent = ctx.socket(zmq.PAIR, socket_class=Socket)
-    child = ctx.socket(zmq.PAIR, socket_class=Socket)
-    for sock in (parent, child):  # set(int, ...): pyzmq's attribute sugar costs ~4x more, on every restart
-        sock.set(_SNDHWM, hwm)
-        sock.set(_RCVHWM, hwm)
-        sock.set(_LINGER, 0)
-    parent.bind(endpoint)
-    child.connect(endpoint)
-    return parent, child  # type: ignore[return-value]  # socket_class=Socket
+def pipe_pair(hwm: int = 10000) -> tuple[Channel, Channel]:
+    """The two channels of a pipe: ``(commands to the actor, messages to the parent)``."""
+    return Channel(hwm), Channel(hwm)
 
 
 class PipeEnd:
     """The parent's end of an actor pipe: commands out, replies and events in.
 
-    Incoming messages are drained by a gevent io callback in the hub, which
-    hands each reply straight to its waiting caller (no reader greenlet in
-    between), or by a reactor when the pipe is :meth:`attach`-ed to one (the
-    parent is itself an actor).  Events go to every open
+    Incoming messages are drained by a hub callback, scheduled as the
+    channel turns non-empty, which hands each reply straight to its waiting
+    caller (no reader greenlet in between), or by a reactor when the pipe is
+    :meth:`attach`-ed to one (the parent is itself an actor).  Events go to every open
     :class:`~zactors.actors.events.Subscription`: the default one
     (:meth:`recv_event`) and those made by :meth:`subscribe`.
     """
 
-    def __init__(self, socket: Socket, name: str, size: int = EVENTS_SIZE, max_bytes: int = EVENTS_BYTES) -> None:
+    def __init__(self, commands: Channel, incoming: Channel, name: str, size: int = EVENTS_SIZE,
+                 max_bytes: int = EVENTS_BYTES) -> None:
         self._default = Subscription(self, size, BLOCK, max_bytes)  # checks size and max_bytes
-        self.socket = socket
+        #: the channel of commands to the actor, and that of the actor's messages to us
+        self.commands = commands
+        self.incoming = incoming
         self.name = name
         #: the event window, in events and in bytes: the pipe never holds more
         self.size = size
@@ -158,11 +208,10 @@ class PipeEnd:
         self._ready = AsyncResult()
         self._end: ActorError | None = None  # ActorExited / ActorDied once the actor is gone
         self._reactor: Reactor | None = None
-        self._room = GeventEvent()
-        self._room.set()
         self._hub = gevent.get_hub()
-        self._watcher = self._hub.loop.io(socket.getsockopt(zmq.FD), 1)
-        self._watcher.start(self._drain)
+        self._drain_queued = False  # a _drain callback is scheduled
+        self._pump_waiter = None  # the Waiter of a call pumping the pipe (attached), woken by a message
+        incoming.notify = self._arrived
 
     # -- outgoing -----------------------------------------------------------
     def send(self, verb: str, *args: Any) -> None:
@@ -171,36 +220,10 @@ class PipeEnd:
         self._send(encode(verb, 0, args))
 
     def _send(self, frame):
-        """Send ``frame``, parking while the actor is behind; raises the actor's end (ActorExited /
-        ActorDied) if it is gone, or goes, meanwhile: a gone actor's end of the pipe is closed, so
-        there is never room again, and its last words (``$EXIT``/``$DIED``) may be waiting unread."""
-        sock = self.socket
-        while True:
-            try:
-                sock.send(frame, NOBLOCK)
-                break
-            except zmq.Again:  # the actor is behind (or gone): park until it reads
-                if self._reactor is not None:
-                    frames = recv_message(sock, sock.handle)
-                    if frames is not None:
-                        self.dispatch(frames[0])    # (its last words end it: _check below)
-                    else:
-                        sock.wait(POLLOUT | POLLIN, _GONE_CHECK)
-                    self._check()
-                    continue
-                # The hub's drain callback eats the ZMQ_FD edge a plain wait
-                # would need, so it is the one that tells us about room (and
-                # about the actor's end: _finish sets _room too).
-                self._room.clear()
-                if sock.events() & POLLIN:  # (our send may have eaten the edge of its last words)
-                    self._hub.loop.run_callback(self._drain)
-                if not sock.events() & POLLOUT:
-                    self._room.wait()
-                self._check()
-        # A send processes the socket's mailbox and may eat the ZMQ_FD edge
-        # the hub waits on: if something is readable now, drain it ourselves.
-        if self._reactor is None and sock.events() & POLLIN:
-            self._hub.loop.run_callback(self._drain)
+        """Send ``frame``, parking while the actor is behind (its channel full); raises the actor's end
+        (ActorExited / ActorDied) if it is gone, or goes meanwhile (its end closes the channel)."""
+        self.commands.send(frame)
+        self._check()
 
     def call(self, verb: str, *args: Any, timeout: float | None = None) -> Any:
         """Send a command and wait for its reply value (or raise its error)."""
@@ -305,26 +328,25 @@ class PipeEnd:
                 return False
         return True
 
-    def park(self, fd: int | None = None) -> bool:
+    def park(self, commands: Channel | None = None) -> bool:
         """Park the calling greenlet until the window has room again.
 
-        Returns early, True, when ``fd`` (the actor's end of the pipe, whose
-        ``ZMQ_FD`` edges it watches) may have commands to read; False when
-        woken for room (or because the pipe closed).  The caller re-checks
-        :meth:`full`.
+        Returns early, True, when a command arrives on ``commands`` (the
+        actor's command channel, served meanwhile); False when woken for
+        room (or because the pipe closed).  The caller re-checks :meth:`full`.
         """
         waiter = self._parked = Waiter()
-        watcher = None
-        if fd is not None:
-            watcher = self._hub.loop.io(fd, 1)
-            watcher.start(waiter.switch, True)
+        notify = None
+        if commands is not None:
+            notify = commands.notify
+            commands.notify = lambda: self._hub.loop.run_callback(waiter.switch, True)
         try:
             return waiter.get()
         finally:
             if self._parked is waiter:
                 self._parked = None
-            if watcher is not None:
-                watcher.close()
+            if commands is not None:
+                commands.notify = notify
 
     def consumed(self) -> None:
         """A blocking reader took an event: wake a parked actor below the low-water mark."""
@@ -347,62 +369,93 @@ class PipeEnd:
         Used when the parent is itself an actor; afterwards :meth:`call` must
         be made from the reactor's own greenlet.
         """
-        self._watcher.stop()
         self._reactor = reactor
         self._on_event = on_event
         # on_event consumes each event as it arrives: the default queue would only fill up.
         self._default.close()
-        reactor.add_reader(self.socket, self.dispatch)
+        if len(self.incoming):
+            self._arrived()
+
+    def _arrived(self):
+        """The incoming channel turned non-empty: have it drained (never blocks)."""
+        if self._pump_waiter is not None:
+            waiter, self._pump_waiter = self._pump_waiter, None
+            self._hub.loop.run_callback(waiter.switch, True)
+        elif self._reactor is not None:
+            self._reactor.post(self._drain_attached)
+        elif not self._drain_queued:
+            self._drain_queued = True
+            self._hub.loop.run_callback(self._drain)
+
+    def _drain_attached(self, cap=DRAIN_CAP):
+        """The attached reactor's turn: dispatch up to ``cap`` messages, then let it go round."""
+        incoming = self.incoming
+        for _ in range(cap):
+            frame = incoming.get()
+            if frame is None:
+                return
+            self.dispatch(frame)
+        if len(incoming):
+            self._reactor.post(self._drain_attached)
 
     def _drain(self, cap=DRAIN_CAP):
-        """Hub callback: dispatch what is readable, at most ``cap`` messages (never blocks).
+        """Hub callback: dispatch what waits, at most ``cap`` messages (never blocks).
 
         Past the cap it goes on in a fresh callback, so the greenlets it woke
-        (readers, callers) run in between: no ZMQ_FD edge comes for what is
-        left, so it must not wait for one.
+        (readers, callers) run in between.
         """
-        sock = self.socket
+        self._drain_queued = False
+        incoming = self.incoming
         n = 0
         while self._reactor is None:
-            try:
-                frames = recv_message(sock, sock.handle)
-            except zmq.ZMQError:  # closed under us
+            frame = incoming.get()
+            if frame is None:
                 break
-            if frames is None:
-                break
-            self.dispatch(frames[0])
+            self.dispatch(frame)
             n += 1
             if n == cap:
-                self._hub.loop.run_callback(self._drain)
+                if len(incoming) and not self._drain_queued:
+                    self._drain_queued = True
+                    self._hub.loop.run_callback(self._drain)
                 break
-        if not self._room.is_set() and not sock._closed and sock.events() & POLLOUT:
-            self._room.set()
         if self._parked is not None:  # in_flight fell, or a drop-only reader took events
             self.consumed()
 
     def _pump_until(self, box, timeout):
         """Read the pipe in the attached reactor's greenlet until ``box`` is done; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        incoming = self.incoming
         while not box[0]:
+            frame = incoming.get()
+            if frame is not None:
+                self.dispatch(frame)
+                continue
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
+            waiter = self._pump_waiter = Waiter()
+            timer = None
+            if remaining is not None:
+                timer = self._hub.loop.timer(remaining)
+                timer.start(waiter.switch, False, update=True)
             try:
-                frames = self.socket.recv_multipart(timeout=remaining)
-            except zmq.Again:
-                return False
-            self.dispatch(frames[0])
+                waiter.get()
+            finally:
+                if self._pump_waiter is waiter:
+                    self._pump_waiter = None
+                if timer is not None:
+                    timer.close()
+        if len(incoming):  # what came behind the reply: its wake-up went to us
+            self._reactor.post(self._drain_attached)
         return True
 
-    def dispatch(self, frame: bytes | list[bytes]) -> None:
+    def dispatch(self, frame: bytes) -> None:
         """Route one message from the actor to a waiting call or the events.
 
         Runs in the hub (or the attached reactor's greenlet): never blocks.
         """
-        if type(frame) is list:  # from a reactor, which hands over whole messages
-            frame = frame[0]
         try:
-            verb, request_id, args = decode(frame)  # type: ignore[arg-type]  # a list became its frame
+            verb, request_id, args = decode(frame)
         except PipeError as exc:
             log.error("%s: malformed message from actor dropped: %s", self.name, exc)
             return
@@ -460,17 +513,13 @@ class PipeEnd:
         if self._reactor is not None:
             self._reactor.post(self._gone, reason)
             return
-        if not self.socket.closed:
+        if not self.incoming.closed:
             self._drain(None)
         self._gone(reason)
 
     def _gone(self, reason):
-        sock = self.socket
-        while self._reactor is not None and self._end is None and not sock.closed:
-            frames = recv_message(sock, sock.handle)
-            if frames is None:
-                break
-            self.dispatch(frames[0])
+        if self._reactor is not None and self._end is None and not self.incoming.closed:
+            self._drain_attached(len(self.incoming))
         if self._end is None:
             self._last_word(DIED, (reason,))
 
@@ -489,21 +538,24 @@ class PipeEnd:
             self._end = ActorDied("%s died: %s" % (self.name, args[0] if args else "unknown error"))
         self._fail_pending()
         self._ready.set(False)
-        self._room.set()  # a sender parked for room: there will be none
+        self.commands.close()  # a sender parked for room: there will be none (it raises, see _send)
 
     def _fail_pending(self):
         pending, self._pending = self._pending, {}
         for entry in pending.values():
             self._resolve(entry, None, self._end)
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self.incoming.closed
+
     def close(self) -> None:
-        """Stop reading and close the socket
- (linger 0); pending calls fail."""
-        if self._reactor is not None:
-            self._reactor.remove_reader(self.socket)
-        else:
+        """Stop reading and close both channels; pending calls fail."""
+        if self._reactor is None:
             self._drain(None)  # the actor's last words ($EXIT) may not have been read yet
-        self._watcher.close()
+        else:
+            self._drain_attached(len(self.incoming))
         if self._end is None:
             self._end = ActorExited("%s has been destroyed" % self.name)
         self._fail_pending()
@@ -511,5 +563,5 @@ class PipeEnd:
         for sub in subscriptions:
             sub._shut(self._end)
         self.consumed()  # an actor still parked (never, after destroy) must not wait for readers that are gone
-        self._room.set()
-        self.socket.close(0)
+        self.incoming.close()
+        self.commands.close()

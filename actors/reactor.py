@@ -25,6 +25,7 @@ from typing import Any
 import zmq
 from gevent import getcurrent
 from gevent.hub import Waiter, get_hub
+from gevent.monkey import get_original
 
 from .sockets import POLLIN, Socket
 from .speedups import events, recv_message
@@ -40,6 +41,7 @@ COMPACT_MIN = 64
 TASK_SLICE = 0.001
 
 _monotonic = time.monotonic
+_get_ident = get_original("_thread", "get_ident")
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +130,9 @@ class Reactor:
         self._tasks: deque[Task] = deque()  # running (not paused) tasks, in turn order
         self._posted: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()  # (func, args) from post(), any thread
         # ref=False: a reactor waiting for posts alone must not keep the hub alive
-        self._async = get_hub().loop.async_(ref=False)
+        hub = get_hub()
+        self._thread = hub.thread_ident  # posts from it need no async watcher
+        self._async = hub.loop.async_(ref=False)
         self._async.start(self._wake)
         self.drain_cap = drain_cap
         self.task_slice = task_slice
@@ -301,6 +305,13 @@ class Reactor:
         would.  Calls posted after :meth:`close` are dropped.
         """
         self._posted.append((func, args))  # deque.append is atomic
+        if _get_ident() == self._thread:
+            # Our own thread (an actor's parent or child, say): a hub callback wakes
+            # us, without the async watcher's system calls and loop iteration.
+            if self._waiter is not None and not self._wake_queued:
+                self._wake_queued = True
+                get_hub().loop.run_callback(self._wake_from_hub)
+            return
         watcher = self._async
         if watcher is not None:
             try:

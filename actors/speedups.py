@@ -35,6 +35,13 @@ its :func:`handle` (``sock.underlying``, read once: it is a property).
   frame's buffer is taken first: a frame that is not bytes-like
   (``TypeError``) or not contiguous (``BufferError``) fails the whole
   message with nothing sent.
+* ``send_locked(lock, sock, handle, frames, counts)``: ``send_message``
+  holding ``lock`` (a ``_thread`` lock) if it is free now; True once queued
+  (``counts[0]`` incremented under the lock), False with nothing queued when
+  the lock is held elsewhere or the peer cannot take it now.  In C no other
+  thread runs while it holds the lock, so threads sharing a socket this way
+  never wait on each other (a Python ``with lock:`` may be preempted inside,
+  and the others then queue up behind it, one thread switch per message).
 * ``send_each(sock, handle, prefix, frames)``: queue ``[prefix, frame]`` as
   one message for each frame of the list ``frames`` (all bytes), until one
   cannot be queued now (``EAGAIN``, an unroutable ROUTER peer, any error);
@@ -44,6 +51,7 @@ its :func:`handle` (``sock.underlying``, read once: it is a property).
 
 Closed sockets raise ``zmq.ZMQError(ENOTSOCK)``, like pyzmq.
 """
+import _thread
 import errno
 import logging
 import sys
@@ -52,7 +60,8 @@ import zmq
 
 from .purepython import optional_extension, pure_python_requested
 
-__all__ = ["SPEEDUPS", "handle", "buffers", "send_frames", "recv_message", "recv_singles", "send_message", "send_each",
+__all__ = ["SPEEDUPS", "handle", "buffers", "send_frames", "recv_message", "recv_singles", "send_message", "send_locked",
+           "send_each",
            "events",
            "pure_python_requested", "self_test"]
 
@@ -222,6 +231,19 @@ def py_send_message(sock, handle, frames):
     send_frames(sock, buffers(frames))
 
 
+def py_send_locked(lock, sock, handle, frames, counts):
+    if not lock.acquire(False):
+        return False
+    try:
+        py_send_message(sock, handle, frames)
+        counts[0] += 1
+        return True
+    except zmq.Again:
+        return False
+    finally:
+        lock.release()
+
+
 def py_send_each(sock, handle, prefix, frames):
     _check(sock)
     if type(prefix) is not bytes or type(frames) is not list or any(type(f) is not bytes for f in frames):
@@ -283,6 +305,12 @@ def self_test(calls):
         a.send_multipart([b"single"], NOBLOCK)
         a.send_multipart([b"multi", b"part"], NOBLOCK)
         expect("recv_singles", calls.recv_singles(b, hb, 10), ([b"single"], 1))
+        lock, counts = _thread.allocate_lock(), [0]  # any lock: only its methods are called
+        expect("send_locked", calls.send_locked(lock, a, ha, [b"locked"], counts), True)
+        expect("what pyzmq read of send_locked", (b.recv_multipart(NOBLOCK), counts), ([b"locked"], [1]))
+        with lock:
+            expect("send_locked with the lock held", calls.send_locked(lock, a, ha, [b"no"], counts), False)
+        expect("the lock after send_locked", (lock.locked(), counts, calls.events(b, hb)), (False, [1], POLLOUT))
         expect("send_each", calls.send_each(a, ha, b"id", [b"one", b"two"]), 2)
         expect("what pyzmq read of send_each", [b.recv_multipart(NOBLOCK) for _ in range(2)],
                [[b"id", b"one"], [b"id", b"two"]])
@@ -324,8 +352,8 @@ _c = _load()
 #: True when the C calls are in use
 SPEEDUPS = _c is not None
 if SPEEDUPS:
-    recv_message, recv_singles, send_message, send_each, events = (
-        _c.recv_message, _c.recv_singles, _c.send_message, _c.send_each, _c.events)
+    recv_message, recv_singles, send_message, send_locked, send_each, events = (
+        _c.recv_message, _c.recv_singles, _c.send_message, _c.send_locked, _c.send_each, _c.events)
 else:
-    recv_message, recv_singles, send_message, send_each, events = (
-        py_recv_message, py_recv_singles, py_send_message, py_send_each, py_events)
+    recv_message, recv_singles, send_message, send_locked, send_each, events = (
+        py_recv_message, py_recv_singles, py_send_message, py_send_locked, py_send_each, py_events)

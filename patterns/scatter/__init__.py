@@ -32,9 +32,7 @@ What is safe, exactly:
   A Scatter flushes what it accepted for up to ``linger`` seconds; a
   Gather's undelivered messages are dropped with it.
 * Not safe: using an object in a child after ``os.fork``; calling it from a
-  signal handler; free-threaded (no-GIL) Python builds, because a Scatter
-  lets its first sending thread skip the lock until a second thread comes
-  (a handshake that the GIL orders).  The counters (``sent``, ``received``, ``discarded``,
+  signal handler.  The counters (``sent``, ``received``, ``discarded``,
   ``waited``) are statistics, exact only when no call is in progress.
 * Losses: none while peers stay connected (a full queue means waiting, not
   dropping).  As the spec says, what is queued for a peer that disconnects

@@ -80,7 +80,7 @@ class Gather(SafeSocket):
     def _recv_slow(self, block, timeout):
         deadline = None
         while True:
-            with self._locked:
+            with self._lock:
                 self._check()
                 self._fill()
                 try:

@@ -6,10 +6,11 @@ takes an OS-level lock (the original ``_thread`` lock, even under
 monkey-patching) around every call into the socket, and never holds it
 across a blocking call or a greenlet switch: every socket call is
 ``NOBLOCK``.  libzmq's own thread-safe sockets do the same (a mutex around
-each call).  One exception, for speed: the first thread that sends on a
-Scatter does so without the lock until a second thread uses the object
-(see :class:`SafeSocket`); this relies on the GIL (CPython with its GIL,
-not a free-threaded build).
+each call).  Scatter's hot ``send`` takes the lock, sends and releases it
+in one C call (:func:`~zactors.actors.speedups.send_locked`), so no other
+thread can run while it is held: threads sharing a Scatter do not queue up
+behind a thread preempted inside ``with lock:`` (that convoy cost a thread
+switch per message, and halved the rate of four threads).
 
 Waiting.  A caller that must block (no peer can take a message, no message
 to receive) parks only its own greenlet, in its own thread's gevent hub; in
@@ -64,7 +65,6 @@ __all__ = ["SafeSocket", "Closed", "EVENTS", "POLLIN", "POLLOUT", "NOBLOCK"]
 
 _allocate_lock = get_original("_thread", "allocate_lock")
 _get_ident = get_original("_thread", "get_ident")
-_sleep = get_original("time", "sleep")
 _local = get_original("_thread", "_local")
 _poll = get_original("select", "poll")
 _main_ident = threading.main_thread().ident
@@ -120,37 +120,10 @@ def _thread_waker():
     return waker
 
 
-class _Locked:
-    """``with sock._locked:``: take the lock, and first end the owner's lock-free mode
-    when another thread comes (see :meth:`SafeSocket._share`)."""
-
-    __slots__ = ("sock",)
-
-    def __init__(self, sock):
-        self.sock = sock
-
-    def __enter__(self):
-        sock = self.sock
-        sock._lock.acquire()
-        if not sock._shared and sock._owner is not None and sock._owner != _get_ident():
-            sock._share()
-
-    def __exit__(self, *exc):
-        self.sock._lock.release()
-
-
 class SafeSocket:
     """One plain pyzmq socket behind a lock, with cross-thread waiting.
 
     All public methods are safe from any thread and any greenlet.
-
-    Lock-free owner: a subclass may let the first thread that uses a hot
-    method (Scatter's ``send``) call the socket without the lock, for as long
-    as no other thread has touched the object: the owner marks itself
-    ``_busy`` around each such call and then checks ``_shared``; another
-    thread, holding the lock, sets ``_shared`` for good and waits until the
-    owner is not ``_busy`` (Dekker's handshake; the GIL orders these reads
-    and writes).  From then on everyone takes the lock.
     """
 
     #: the event (POLLIN or POLLOUT) a blocked caller waits for; set by subclasses
@@ -159,10 +132,6 @@ class SafeSocket:
     def __init__(self, socket_type: int, native: bool, linger: float | None, options: Mapping[str, Any]) -> None:
         self.native = native
         self._lock = _allocate_lock()
-        self._locked = _Locked(self)
-        self._owner = None  # thread ident allowed the lock-free path, until _shared
-        self._shared = False
-        self._busy = False  # the owner is inside a lock-free call
         self._waiters: list[tuple[Any, Any]] = []  # (hub, Waiter) of parked greenlets not yet woken
         self._parked = 0  # greenlets inside _wait: the last one out closes a closing socket
         self._closing = False
@@ -200,19 +169,19 @@ class SafeSocket:
     # -- options ----------------------------------------------------------------
     def setsockopt(self, option: int, value: int | bytes) -> None:
         """Set a socket option (e.g. through :func:`actors.auth.curve_server`), before bind/connect."""
-        with self._locked:
+        with self._lock:
             self._check()
             self._sock.setsockopt(option, value)
 
     def getsockopt(self, option: int) -> int | bytes:
-        with self._locked:
+        with self._lock:
             self._check()
             return self._sock.getsockopt(option)
 
     # -- endpoints ------------------------------------------------------------
     def bind(self, endpoint: str) -> str:
         """Bind; returns the real endpoint (``tcp://127.0.0.1:*`` picks a port)."""
-        with self._locked:
+        with self._lock:
             self._check()
             self._sock.bind(endpoint)
             real = self._sock.get(zmq.LAST_ENDPOINT).decode()  # type: ignore[union-attr]  # bytes
@@ -221,18 +190,18 @@ class SafeSocket:
 
     def connect(self, endpoint: str) -> None:
         """Connect to a peer (its queue exists at once, connected or not)."""
-        with self._locked:
+        with self._lock:
             self._check()
             self._sock.connect(endpoint)
 
     def unbind(self, endpoint: str) -> None:
-        with self._locked:
+        with self._lock:
             self._check()
             self._sock.unbind(endpoint)
 
     def disconnect(self, endpoint: str) -> None:
         """Forget a peer; its queue and the messages in it are discarded."""
-        with self._locked:
+        with self._lock:
             self._check()
             self._sock.disconnect(endpoint)
 
@@ -246,7 +215,7 @@ class SafeSocket:
         that is gone or full, and with it every socket of the context.  Read
         the events, and call :meth:`stop_monitor` before closing the reader.
         """
-        with self._locked:
+        with self._lock:
             self._check()
             if self._handshakes is not None:
                 handshakes.unwatch(self, self._handshakes)
@@ -255,7 +224,7 @@ class SafeSocket:
 
     def stop_monitor(self) -> None:
         """Stop publishing socket events (before the reader of the events goes away)."""
-        with self._locked:
+        with self._lock:
             if not self._closing:
                 self._sock.disable_monitor()
                 if self._handshakes is None:
@@ -272,7 +241,7 @@ class SafeSocket:
 
         Queued outgoing messages are flushed for up to ``linger`` seconds.
         """
-        with self._locked:
+        with self._lock:
             if self._closing:
                 return
             self._closing = True
@@ -288,12 +257,6 @@ class SafeSocket:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _share(self):
-        """Another thread is here (lock held): end the lock-free mode for good."""
-        self._shared = True
-        while self._busy:  # the owner's lock-free call is a NOBLOCK send: microseconds
-            _sleep(0)
 
     def _check(self):
         if self._closing:
@@ -353,7 +316,7 @@ class SafeSocket:
 
     def _park(self, entry):
         """Register a waiter; the descriptor to watch, or None when a call could go on already."""
-        with self._locked:
+        with self._lock:
             self._check()
             if self._ready():
                 return None
@@ -371,7 +334,7 @@ class SafeSocket:
 
     def _unpark(self, entry):
         """Forget a waiter; the last one out of a closing socket closes it."""
-        with self._locked:
+        with self._lock:
             try:
                 self._waiters.remove(entry)
             except ValueError:  # a waker took it already

@@ -8,11 +8,11 @@ from typing import Any
 import zmq
 
 from zactors.actors.sockets import limit_size
-from zactors.actors.speedups import send_message
+from zactors.actors.speedups import send_locked, send_message
 
 from .errors import MultipartError, NoPeerAvailable
 from .native import socket_types
-from .safesocket import POLLOUT, SafeSocket, _get_ident
+from .safesocket import POLLOUT, SafeSocket
 
 __all__ = ["Scatter"]
 
@@ -55,7 +55,7 @@ class Scatter(SafeSocket):
         super().__init__(kind, native, linger, options)
         limit_size(self._sock, 1024)  # it only sends: nothing large may come in
         self.queue_limit = queue_limit
-        self.sent = 0
+        self._sent = [0]  # counted under the lock (by send_locked on the hot path)
         #: sends that found no available peer and had to wait
         self.waited = 0
 
@@ -70,29 +70,17 @@ class Scatter(SafeSocket):
         """
         if type(message) is not bytes and not isinstance(message, _SINGLE):
             message = _single(message)
-        if self._owner == _get_ident():
-            # Lock-free while no other thread has used this Scatter (see SafeSocket).
-            self._busy = True
+        # The hot path: lock, send, unlock in one C call that no other thread can interrupt.
+        if not self._closing:
             try:
-                if not self._shared and not self._closing:
-                    # _try_send inlined: this is the hot path, a call costs 20% of it
-                    try:
-                        send_message(self._sock, self._handle, (message,))
-                    except _Again:
-                        pass
-                    else:
-                        self.sent += 1
-                        if self._waiters:
+                if send_locked(self._lock, self._sock, self._handle, (message,), self._sent):
+                    if self._waiters:  # the send may have eaten the FD edge they wait on
+                        with self._lock:
                             self._wake_if_ready()
-                        return
-            finally:
-                self._busy = False
+                    return
+            except zmq.ZMQError:  # closed under us: the locked path below says so
+                pass
         with self._lock:
-            if not self._shared and self._owner != _get_ident():
-                if self._owner is None:
-                    self._owner = _get_ident()  # the first sender owns the lock-free path
-                else:
-                    self._share()
             if self._closing:  # the socket may stay open for a parked waiter
                 self._check()
             if self._try_send(message):
@@ -105,22 +93,27 @@ class Scatter(SafeSocket):
         deadline = None if timeout is None else _monotonic() + timeout
         self.waited += 1  # not under the lock: a statistic, may miss a concurrent increment
         while self._wait(deadline):
-            with self._locked:
+            with self._lock:
                 self._check()
                 if self._try_send(message):
                     return
         raise NoPeerAvailable(timeout, self._refusals())
 
     def _try_send(self, message):
-        """One non-blocking send, by the lock holder or the lock-free owner; False if no peer can take it."""
+        """One non-blocking send, by the lock holder; False if no peer can take it."""
         try:
             send_message(self._sock, self._handle, (message,))
         except _Again:
             return False
-        self.sent += 1
+        self._sent[0] += 1
         if self._waiters:  # the send may have eaten the FD edge they wait on
             self._wake_if_ready()
         return True
+
+    @property
+    def sent(self) -> int:
+        """Messages accepted (queued)."""
+        return self._sent[0]
 
     def _ready(self):
         return self._events() & POLLOUT

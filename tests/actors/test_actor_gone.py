@@ -79,7 +79,7 @@ def test_a_sender_parked_on_a_full_pipe_raises_when_the_actor_goes():
     try:
         actor.send("PAUSE")
         parked = gevent.spawn(lambda: [actor.send("PING") for _ in range(100000)])
-        wait_for(lambda: not actor._pipe._room.is_set(), DEADLINE, "the pipe to fill (the sender parks)")
+        wait_for(lambda: not actor._pipe.commands._room.is_set(), DEADLINE, "the pipe to fill (the sender parks)")
         actor._greenlet.kill(Boom, block=True)
         with gevent.Timeout(DEADLINE, AssertionError("the parked sender did not return")):
             with pytest.raises(ActorDied):

@@ -1,4 +1,5 @@
 """actors.speedups: the C calls and their pure-Python twins behave the same."""
+import _thread
 import errno
 import itertools
 import os
@@ -7,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import pytest
 import zmq
@@ -18,11 +20,11 @@ from zactors.actors.sockets import context
 
 IMPLEMENTATIONS = {
     "python": (speedups.py_recv_message, speedups.py_recv_singles, speedups.py_send_message,
-               speedups.py_events, speedups.py_send_each),
+               speedups.py_events, speedups.py_send_each, speedups.py_send_locked),
 }
 if speedups.SPEEDUPS:
     IMPLEMENTATIONS["c"] = (speedups._c.recv_message, speedups._c.recv_singles, speedups._c.send_message,
-                            speedups._c.events, speedups._c.send_each)
+                            speedups._c.events, speedups._c.send_each, speedups._c.send_locked)
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
@@ -149,7 +151,7 @@ def test_events_reports_readiness(impl, pair):
 
 
 def test_a_closed_socket_raises_enotsock_for_every_call(impl):
-    recv_message, recv_singles, send_message, events, _ = impl
+    recv_message, recv_singles, send_message, events, _, _ = impl
     sock = context().socket(zmq.PULL)
     handle = speedups.handle(sock)
     sock.close()
@@ -188,7 +190,7 @@ def test_recv_singles_matches_the_model_for_any_traffic(pair, messages, limit):
     handle = speedups.handle(pull)
     singles = [m[0] for m in messages if len(m) == 1]
     multipart = sum(1 for m in messages if len(m) > 1)
-    for name, (_, recv_singles, _, _, _) in sorted(IMPLEMENTATIONS.items()):
+    for name, (_, recv_singles, _, _, _, _) in sorted(IMPLEMENTATIONS.items()):
         _send_all(push, messages)
         got, discarded = [], 0
         while True:
@@ -287,11 +289,43 @@ def test_the_c_calls_pass_the_self_test():
     speedups.self_test(speedups._c)
 
 
+def test_send_locked_sends_only_with_the_lock_free_and_always_leaves_it_free(impl):
+    """True and counted when queued; False, nothing queued, when the lock is held or the peer is full."""
+    send_locked = impl[5]
+    ctx = context()
+    push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    endpoint = "inproc://send-locked-%s" % uuid.uuid4().hex
+    for sock in (push, pull):
+        sock.linger = 0
+    push.sndhwm = pull.rcvhwm = 1
+    try:
+        pull.bind(endpoint)
+        push.connect(endpoint)
+        lock, counts = _thread.allocate_lock(), [0]
+        assert send_locked(lock, push, speedups.handle(push), [b"queued"], counts) is True
+        assert counts == [1] and not lock.locked()
+        with lock:
+            assert send_locked(lock, push, speedups.handle(push), [b"held"], counts) is False
+        sent = 1
+        while send_locked(lock, push, speedups.handle(push), [b"more"], counts):  # until the peer is full
+            sent += 1
+            assert sent < 100
+        assert counts == [sent] and not lock.locked()
+        assert [pull.recv() for _ in range(sent)] == [b"queued"] + [b"more"] * (sent - 1)
+        push.close()
+        with pytest.raises(zmq.ZMQError):
+            send_locked(lock, push, speedups.handle(push), [b"closed"], counts)
+        assert counts == [sent] and not lock.locked()
+    finally:
+        push.close()
+        pull.close()
+
+
 class _Drifted:
     """The C calls as a changed libzmq could make them: frames come back mangled."""
 
     def __init__(self, calls, **broken):
-        self.recv_message, self.recv_singles, self.send_message, self.events, self.send_each = calls
+        self.recv_message, self.recv_singles, self.send_message, self.events, self.send_each, self.send_locked = calls
         self.__dict__.update(broken)
 
 
@@ -300,6 +334,7 @@ class _Drifted:
     {"events": lambda sock, handle: 0},
     {"send_message": lambda sock, handle, frames: None},
     {"send_each": lambda sock, handle, prefix, frames: len(frames)},
+    {"send_locked": lambda lock, sock, handle, frames, counts: True},
 ])
 def test_the_self_test_catches_calls_that_disagree_with_pyzmq(impl, broken):
     with pytest.raises(Exception):
@@ -331,7 +366,7 @@ class _Interrupted(Exception):
 def test_signals_during_the_calls_neither_split_messages_nor_get_lost(impl, pair):
     """A SIGALRM every 100 us while multipart messages go through: handlers run, messages stay whole."""
     import signal
-    recv_message, _, send_message, _, _ = impl
+    recv_message, _, send_message, _, _, _ = impl
     push, pull = pair
     hpush, hpull = speedups.handle(push), speedups.handle(pull)
     caught = []

@@ -192,8 +192,7 @@ def test_plain_thread_blocks_then_times_out_or_is_woken(make):
 
 
 @pytest.mark.timeout(90)
-def test_owner_lock_free_mode_hands_over_safely(make):
-    """The first sending thread runs lock-free until a second thread arrives mid-stream."""
+def test_a_second_thread_arriving_mid_stream_loses_and_duplicates_nothing(make):
     for _round in range(20):
         endpoint = "inproc://handover-%s" % uuid.uuid4().hex
         gather = make.gather(queue_limit=100)
@@ -203,14 +202,50 @@ def test_owner_lock_free_mode_hands_over_safely(make):
         per_sender = 2000
         got = []
         reader = gevent.spawn(lambda: got.extend(gather.recv(timeout=20) for _ in range(2 * per_sender)))
-        scatter.send(_pack(0))  # this thread becomes the lock-free owner
-        assert scatter._owner == threading.get_ident() and not scatter._shared
+        scatter.send(_pack(0))
         other = threading.Thread(target=_send_range, args=(scatter, per_sender, 2 * per_sender), daemon=True)
         other.start()
-        _send_range(scatter, 1, per_sender)  # keeps going while the other thread takes over
+        _send_range(scatter, 1, per_sender)  # keeps going while the other thread comes in
         wait_for(lambda: not other.is_alive(), 30, "the second sender")
         reader.get(timeout=30)
-        assert scatter._shared
         assert sorted(_unpack(m)[0] for m in got) == list(range(2 * per_sender))
+        assert scatter.sent == 2 * per_sender
         scatter.close()
         gather.close()
+
+
+@pytest.mark.timeout(60)
+def test_threads_sharing_a_scatter_send_without_waiting_for_its_lock(make, monkeypatch):
+    """Four threads sending at once take the one-call locked send, not the ``with lock:`` path.
+
+    A thread preempted inside ``with lock:`` (the GIL switches threads every
+    5 ms) made every other sender queue up on the lock, then hand it over one
+    message at a time, a thread switch each: four threads sent at about half
+    the rate of one.  Here the slow path may run only when a queue is full
+    or the lock was held by a slower call; with ample room that is rare.
+    """
+    from zactors.patterns.scatter import scatter as scatter_module
+
+    slow = []
+    locked_send = scatter_module.send_message
+
+    def counted(*args):
+        slow.append(1)
+        return locked_send(*args)
+
+    monkeypatch.setattr(scatter_module, "send_message", counted)
+    endpoint = "inproc://threads-%s" % uuid.uuid4().hex
+    total = 40_000
+    gather = make.gather(queue_limit=total)
+    gather.bind(endpoint)
+    scatter = make.scatter(queue_limit=total)
+    scatter.connect(endpoint)
+    senders = [threading.Thread(target=_send_range, args=(scatter, total * k // 4, total * (k + 1) // 4),
+                                daemon=True) for k in range(4)]
+    for sender in senders:
+        sender.start()
+    wait_for(lambda: not any(sender.is_alive() for sender in senders), 60, "the four senders")
+    got = [gather.recv(timeout=20) for _ in range(total)]
+    assert sorted(_unpack(m)[0] for m in got) == list(range(total))
+    assert scatter.sent == total
+    assert len(slow) < total // 20, "%d of %d sends took the with-lock path" % (len(slow), total)
