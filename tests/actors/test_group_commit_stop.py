@@ -65,7 +65,7 @@ def test_no_callback_runs_after_stop_returns(tmp_path):
     try:
         files.hold = True
         owner.call("APPEND")
-        assert files.started.wait(10), "the fsync did not start"
+        wait_for(files.started.is_set, 10, "the fsync to start (on the threadpool: the hub must run meanwhile)")
         owner.call("HALT")          # while that fsync runs on the threadpool
         files.release.set()
         # its result, posted back to the actor's loop, handled there (the flag is cleared first thing)
