@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from operator import attrgetter
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from .. import journal_codec as _codec
 from .files import OS_FILES, Files
@@ -35,7 +35,10 @@ _MEM_OVERHEAD = 160                 # rough bytes of Python objects per cached R
 _now = time.time
 _INF = float("inf")
 _frame = _codec.frame               # one record framed (and its CRC) into the write buffer, in one call
-Appender = _codec.Appender          # the per-record state (and in C, the common append in one call)
+if TYPE_CHECKING:                   # (the checker sees the twin: the C type has the same fields)
+    from ..journal_codec import PyAppender as Appender
+else:
+    Appender = _codec.Appender      # the per-record state (and in C, the common append in one call)
 if _codec.SPEEDUPS and (_codec.APPENDER_CONSTANTS != (INDEX_INTERVAL, _MEM_OVERHEAD)):
     raise ImportError("zactors.actors._journal was built with other constants %r: rebuild it"
                       % (_codec.APPENDER_CONSTANTS,))

@@ -381,7 +381,7 @@ class Publisher:
         # other bound, and a send never parks (publish numbers go out in order; a resend never blocks)
         self._sndhwm = 0 if idempotent else None
         self._parked = False      # idempotent: a publish is parked in a send; the others queue behind it
-        self._passive = False     # the broker said it is a passive: attach to the next endpoint
+        self._passive: bool | str = False    # the broker said it is a passive: attach to the next endpoint
         self._busy = False        # the broker refused our ATTACH for now: attach again
         deadline = _monotonic() + timeout
         refusal = None
@@ -916,7 +916,7 @@ class Subscriber(Actor):
         self._attached = False
         self._heard = _monotonic()
         self._stats = self.stats
-        self._passive = False       # the broker said it is a passive: attach to the next endpoint
+        self._passive: bool | str = False      # the broker said it is a passive: attach to the next endpoint
         self._link = None           # a pair: the Monitor of our connection (see _reconnect)
         deadline = _monotonic() + self.timeout
         slice_ = self.timeout if len(self.endpoints) == 1 else max(0.5, self.heartbeat)
