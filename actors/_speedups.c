@@ -520,7 +520,7 @@ send_each(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(n);
 }
 
-PyDoc_STRVAR(events_doc, "events(sock, handle) -> int\n\nThe socket's ZMQ_EVENTS.");
+PyDoc_STRVAR(events_doc, "events(sock, handle) -> int\n\nThe socket's ZMQ_EVENTS (asked again after an EINTR, once the signal's handler ran).");
 
 static PyObject *
 events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -535,8 +535,14 @@ events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if ((h = socket_of(args[0], args[1])) == NULL)
         return NULL;
-    if (zgetsockopt(h, ZMQ_EVENTS, &value, &size) < 0)
-        return raise_errno(zerrno());
+    while (zgetsockopt(h, ZMQ_EVENTS, &value, &size) < 0) {
+        int err = zerrno();
+        if (err != EINTR)   /* a signal (SIGCHLD of a stopped child, say): run its handler, ask again */
+            return raise_errno(err);
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+        size = sizeof(value);
+    }
     return PyLong_FromLong(value);
 }
 

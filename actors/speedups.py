@@ -260,7 +260,11 @@ def py_send_each(sock, handle, prefix, frames):
 
 def py_events(sock, handle):
     _check(sock)
-    return _get(sock, _EVENTS)
+    while True:
+        try:
+            return _get(sock, _EVENTS)
+        except zmq.InterruptedSystemCall:   # a signal (its handler ran): ask again, as the C call does
+            continue
 
 
 def self_test(calls):

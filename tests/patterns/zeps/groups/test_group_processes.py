@@ -124,9 +124,15 @@ def test_sigkill_a_member_its_unacked_are_redelivered_within_ack_wait(processes,
     workers = [members(broker.endpoint, ack_wait) for _ in range(4)]
     publisher = gevent.spawn(publish, broker.endpoint, N)
     victim = workers[0]
-    wait_until(lambda: len(victim.lines) >= 5000, 120, "the victim to process 5000")
-    victim.proc.send_signal(signal.SIGKILL)
-    killed_at = time.time()
+    killed = []
+
+    def kill():     # in the victim's reader, the moment it prints its 5000th: it holds that one (printed,
+        victim.proc.send_signal(signal.SIGKILL)  # not yet acknowledged) and the rest of its run
+        killed.append(time.time())
+
+    victim.trigger = (5000, kill)
+    wait_until(lambda: killed, 120, "the victim to process 5000")
+    killed_at = killed[0]
     victim.proc.wait()
     victim.reader.join(5)
     publisher.get(timeout=120)
