@@ -34,6 +34,19 @@ def wait_for(predicate, timeout=5.0, what="condition"):
     pytest.fail("timed out after %ss waiting for %s" % (timeout, what))
 
 
+def open_under(directory):
+    """This process's descriptors on files under ``directory`` (from /proc/self/fd)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(os.path.join("/proc/self/fd", fd))
+        except OSError:
+            continue
+        if target.startswith(str(directory) + os.sep):
+            found.append(target)
+    return found
+
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _TESTS = str(ROOT / "tests") + os.sep
 _PROJECT = str(ROOT) + os.sep

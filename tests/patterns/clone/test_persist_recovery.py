@@ -7,25 +7,13 @@ import os
 import pytest
 
 from tests.conftest import wait_for
+from tests.conftest import open_under
 from tests.patterns.clone.conftest import client_of
 from zactors.actors.journal import Files, JournalError
 from zactors.patterns.clone.client import Clone
 from zactors.patterns.clone.server import CloneServer
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def open_under(directory):
-    """This process's descriptors on files under ``directory`` (from /proc/self/fd)."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(os.path.join("/proc/self/fd", fd))
-        except OSError:
-            continue
-        if target.startswith(str(directory) + os.sep):
-            found.append(target)
-    return found
 
 
 class FullDisk(Files):

@@ -5,21 +5,9 @@ import os
 
 import msgpack
 
+from tests.conftest import open_under
 from zactors.actors.journal import Journal
 from zactors.patterns.zeps import group_store
-
-
-def open_under(directory):
-    """This process's descriptors on files under ``directory`` (from /proc/self/fd)."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(os.path.join("/proc/self/fd", fd))
-        except OSError:
-            continue
-        if target.startswith(str(directory) + os.sep):
-            found.append(target)
-    return found
 
 
 def test_an_unreadable_generation_is_closed_and_the_previous_one_is_used(tmp_path):
