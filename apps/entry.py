@@ -1,21 +1,38 @@
 """The ``zactors`` console script.
 
-Imports the command line inside a guard, so that Ctrl-C while Python is
-still loading zactors (about a tenth of a second) ends the command quietly
-with status 130, as it does once a command runs, instead of a traceback.
+Ctrl-C while Python is still loading zactors (about a tenth of a second)
+must end the command quietly with status 130, as it does once a command
+runs. A ``KeyboardInterrupt`` cannot carry that: raised inside an import's
+clean-up callback, Python prints it as "Exception ignored" and loads on. So
+until the command's own signal handling takes over, SIGINT is only
+remembered (:class:`Deferred`), and :func:`zactors.apps.stopping.handle_signals`
+stops the command at once if one came.
 """
 import signal
 import sys
 
-__all__ = ["main"]
+__all__ = ["main", "Deferred"]
+
+
+class Deferred:
+    """A SIGINT handler that records the signal in ``pending`` instead of raising."""
+
+    def __init__(self):
+        self.pending = None
+
+    def __call__(self, signum, frame):
+        self.pending = signum
 
 
 def main() -> int:
+    deferred = Deferred()
+    signal.signal(signal.SIGINT, deferred)
     try:
         from .cli import main as run
+        status = run()
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
-    return run()
+    return 128 + deferred.pending if deferred.pending and status == 0 else status
 
 
 if __name__ == "__main__":

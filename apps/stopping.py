@@ -78,6 +78,10 @@ def handle_signals():
     saved = {sig: signal.getsignal(sig) for sig in SIGNALS}
     handlers = [gevent.signal_handler(sig, _on_signal, sig) for sig in SIGNALS]
     try:
+        # a signal the console script deferred while zactors loaded (apps/entry.py): stop before starting
+        pending = next((h.pending for h in saved.values() if getattr(h, "pending", None)), None)
+        if pending:
+            raise Interrupted(pending)
         yield
     finally:
         for handler in handlers:
