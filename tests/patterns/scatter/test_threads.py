@@ -9,6 +9,7 @@ import uuid
 import gevent
 import pytest
 
+from zactors.actors import speedups
 from zactors.patterns.scatter import Closed, NoMessage, NoPeerAvailable
 from tests.conftest import wait_for
 
@@ -248,4 +249,5 @@ def test_threads_sharing_a_scatter_send_without_waiting_for_its_lock(make, monke
     got = [gather.recv(timeout=20) for _ in range(total)]
     assert sorted(_unpack(m)[0] for m in got) == list(range(total))
     assert scatter.sent == total
-    assert len(slow) < total // 20, "%d of %d sends took the with-lock path" % (len(slow), total)
+    if speedups.SPEEDUPS:  # the pure-Python twin can be preempted holding the lock: others then wait on it
+        assert len(slow) < total // 20, "%d of %d sends took the with-lock path" % (len(slow), total)
