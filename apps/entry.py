@@ -26,12 +26,9 @@ class Deferred:
 
 def main() -> int:
     deferred = Deferred()
-    signal.signal(signal.SIGINT, deferred)
-    try:
-        from .cli import main as run
-        status = run()
-    except KeyboardInterrupt:
-        return 128 + signal.SIGINT
+    signal.signal(signal.SIGINT, deferred)  # from here on no SIGINT raises KeyboardInterrupt
+    from .cli import main as run
+    status = run()
     return 128 + deferred.pending if deferred.pending and status == 0 else status
 
 

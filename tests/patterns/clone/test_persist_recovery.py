@@ -6,8 +6,7 @@ import os
 
 import pytest
 
-from tests.conftest import wait_for
-from tests.conftest import open_under
+from tests.conftest import open_under, wait_for
 from tests.patterns.clone.conftest import client_of
 from zactors.actors.journal import Files, JournalError
 from zactors.patterns.clone.client import Clone
