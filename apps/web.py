@@ -16,6 +16,7 @@ from collections import Counter
 from gevent.pywsgi import WSGIServer
 
 from zactors.actors import Actor, CommandError, command
+from zactors.actors.errors import ActorExited, ActorTimeout
 
 __all__ = ["Tally", "make_app", "serve"]
 
@@ -73,6 +74,8 @@ def make_app(tally, timeout=5.0, counted=None):
                 return _respond(start_response, "404 Not Found", {"error": "try /hit/KEY or /top"})
         except CommandError as exc:
             return _respond(start_response, "400 Bad Request", {"error": exc.message})
+        except (ActorExited, ActorTimeout) as exc:  # stopping (Ctrl-C on the demo) or overloaded: try again later
+            return _respond(start_response, "503 Service Unavailable", {"error": str(exc)})
         return _respond(start_response, "200 OK", body)
 
     return app

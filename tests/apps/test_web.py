@@ -54,3 +54,15 @@ def test_percent_encoded_utf8_paths_are_decoded(server):
     assert body["top"] == [["\u2713", 1]]
     status, body = pool.spawn(fetch, server + "/hit/%FF").get(timeout=30)
     assert status == 400 and "not UTF-8" in body["error"]
+
+
+def test_a_request_while_the_tally_is_gone_gets_503_not_a_traceback():
+    # Ctrl-C on the demo stops the tally while requests are in flight: they raised ActorExited in pywsgi
+    srv, tally = serve(port=0)
+    try:
+        tally.destroy()
+        status, body = gevent.get_hub().threadpool.spawn(
+            fetch, "http://127.0.0.1:%d/hit/k" % srv.server_port).get(timeout=30)
+        assert status == 503 and "exited" in body["error"]
+    finally:
+        srv.stop()
