@@ -295,6 +295,7 @@ def demo(out, node):
     before = broker.call("INFO")["workers"]
     workers = [Words(broker.endpoint), Echo(broker.endpoint), Echo(broker.endpoint)]
     client = Client(broker.endpoint)
+    calls = []
     try:
         deadline = time.monotonic() + 5
         while broker.call("INFO")["workers"] < before + 3 and time.monotonic() < deadline:
@@ -304,7 +305,7 @@ def demo(out, node):
         started = time.monotonic()
         for reply in client.stream("words", "majordomo streams partial replies"):
             out("  +%4.0f ms  %s" % ((time.monotonic() - started) * 1000, reply[0].decode()))
-        calls = [gevent.spawn(client.request, "echo", b"%d" % i) for i in range(500)]
+        calls.extend(gevent.spawn(client.request, "echo", b"%d" % i) for i in range(500))
         gevent.joinall(calls, raise_error=True)
         ok = all(call.value == [[b"%d" % i]] for i, call in enumerate(calls))
         out("500 concurrent echo requests from 500 greenlets: all answered correctly: %s" % ok)
@@ -317,6 +318,7 @@ def demo(out, node):
         info = broker.call("INFO")
         out("broker: %s" % ", ".join("%s=%d" % kv for kv in sorted(info["counters"].items())))
     finally:
+        gevent.killall(calls)   # interrupted (Ctrl-C): none is left to fail on the workers stopped next
         client.close()
         for worker in workers:
             worker.destroy()

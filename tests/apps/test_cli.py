@@ -305,3 +305,16 @@ def test_ctrl_c_while_the_command_still_loads_is_quiet(processes, delay):
         status = demo.wait()
     assert_clean(out + err)
     assert status == 130, (status, out, err)
+
+
+def test_ctrl_c_while_the_demo_has_requests_in_flight_is_quiet(processes):
+    # the Majordomo part's 500 concurrent requests start right after the streamed FINAL; stopped then, its
+    # workers went first and each request left running printed a ServiceError traceback
+    demo = start(processes, "demo")
+    read_until(demo.stdout, "4 words")      # the streamed FINAL: the concurrent requests come next
+    demo.send_signal(INT)
+    with gevent.Timeout(30):
+        out, err = demo.stdout.read(), demo.stderr.read()
+        status = demo.wait()
+    assert_clean(out + err)
+    assert status == 130, (status, out, err)
