@@ -14,7 +14,11 @@ rounds; the load average is printed at the start and at the end.  For each stack
   process's own CPU time (psutil, user + system).
 
 The raw ceiling is a DEALER client and a ROUTER that echoes: no broker, no
-worker hop.  Clients wait for a "go" line so that every window is aligned.
+worker hop.  The ``bare`` stack is the floor for a Python client and worker:
+each is a plain blocking pyzmq DEALER with the MDP/0.2 frames prebuilt (no
+checks, no timeouts, no pool), through the zactors broker; what our client
+and worker cost above it is their own.  Clients wait for a "go" line so that
+every window is aligned.
 
 Each round's figures are printed as they are measured; every round runs
 under a deadline (``--deadline``) and says what it waits for (``_harness.py``).
@@ -37,7 +41,7 @@ BODY = b"x" * 64
 
 # -- roles (each runs in its own process) -----------------------------------------------
 def role_broker(stack):
-    if stack == "zactors":
+    if stack in ("zactors", "bare"):
         from zactors.patterns.majordomo import Broker
         broker = Broker("tcp://127.0.0.1:*")
         print(broker.endpoint, flush=True)
@@ -70,6 +74,19 @@ def role_worker(stack, endpoint):
         worker = Echo(endpoint, b"echo")
         for _ in worker.events():
             pass
+    elif stack == "bare":  # the floor: blocking pyzmq, frames prebuilt, a HEARTBEAT when idle
+        import zmq
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.connect(endpoint)
+        sock.send_multipart([b"MDPW02", b"\x01", b"echo"])
+        final = [b"MDPW02", b"\x04"]
+        while True:
+            if not sock.poll(1000):
+                sock.send_multipart([b"MDPW02", b"\x05"])
+                continue
+            frames = sock.recv_multipart()
+            if frames[1] == b"\x02":  # REQUEST: address, empty, body
+                sock.send_multipart(final + frames[2:])
     else:
         import majortomo
         worker = majortomo.Worker(endpoint, b"echo")
@@ -93,6 +110,15 @@ def role_client(stack, endpoint, seconds, inflight=1):
         def call():
             client.send(b"echo", BODY)
             client.recv_all_as_list(timeout=10)
+    elif stack == "bare":
+        import zmq
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.connect(endpoint)
+        request = [b"MDPC02", b"\x01", b"echo", BODY]
+
+        def call():
+            sock.send_multipart(request)
+            sock.recv_multipart()
     else:
         import zmq
         sock = zmq.Context.instance().socket(zmq.DEALER)
@@ -212,7 +238,7 @@ def main():
     parser.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--sync", type=float, default=4.0, help="seconds of the sync phase (default 4)")
     parser.add_argument("--load", type=float, default=5.0, help="seconds of the load phase (default 5)")
-    parser.add_argument("--stacks", default="raw,majortomo,zactors", help="comma-separated subset to run")
+    parser.add_argument("--stacks", default="raw,bare,majortomo,zactors", help="comma-separated subset to run")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds, stacks interleaved; each figure is the median of the rounds (default 3)")
     parser.add_argument("--quick", action="store_true", help="a short pass: 1 s phases, 1 round")
@@ -266,8 +292,8 @@ def main():
         ("8 clients x 8 greenlets + 4 workers, req/s", 2, "rate", "%.0f"),
         ("broker CPU us/request, 8x8", 2, "cpu", "%.1f"),
     ]
-    stacks = [s for s in ("raw", "majortomo", "zactors") if s in results]
-    names = {"raw": "raw ceiling", "majortomo": "majortomo", "zactors": "zactors"}
+    stacks = [s for s in ("raw", "bare", "majortomo", "zactors") if s in results]
+    names = {"raw": "raw ceiling", "bare": "bare pyzmq", "majortomo": "majortomo", "zactors": "zactors"}
     print("\nmedians of %d round(s):" % args.rounds)
     print("%-44s" % "" + "".join("%13s" % names[s] for s in stacks))
     for label, which, key, fmt in rows:
@@ -285,6 +311,14 @@ def main():
         print("  throughput under load     %.2fx  [>= 1.5x]  (8 x 1 in flight, like for like)" % (zl["rate"] / ml["rate"]))
         print("  throughput, 8 x 8 greenlets against majortomo's 8 x 1: %.2fx (its client has one request"
               " in flight at most)" % (zm["rate"] / ml["rate"]))
+        if "bare" in results:
+            bs, bl, _ = results["bare"]
+            print("\nthe floor (bare pyzmq MDP client and worker through the zactors broker) vs majortomo:")
+            print("  client CPU/request, sync  %.2fx   load %.2fx" % (bs["clients"] / ms["clients"],
+                                                                       bl["clients"] / ml["clients"]))
+            print("  worker CPU/request, sync  %.2fx   load %.2fx" % (bs["workers"] / ms["workers"],
+                                                                       bl["workers"] / ml["workers"]))
+            print("  throughput under load     %.2fx" % (bl["rate"] / ml["rate"]))
     load_average("end")
 
 
