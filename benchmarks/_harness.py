@@ -77,6 +77,15 @@ def wait_until(predicate, timeout, what, sleep=None, interval=0.01):
         sleep(interval)
 
 
+def subset(parser, option, value, choices):
+    """The comma-separated ``value`` of ``option`` as a list; a usage error (exit 2) names any not in ``choices``."""
+    chosen = value.split(",")
+    unknown = [name for name in chosen if name not in choices]
+    if unknown:
+        parser.error("%s: unknown %s (choose from %s)" % (option, ", ".join(map(repr, unknown)), ", ".join(choices)))
+    return chosen
+
+
 def add_deadline_option(parser, default=DEADLINE):
     parser.add_argument("--deadline", type=float, default=default, metavar="SECONDS",
                         help="end the run if one step takes longer (default: %(default)g)")

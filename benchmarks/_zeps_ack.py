@@ -18,14 +18,11 @@ against Redis ``always`` (>= 1.5x), the synced p50 (< 5 ms).  Journals and
 Redis directories are temporary directories on the disk of ``TMPDIR`` (they
 must be on a real disk, not tmpfs, for fsync to cost what it costs).
 """
-import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

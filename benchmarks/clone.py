@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 
-from _harness import Steps, StepTimeout, add_deadline_option, wait_until
+from _harness import Steps, StepTimeout, add_deadline_option, subset, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VALUE = b"v" * 100
@@ -392,9 +392,7 @@ def main():
         return relay_role(args)
     if args.role == "rawsend":
         return rawsend_role(args)
-    only = set(args.only.split(","))
-    if only - {"snapshot", "updates", "failover"}:
-        parser.error("--only takes snapshot, updates, failover; got %r" % args.only)
+    only = subset(parser, "--only", args.only, ("snapshot", "updates", "failover"))
     steps = Steps(args.deadline)
     run = steps.run
     if "snapshot" in only:

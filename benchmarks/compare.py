@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 
+from _harness import subset
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = "072f3c6"
 QUICK = {"zeps.py": ["--messages", "20000", "--replay", "100000", "--paced", "1", "--stacks", "zeps"],
@@ -143,11 +145,12 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=1, help="runs of each commit, interleaved (medians)")
     parser.add_argument("--only", default="zeps,clone", help="comma-separated subset: zeps, clone")
     args = parser.parse_args(argv)
+    only = subset(parser, "--only", args.only, ("zeps", "clone"))
     sizes = QUICK if args.quick else FULL
     results = {args.base: {}, args.new: {}}
     with tempfile.TemporaryDirectory(prefix="zactors-compare-") as tmp:
         trees = {ref: install(ref, os.path.join(tmp, "r%d" % i)) for i, ref in enumerate((args.base, args.new))}
-        for script in [name + ".py" for name in args.only.split(",")]:
+        for script in [name + ".py" for name in only]:
             for _ in range(args.rounds):
                 for ref in (args.base, args.new):
                     src, site = trees[ref]

@@ -1,4 +1,4 @@
-"""Majordomo benchmark: zactors beside majortomo 0.2.0 and a raw pyzmq echo (the ceiling).
+"""Majordomo benchmark: zactors beside majortomo 0.2.0, a bare pyzmq floor and a raw echo (the ceiling).
 
 Run: ``/tmp/venv/bin/python benchmarks/majordomo.py [--sync SECONDS] [--load SECONDS]``
 
@@ -34,9 +34,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from _harness import Steps, add_deadline_option, load_average  # noqa: E402 - after the path
+from _harness import Steps, add_deadline_option, load_average, subset  # noqa: E402 - after the path
 
 BODY = b"x" * 64
+STACKS = ("raw", "bare", "majortomo", "zactors")
 
 
 # -- roles (each runs in its own process) -----------------------------------------------
@@ -238,7 +239,8 @@ def main():
     parser.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--sync", type=float, default=4.0, help="seconds of the sync phase (default 4)")
     parser.add_argument("--load", type=float, default=5.0, help="seconds of the load phase (default 5)")
-    parser.add_argument("--stacks", default="raw,bare,majortomo,zactors", help="comma-separated subset to run")
+    parser.add_argument("--stacks", default=",".join(STACKS),
+                        help="comma-separated subset of %s (default: all)" % ", ".join(STACKS))
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds, stacks interleaved; each figure is the median of the rounds (default 3)")
     parser.add_argument("--quick", action="store_true", help="a short pass: 1 s phases, 1 round")
@@ -253,13 +255,14 @@ def main():
         args.sync, args.load, args.rounds = min(args.sync, 1.0), min(args.load, 1.0), 1
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    stacks = subset(parser, "--stacks", args.stacks, STACKS)
     import psutil
     print("Majordomo benchmark: %d cores, %d-byte requests, loopback TCP" % (psutil.cpu_count(), len(BODY)))
     load_average("start")
     runs = {}
     steps = Steps(args.deadline)
     for n in range(args.rounds):
-        for stack in args.stacks.split(","):
+        for stack in stacks:
             measured = steps.run(
                 "round %d %s" % (n + 1, stack),
                 "1 client, then 8, through the %s broker (%gs each; the broker and its peers are processes)"
@@ -292,7 +295,7 @@ def main():
         ("8 clients x 8 greenlets + 4 workers, req/s", 2, "rate", "%.0f"),
         ("broker CPU us/request, 8x8", 2, "cpu", "%.1f"),
     ]
-    stacks = [s for s in ("raw", "bare", "majortomo", "zactors") if s in results]
+    stacks = [s for s in STACKS if s in results]
     names = {"raw": "raw ceiling", "bare": "bare pyzmq", "majortomo": "majortomo", "zactors": "zactors"}
     print("\nmedians of %d round(s):" % args.rounds)
     print("%-44s" % "" + "".join("%13s" % names[s] for s in stacks))

@@ -46,7 +46,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import Steps, StepTimeout, add_deadline_option, wait_until  # noqa: E402
+from _harness import Steps, StepTimeout, add_deadline_option, subset, wait_until  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VALUE = b"v" * 100
@@ -319,7 +319,7 @@ def main():
     if args.quick:
         args.restarts, args.zeps_mb, args.clone_keys, args.fresh = 50, 16, 20000, 1
         args.zeps_restarts = args.clone_restarts = 2
-    runs = args.runs.split(",")
+    runs = subset(parser, "--runs", args.runs, ("actor", "zeps", "clone"))
     steps = Steps(deadline=args.deadline)
     if "actor" in runs:
         steps.run("actor", "%d restarts of a plain actor, then %d fresh processes" % (args.restarts, args.fresh),

@@ -51,7 +51,7 @@ sys.path.insert(0, ROOT)
 
 import _jetstream as jetstream  # noqa: E402 - after the path
 import zeps_groups  # noqa: E402
-from _harness import Steps, add_deadline_option, load_average, median_rows  # noqa: E402 - after the path
+from _harness import Steps, add_deadline_option, load_average, median_rows, subset  # noqa: E402 - after the path
 
 SIZE = 100
 _STAMP = struct.Struct("<dQ")  # send time (monotonic), index
@@ -250,6 +250,7 @@ def catch_up(sub_args, n):
             "lost": n - result["received"]}
 
 
+STACKS = ("raw", "zeps", "redis-aof", "redis-none", "jetstream", "ack", "pair", "redis-wait")
 ROW = "%-32s %-16s %12s %10s %10s %6s %s"
 
 
@@ -419,7 +420,7 @@ def main():
     parser.add_argument("--replay", type=int, default=1000000, help="messages to replay (default 1000000)")
     parser.add_argument("--rate", type=int, default=20000, help="paced rate for the latency runs (default 20000/s)")
     parser.add_argument("--paced", type=float, default=3.0, help="seconds of each paced run (default 3)")
-    parser.add_argument("--stacks", default="raw,zeps,redis-aof,redis-none,jetstream,ack,pair,redis-wait",
+    parser.add_argument("--stacks", default=",".join(STACKS),
                         help="comma-separated subset to run (ack: both acknowledgement levels beside Redis everysec "
                         "and always, _zeps_ack.py; pair, redis-wait: the replicated pair, zeps_pair.py; jetstream: "
                         "NATS JetStream, _jetstream.py)")
@@ -433,20 +434,17 @@ def main():
     args = parser.parse_args()
     if args.quick:
         args.messages, args.replay, args.paced = min(args.messages, 20000), min(args.replay, 50000), 0.5
-    runs = args.runs.split(",")
-    unknown = set(runs) - {"deliver1", "deliver10", "replay", "groups"}
-    if unknown:
-        parser.error("unknown run(s): %s" % ", ".join(sorted(unknown)))
+    runs = subset(parser, "--runs", args.runs, ("deliver1", "deliver10", "replay", "groups"))
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    stacks = subset(parser, "--stacks", args.stacks, STACKS)
+    args.group_stacks = subset(parser, "--group-stacks", args.group_stacks, zeps_groups.NAMES)
     args.fans = [n for n in (1, 10) if "deliver%d" % n in runs]
     args.replay_run = "replay" in runs
     if args.role:
         role, *rest = args.role
         (globals().get("role_" + role) or jetstream.ROLES[role])(*[int(x) if x.isdigit() else x for x in rest])
         return 0
-    args.group_stacks = args.group_stacks.split(",")
-    stacks = args.stacks.split(",")
     import zeps_pair  # the broker pair's rows (issue #23)
     args.catchup = args.replay
     steps = Steps(args.deadline, out=sys.stderr)  # the rows print themselves as measured

@@ -51,7 +51,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import _jetstream as jetstream  # noqa: E402 - after the path
-from _harness import Steps, add_deadline_option  # noqa: E402
+from _harness import Steps, add_deadline_option, subset  # noqa: E402
 
 STREAM = "bench"
 MEMBERS = 4
@@ -229,6 +229,7 @@ def jetstream_rows(args):
 STACKS = (("zeps", "zactors ZEPS group (fsync 100 ms)", zeps_rows),
           ("redis", "Redis Streams (AOF everysec)", redis_rows),
           ("jetstream", "NATS JetStream (file, WorkQueue)", jetstream_rows))
+NAMES = tuple(key for key, _stack, _rows in STACKS)
 
 
 def run(args, steps=None):
@@ -251,8 +252,8 @@ def run(args, steps=None):
 
 
 def add_options(parser):
-    parser.add_argument("--group-stacks", default="zeps,redis,jetstream",
-                        help="comma-separated subset of zeps,redis,jetstream (default: all)")
+    parser.add_argument("--group-stacks", default=",".join(NAMES),
+                        help="comma-separated subset of %s (default: all)" % ", ".join(NAMES))
 
 
 def main():
@@ -270,7 +271,7 @@ def main():
         return 0
     if args.quick:
         args.messages = 5000
-    args.group_stacks = args.group_stacks.split(",")
+    args.group_stacks = subset(parser, "--group-stacks", args.group_stacks, NAMES)
     run(args)
     return 0
 

@@ -24,7 +24,6 @@ difference of the counts.  ``--profile FILE``: where the loop's CPU goes (cProfi
 """
 import argparse
 import cProfile
-import json
 import os
 import statistics
 import subprocess
@@ -39,7 +38,6 @@ import gevent  # noqa: E402
 import zmq  # noqa: E402
 
 from _harness import Steps, add_deadline_option, load_average, wait_until  # noqa: E402
-from zactors.patterns.zeps import groups_protocol as g  # noqa: E402
 from zactors.patterns.zeps import protocol as p  # noqa: E402
 from zactors.patterns.zeps.broker import Broker  # noqa: E402
 
