@@ -55,7 +55,9 @@ class Hashmap:
 
     def set(self, key: bytes, value: bytes, sequence: int, uuid: bytes, properties: bytes,
             ttl: float | None, now: float | None = None) -> None:
-        """Apply one change at ``sequence`` (value b"": delete); ``ttl`` in seconds from ``now``."""
+        """Apply one change at ``sequence`` (value b"": delete); ``ttl`` in seconds from ``now``.
+
+        The server's hot path (``CloneServer._on_collect``) writes the no-ttl case inline: keep the two alike."""
         self.sequence = sequence
         if not value:
             self.entries.pop(key, None)
